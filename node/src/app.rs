@@ -1,0 +1,182 @@
+//! Building and running a node: bind, connect, migrate, serve, drain.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::error_handling::HandleErrorLayer;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower::ServiceBuilder;
+use tracing::{info, warn};
+
+use crate::auth::ApiKeys;
+use crate::config::NodeConfig;
+use crate::domain::{Clock, SystemClock};
+use crate::error::ApiError;
+use crate::idempotency::IdempotencyStore;
+use crate::metrics::Metrics;
+use crate::provider::{InProcessProvider, PaymentProvider};
+use crate::sql::{Database, SqlStore};
+use crate::state::{App, AppState};
+use crate::{http, ops, payments, sweeper};
+
+/// A node that has bound its port and migrated its database, ready to run.
+#[derive(Debug)]
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+}
+
+/// What a node is built from besides its config. Tests swap the clock and
+/// the provider; production uses the defaults.
+#[derive(Debug)]
+pub struct Builder {
+    config: NodeConfig,
+    api_keys: ApiKeys,
+    clock: Arc<dyn Clock>,
+    provider: Arc<dyn PaymentProvider>,
+}
+
+impl Builder {
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn provider(mut self, provider: Arc<dyn PaymentProvider>) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// Connects and migrates before binding, so a node that listens is a
+    /// node whose schema is current.
+    pub async fn build(self) -> anyhow::Result<Application> {
+        self.config.validate().context("invalid node configuration")?;
+        let db = Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
+        db.migrate().await?;
+        let store: Arc<dyn IdempotencyStore> = Arc::new(SqlStore::new(db));
+        let listener = TcpListener::bind(self.config.listen)
+            .await
+            .with_context(|| format!("binding {}", self.config.listen))?;
+        let state = AppState(Arc::new(App {
+            config: self.config,
+            api_keys: self.api_keys,
+            store,
+            provider: self.provider,
+            clock: self.clock,
+            metrics: Metrics::new(),
+        }));
+        Ok(Application { listener, state })
+    }
+}
+
+impl Application {
+    pub fn builder(config: NodeConfig, api_keys: ApiKeys) -> Builder {
+        Builder { config, api_keys, clock: Arc::new(SystemClock), provider: Arc::new(InProcessProvider::default()) }
+    }
+
+    /// The bound address (the real port when the config asked for port 0).
+    pub fn address(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` resolves, then gives in-flight requests up to
+    /// `drain_timeout` to finish. Work cut off by the drain deadline is safe:
+    /// its record stays `IN_PROGRESS` and is taken over after its lease.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let Application { listener, state } = self;
+        let drain = state.config.drain_timeout;
+        let (stop_workers, workers_stopped) = watch::channel(false);
+        let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped));
+
+        let (draining_tx, mut draining_rx) = watch::channel(false);
+        let signal = async move {
+            shutdown.await;
+            info!("shutdown requested; draining in-flight requests");
+            let _ = draining_tx.send(true);
+        };
+        let server = axum::serve(listener, router(state)).with_graceful_shutdown(signal);
+        let mut server = tokio::spawn(async move { server.await });
+        tokio::select! {
+            result = &mut server => result??,
+            _ = draining_rx.wait_for(|draining| *draining) => {
+                match tokio::time::timeout(drain, &mut server).await {
+                    Ok(result) => result??,
+                    Err(_) => {
+                        warn!(?drain, "drain deadline passed; abandoning remaining requests");
+                        server.abort();
+                    }
+                }
+            }
+        }
+        let _ = stop_workers.send(true);
+        let _ = sweeper.await;
+        info!("node stopped");
+        Ok(())
+    }
+}
+
+/// The whole HTTP surface, with its layers. Order matters: requests pass the
+/// layers top to bottom.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.concurrency_limit;
+    Router::new()
+        .merge(payments::routes::router())
+        .merge(ops::router())
+        .fallback(|| async { ApiError::NotFound })
+        .layer(
+            ServiceBuilder::new()
+                // Outermost, so every answer (shed or panicked ones included)
+                // gets a trace id and lands in the latency histogram.
+                .layer(axum::middleware::from_fn_with_state(state.clone(), http::observe))
+                // A panicking handler answers 500 in the API's error shape
+                // instead of dropping the connection.
+                .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+                    ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+                }))
+                // Shed load beyond the concurrency limit with a fast 503
+                // rather than queueing until clients time out and retry.
+                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                    (StatusCode::SERVICE_UNAVAILABLE, ApiError::Unavailable(anyhow::anyhow!("overloaded")))
+                        .into_response()
+                }))
+                .load_shed()
+                .concurrency_limit(limit),
+        )
+        .with_state(state)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
+
+/// For tests: a drain long enough to be observable, short enough not to hang.
+pub const TEST_DRAIN: Duration = Duration::from_secs(5);

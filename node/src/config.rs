@@ -1,0 +1,66 @@
+//! The node's configuration, already validated. The binary builds it from
+//! flags and environment; tests build it directly.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::payments::response::ResponseSchema;
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Address to bind; port 0 picks a free port (see `Application::address`).
+    pub listen: SocketAddr,
+    /// This node's region, stamped on records and payments.
+    pub region: String,
+    /// `postgres://…` or a SQLite file (`sqlite://PATH` or a bare path).
+    pub database_url: String,
+    pub max_db_connections: u32,
+    /// How long an owner may hold a record before others may take it over.
+    /// Must exceed the provider's request timeout, so a live owner never
+    /// loses its lease mid-call.
+    pub lease: Duration,
+    /// How long a finished operation replays (part of the API contract).
+    pub replay_window: Duration,
+    /// How long an expired record's metadata is kept for diagnosis.
+    pub metadata_retention: Duration,
+    pub sweep_interval: Duration,
+    /// Rows per expiry or purge statement, small enough never to stall traffic.
+    pub sweep_batch: i64,
+    pub body_limit: usize,
+    /// The shape new answers are rendered with.
+    pub response_schema: ResponseSchema,
+    /// In-flight requests get this long to finish after SIGTERM.
+    pub drain_timeout: Duration,
+    /// Requests served at once before new ones are shed with 503.
+    pub concurrency_limit: usize,
+}
+
+impl NodeConfig {
+    /// Defaults for everything but where to listen and what to store in.
+    pub fn new(listen: SocketAddr, region: impl Into<String>, database_url: impl Into<String>) -> Self {
+        Self {
+            listen,
+            region: region.into(),
+            database_url: database_url.into(),
+            max_db_connections: 16,
+            lease: Duration::from_secs(10),
+            replay_window: Duration::from_secs(24 * 3600),
+            metadata_retention: Duration::from_secs(7 * 24 * 3600),
+            sweep_interval: Duration::from_secs(30),
+            sweep_batch: 500,
+            body_limit: 16 * 1024,
+            response_schema: ResponseSchema::CURRENT,
+            drain_timeout: Duration::from_secs(10),
+            concurrency_limit: 2048,
+        }
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.region.is_empty(), "region must not be empty");
+        anyhow::ensure!(self.lease >= Duration::from_millis(100), "lease must be at least 100ms");
+        anyhow::ensure!(self.replay_window >= self.lease, "the replay window must be longer than the lease");
+        anyhow::ensure!(self.sweep_batch > 0, "sweep batch must be positive");
+        anyhow::ensure!(self.max_db_connections > 0, "need at least one database connection");
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! Identifiers. Tenants and principals come from the authenticated
+//! credential, never from a request body; payment ids are minted here.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// The merchant that owns a credential; every record and payment is scoped to one.
+    TenantId
+);
+string_id!(
+    /// The caller inside a tenant (one API key, one service account).
+    PrincipalId
+);
+string_id!(
+    /// `pay_` followed by a UUIDv7, so ids sort by creation time.
+    PaymentId
+);
+
+/// Tenant and principal names: what an operator may type in a key file.
+fn is_valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl TenantId {
+    pub fn parse(s: &str) -> Option<Self> {
+        is_valid_name(s).then(|| Self(s.to_owned()))
+    }
+}
+
+impl PrincipalId {
+    pub fn parse(s: &str) -> Option<Self> {
+        is_valid_name(s).then(|| Self(s.to_owned()))
+    }
+}
+
+impl PaymentId {
+    pub fn generate() -> Self {
+        Self(format!("pay_{}", uuid::Uuid::now_v7().simple()))
+    }
+
+    /// Accepts what `generate` makes; anything else cannot name a payment.
+    pub fn parse(s: &str) -> Option<Self> {
+        let hex = s.strip_prefix("pay_")?;
+        (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Self(s.to_owned()))
+    }
+
+    /// Rebuilds an id read back from our own database.
+    pub(crate) fn from_trusted(s: String) -> Self {
+        Self(s)
+    }
+
+    /// The key the provider dedupes this payment's charge on (DESIGN §7).
+    pub fn provider_key(&self) -> String {
+        format!("provider_payment_{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_payment_ids_parse_back() {
+        let id = PaymentId::generate();
+        assert_eq!(PaymentId::parse(id.as_str()), Some(id.clone()));
+        assert!(id.provider_key().starts_with("provider_payment_pay_"));
+        assert_eq!(PaymentId::parse("pay_../etc"), None);
+    }
+
+    #[test]
+    fn names_are_restricted() {
+        assert!(TenantId::parse("acme-eu_1").is_some());
+        assert!(TenantId::parse("").is_none());
+        assert!(TenantId::parse("a:b").is_none());
+    }
+}

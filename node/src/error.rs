@@ -1,0 +1,168 @@
+//! The API's one error type and its stable, machine-readable shape.
+//!
+//! Use [`ApiError`] in handlers and extractors: each variant maps to one HTTP
+//! status and one documented `errorCode`. Library-level failures (store,
+//! provider) are `thiserror` enums of their own modules and become an
+//! `ApiError` at the handler boundary. Internal causes never reach the client:
+//! they travel to the logging middleware in a response extension, so they are
+//! logged once, inside the request span, with their whole cause chain.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::PaymentId;
+
+/// Every `errorCode` the API can answer with. The string forms are a public
+/// contract: add codes, never rename them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    IdempotencyKeyRequired,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyReusedWithDifferentRequest,
+    IdempotencyRequestInProgress,
+    DuplicateMerchantReference,
+    ValidationFailed,
+    InsufficientFunds,
+    Unauthorized,
+    PayloadTooLarge,
+    PaymentNotFound,
+    NotFound,
+    ServiceUnavailable,
+    InternalError,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
+            Self::IdempotencyKeyInvalid => "IDEMPOTENCY_KEY_INVALID",
+            Self::IdempotencyKeyReusedWithDifferentRequest => "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
+            Self::IdempotencyRequestInProgress => "IDEMPOTENCY_REQUEST_IN_PROGRESS",
+            Self::DuplicateMerchantReference => "DUPLICATE_MERCHANT_REFERENCE",
+            Self::ValidationFailed => "VALIDATION_FAILED",
+            Self::InsufficientFunds => "INSUFFICIENT_FUNDS",
+            Self::Unauthorized => "UNAUTHORIZED",
+            Self::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Self::PaymentNotFound => "PAYMENT_NOT_FOUND",
+            Self::NotFound => "NOT_FOUND",
+            Self::ServiceUnavailable => "SERVICE_UNAVAILABLE",
+            Self::InternalError => "INTERNAL_ERROR",
+        }
+    }
+}
+
+/// The JSON body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    pub error_code: ErrorCode,
+    pub message: String,
+    /// Only on `DUPLICATE_MERCHANT_REFERENCE`: the payment that already holds the reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_id: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("the Idempotency-Key header is required")]
+    KeyRequired,
+    #[error("{0}")]
+    KeyInvalid(String),
+    #[error("this Idempotency-Key was already used with a different request")]
+    KeyReusedWithDifferentRequest,
+    #[error("a request with this Idempotency-Key is still being processed")]
+    InProgress { retry_after: Duration },
+    #[error("a payment with this merchantReference already exists for this account")]
+    DuplicateMerchantReference { payment_id: PaymentId },
+    #[error("{0}")]
+    MalformedJson(String),
+    #[error("{0}")]
+    InvalidCommand(String),
+    #[error("missing or unknown API key")]
+    Unauthorized,
+    #[error("request body exceeds {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("no such payment")]
+    PaymentNotFound,
+    #[error("no such route")]
+    NotFound,
+    #[error("the service is temporarily unavailable; retry with the same Idempotency-Key")]
+    Unavailable(#[source] anyhow::Error),
+    #[error("internal error; retry with the same Idempotency-Key")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            Self::KeyRequired | Self::KeyInvalid(_) | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
+            Self::KeyReusedWithDifferentRequest | Self::InProgress { .. } | Self::DuplicateMerchantReference { .. } => {
+                StatusCode::CONFLICT
+            }
+            Self::InvalidCommand(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PaymentNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::KeyRequired => ErrorCode::IdempotencyKeyRequired,
+            Self::KeyInvalid(_) => ErrorCode::IdempotencyKeyInvalid,
+            Self::KeyReusedWithDifferentRequest => ErrorCode::IdempotencyKeyReusedWithDifferentRequest,
+            Self::InProgress { .. } => ErrorCode::IdempotencyRequestInProgress,
+            Self::DuplicateMerchantReference { .. } => ErrorCode::DuplicateMerchantReference,
+            Self::MalformedJson(_) | Self::InvalidCommand(_) => ErrorCode::ValidationFailed,
+            Self::Unauthorized => ErrorCode::Unauthorized,
+            Self::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Self::PaymentNotFound => ErrorCode::PaymentNotFound,
+            Self::NotFound => ErrorCode::NotFound,
+            Self::Unavailable(_) => ErrorCode::ServiceUnavailable,
+            Self::Internal(_) => ErrorCode::InternalError,
+        }
+    }
+
+    /// The body a client sees. Also what a replayable failure stores.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error_code: self.code(),
+            message: self.to_string(),
+            payment_id: match self {
+                Self::DuplicateMerchantReference { payment_id } => Some(payment_id.to_string()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Carries an internal cause from [`ApiError::into_response`] to the
+/// error-logging middleware.
+#[derive(Debug, Clone)]
+pub struct InternalCause(pub Arc<anyhow::Error>);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status_code(), Json(self.body())).into_response();
+        match self {
+            Self::InProgress { retry_after } => {
+                let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            Self::Unavailable(cause) | Self::Internal(cause) => {
+                response.extensions_mut().insert(InternalCause(Arc::new(cause)));
+            }
+            _ => {}
+        }
+        response
+    }
+}

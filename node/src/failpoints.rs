@@ -1,0 +1,27 @@
+//! Crash injection for the recovery tests.
+//!
+//! Built only with the `failpoints` feature (CI's test build); in every
+//! other build [`crash_point`] compiles to nothing. With the feature on,
+//! `FAILPOINTS="after_claim=return"` makes the process abort — as abruptly
+//! as SIGKILL, no destructors, no flush — when it reaches that point.
+//!
+//! Points, in execution order: `after_claim`, `after_provider_request_sent`,
+//! `after_provider_charge`, `after_finish`.
+
+/// Aborts the process here if the failpoint `name` is armed.
+#[inline]
+pub fn crash_point(name: &str) {
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
+        eprintln!("failpoint {name}: aborting the process");
+        std::process::abort();
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
+
+/// Reads `FAILPOINTS` once at startup; a no-op without the feature.
+pub fn arm_from_env() {
+    #[cfg(feature = "failpoints")]
+    std::mem::forget(fail::FailScenario::setup());
+}

@@ -1,0 +1,47 @@
+//! The `once` node: the HTTP API, the idempotency engine, payments and the
+//! provider client of one region.
+//!
+//! # Layout
+//!
+//! - [`app`]: build (connect, migrate, bind) and run (serve, drain) a node.
+//! - [`config`]: validated node configuration.
+//! - [`state`]: the shared state every handler and worker sees.
+//! - [`auth`]: API keys → (tenant, principal).
+//! - [`domain`]: newtypes — keys, ids, money, the clock.
+//! - [`idempotency`]: the record, fingerprints, the decision table and the
+//!   [`idempotency::IdempotencyStore`] trait.
+//! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL.
+//! - [`payments`]: the command, the execution engine, responses, handlers.
+//! - [`provider`]: the payment provider trait and the in-process provider.
+//! - [`sweeper`]: expiry of the replay window, in small batches.
+//! - [`http`], [`ops`], [`openapi`], [`metrics`], [`error`]: the HTTP edges.
+//! - [`failpoints`]: crash injection for recovery tests (test builds only).
+//!
+//! # A request's path
+//!
+//! ```text
+//! POST /payments ─► observe (trace id, metrics) ─► Caller (401) ─► key (400) ─► body (400/413/422)
+//!   ─► execute::create_payment ─► store.claim ─┬─ won ──► provider.charge ─► store.finish ─► 201/402
+//!                                              └─ lost ─► decide ─► replay | 409 | 202 | take over
+//! ```
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod failpoints;
+pub mod http;
+pub mod idempotency;
+pub mod metrics;
+pub mod openapi;
+pub mod ops;
+pub mod payments;
+pub mod provider;
+pub mod sql;
+pub mod state;
+pub mod sweeper;
+
+pub use app::{Application, shutdown_signal};
+pub use auth::ApiKeys;
+pub use config::NodeConfig;

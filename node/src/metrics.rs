@@ -1,0 +1,138 @@
+//! The node's metrics (DESIGN §8), one registry per node instance so that
+//! several nodes in one test process never share counters.
+//!
+//! DESIGN names use dots (`idempotency.replay.count`); Prometheus names use
+//! underscores, and counters get the `_total` suffix
+//! (`idempotency_replay_count_total`).
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::error::ErrorCode;
+
+/// How a request ended, from the idempotency contract's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Executed,
+    Replayed,
+    Conflict,
+    InProgress,
+    Recovered,
+    Rejected,
+    Error,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Executed => "executed",
+            Self::Replayed => "replayed",
+            Self::Conflict => "conflict",
+            Self::InProgress => "in_progress",
+            Self::Recovered => "recovered",
+            Self::Rejected => "rejected",
+            Self::Error => "error",
+        }
+    }
+}
+
+impl Outcome {
+    /// The outcome of an error answer.
+    pub fn of_error(code: ErrorCode) -> Self {
+        match code {
+            ErrorCode::IdempotencyKeyReusedWithDifferentRequest => Self::Conflict,
+            ErrorCode::IdempotencyRequestInProgress => Self::InProgress,
+            ErrorCode::ServiceUnavailable | ErrorCode::InternalError => Self::Error,
+            _ => Self::Rejected,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+    pub outcome: String,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub replays: Counter,
+    pub conflicts_different_request: Counter,
+    pub expired_retries: Counter,
+    pub takeovers: Counter,
+    pub unknown_state: Counter,
+    pub in_progress_age_max: Gauge<f64, AtomicU64>,
+    pub expired_records: Counter,
+    pub purged_records: Counter,
+    pub request_duration: Family<RequestLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let replays = Counter::default();
+        let conflicts_different_request = Counter::default();
+        let expired_retries = Counter::default();
+        let takeovers = Counter::default();
+        let unknown_state = Counter::default();
+        let in_progress_age_max = Gauge::<f64, AtomicU64>::default();
+        let expired_records = Counter::default();
+        let purged_records = Counter::default();
+        let request_duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
+            // 0.5 ms … ~4 s: local claims to cross-region writes.
+            Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+        });
+        registry.register("idempotency_replay_count", "Completed operations replayed", replays.clone());
+        registry.register(
+            "idempotency_conflict_different_request_count",
+            "Keys reused with a different request (409)",
+            conflicts_different_request.clone(),
+        );
+        registry.register("idempotency_expired_retry_count", "Retries that arrived after the replay window", expired_retries.clone());
+        registry.register("idempotency_takeover_count", "Fenced takeovers of records whose lease expired", takeovers.clone());
+        registry.register("idempotency_unknown_state_count", "Operations whose provider outcome became unknown", unknown_state.clone());
+        registry.register(
+            "idempotency_in_progress_age_max_seconds",
+            "Age of the oldest unfinished idempotency record",
+            in_progress_age_max.clone(),
+        );
+        registry.register("idempotency_expired_records", "Records whose stored answer was purged at expiry", expired_records.clone());
+        registry.register("idempotency_purged_records", "Expired records deleted after their retention", purged_records.clone());
+        registry.register("http_server_request_duration_seconds", "Request latency by route and outcome", request_duration.clone());
+        Self {
+            registry,
+            replays,
+            conflicts_different_request,
+            expired_retries,
+            takeovers,
+            unknown_state,
+            in_progress_age_max,
+            expired_records,
+            purged_records,
+            request_duration,
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,340 @@
+//! Creating a payment under the idempotency contract: claim, decide, and
+//! either answer from the record or run the payment from its last recovery
+//! point to the end.
+//!
+//! ```text
+//! claim ──won──► LOCAL_PAYMENT_CREATED ─► PROVIDER_REQUEST_SENT ─► charge ─► finish (COMPLETED | FAILED_REPLAYABLE)
+//!   │                                                             │
+//!   └─lost─► decide(record) ─► replay | 409 | 202 | take over ────┘ (resume at the recorded step;
+//!                                                                    ask the provider before charging)
+//! ```
+//!
+//! Everything after the claim runs under the record's fence: if another
+//! request takes the record over, our next write is refused and we answer
+//! from whatever the new owner leaves behind.
+
+use std::time::Duration;
+
+use tracing::{info, instrument, warn};
+
+use super::command::CreatePayment;
+use super::model::{NewPayment, Payment, PaymentStatus, PaymentUpdate};
+use super::response;
+use crate::auth::Caller;
+use crate::domain::{IdempotencyKey, PaymentId};
+use crate::error::ApiError;
+use crate::failpoints::crash_point;
+use crate::idempotency::fingerprint::{self, CURRENT_VERSION};
+use crate::idempotency::{
+    Claim, ClaimOutcome, Decision, Finish, OutboxEvent, Reclaim, Record, Scope, Status, Step, StoreError, StoredResponse, decide,
+};
+use crate::metrics::Outcome;
+use crate::provider::{ChargeOutcome, ChargeRequest, ProviderError};
+use crate::state::AppState;
+
+/// The operation name in every scoped key this module claims.
+pub const OPERATION: &str = "payments.create";
+
+/// How many times one request re-reads a record after losing a takeover
+/// race before it tells the client to retry.
+const MAX_ROUNDS: usize = 3;
+
+/// The answer to a `POST /payments`, before it becomes an HTTP response.
+#[derive(Debug)]
+pub enum Answer {
+    /// A stored answer: fresh (`replayed == false`) or replayed.
+    Stored { response: StoredResponse, replayed: bool, original_trace_id: Option<String>, outcome: Outcome },
+    /// The provider's outcome is being recovered: 202 with a pending body.
+    Pending { payment_id: Option<PaymentId>, retry_after: Duration },
+}
+
+/// The request as the engine sees it.
+#[derive(Debug)]
+pub struct CreatePaymentRequest {
+    pub caller: Caller,
+    pub key: IdempotencyKey,
+    pub api_version: String,
+    pub command: CreatePayment,
+    pub trace_id: Option<String>,
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
+        other => ApiError::Internal(other.into()),
+    }
+}
+
+#[instrument(name = "create payment", skip_all, fields(tenant = %req.caller.tenant, outcome))]
+pub async fn create_payment(state: AppState, req: CreatePaymentRequest) -> Result<Answer, ApiError> {
+    let now = state.clock.now();
+    let scope = Scope {
+        tenant: req.caller.tenant.clone(),
+        principal: req.caller.principal.clone(),
+        operation: OPERATION,
+        key: req.key.clone(),
+    };
+    let fingerprint = fingerprint::of_create_payment(CURRENT_VERSION, OPERATION, &req.api_version, &req.command)
+        .expect("the current fingerprint version is always known");
+    let claim = Claim {
+        scope,
+        fingerprint,
+        payment: NewPayment {
+            id: PaymentId::generate(),
+            tenant: req.caller.tenant.clone(),
+            account_id: req.command.account_id.clone(),
+            merchant_reference: req.command.merchant_reference.clone(),
+            amount: req.command.amount,
+            channel: req.command.channel,
+            region: state.config.region.clone(),
+        },
+        now,
+        lease: state.config.lease,
+        trace_id: req.trace_id.clone(),
+        region: state.config.region.clone(),
+    };
+
+    let mut outcome = state.store.claim(&claim).await.map_err(store_error)?;
+    crash_point("after_claim");
+    let mut took_over = false;
+    for _ in 0..MAX_ROUNDS {
+        let existing = match outcome {
+            ClaimOutcome::Claimed(record) => return run(&state, record, &req, took_over).await,
+            ClaimOutcome::BusinessKeyTaken { record, existing } => {
+                return reject_duplicate_reference(&state, record, existing).await;
+            }
+            ClaimOutcome::Existing(record) => record,
+        };
+        let matches = fingerprint::of_create_payment(existing.fingerprint_version, OPERATION, &req.api_version, &req.command)
+            .map(|fp| fp.hash == existing.fingerprint);
+        let how = match decide(&existing, matches, state.clock.now()) {
+            Decision::Mismatch => {
+                state.metrics.conflicts_different_request.inc();
+                return Err(ApiError::KeyReusedWithDifferentRequest);
+            }
+            Decision::Replay => return replay(&state, existing),
+            Decision::InProgress { retry_after } => return Err(ApiError::InProgress { retry_after }),
+            Decision::RecoveryPending { retry_after } => {
+                return Ok(Answer::Pending { payment_id: existing.payment_id, retry_after });
+            }
+            Decision::Incomparable => {
+                return Err(ApiError::Unavailable(anyhow::anyhow!(
+                    "record fingerprinted with unknown version {}",
+                    existing.fingerprint_version
+                )));
+            }
+            Decision::TakeOver => Reclaim::Resume,
+            Decision::Restart => Reclaim::Restart,
+            Decision::Renew => Reclaim::Renew,
+        };
+        let claim = Claim { now: state.clock.now(), ..claim.clone() };
+        match state.store.reclaim(&existing, how, &claim).await.map_err(store_error)? {
+            Some(won) => {
+                match how {
+                    Reclaim::Resume => {
+                        state.metrics.takeovers.inc();
+                        took_over = true;
+                        info!(step = %existing.step, fence = existing.fence + 1, "took over a record whose lease expired");
+                    }
+                    Reclaim::Renew => {
+                        state.metrics.expired_retries.inc();
+                    }
+                    Reclaim::Restart => {}
+                }
+                outcome = won;
+            }
+            // Someone else took it over first: look again.
+            None => {
+                outcome = match state.store.load(&claim.scope).await.map_err(store_error)? {
+                    Some(record) => ClaimOutcome::Existing(record),
+                    None => state.store.claim(&claim).await.map_err(store_error)?,
+                };
+            }
+        }
+    }
+    Err(ApiError::InProgress { retry_after: Duration::from_secs(1) })
+}
+
+fn replay(state: &AppState, record: Record) -> Result<Answer, ApiError> {
+    let response = record
+        .response
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("finished record without a stored response")))?;
+    state.metrics.replays.inc();
+    Ok(Answer::Stored { response, replayed: true, original_trace_id: record.trace_id, outcome: Outcome::Replayed })
+}
+
+/// The business key belongs to another payment: a deterministic business
+/// rejection, stored so that retries of this key replay the same 409.
+async fn reject_duplicate_reference(state: &AppState, record: Record, existing: PaymentId) -> Result<Answer, ApiError> {
+    let now = state.clock.now();
+    let error = ApiError::DuplicateMerchantReference { payment_id: existing };
+    let response = response::replayable_error(409, &error.body(), state.config.response_schema);
+    let finish = Finish {
+        status: Status::FailedReplayable,
+        response: response.clone(),
+        payment: None,
+        event: None,
+        now,
+        expires_at: now.plus(state.config.replay_window),
+    };
+    match state.store.finish(&record, &finish).await {
+        Ok(()) => Ok(Answer::Stored { response, replayed: false, original_trace_id: None, outcome: Outcome::Rejected }),
+        Err(StoreError::Fenced) => answer_after_losing(state, &record).await,
+        Err(e) => Err(store_error(e)),
+    }
+}
+
+/// Drives an owned record from its recorded step to the end.
+#[instrument(name = "run payment from its recovery point", skip_all, fields(step = %record.step, fence = record.fence))]
+async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, took_over: bool) -> Result<Answer, ApiError> {
+    let payment_id = record
+        .payment_id
+        .clone()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("owned record at {} without a payment", record.step)))?;
+    let provider_key = record.provider_key.clone().unwrap_or_else(|| payment_id.provider_key());
+    let charge = ChargeRequest {
+        account_id: req.command.account_id.clone(),
+        amount: req.command.amount,
+        merchant_reference: req.command.merchant_reference.clone(),
+    };
+
+    let charged = match record.step {
+        Step::Received | Step::LocalPaymentCreated => {
+            // Persisted before the call: from here on a crash means "the
+            // provider may have seen it", and recovery asks before charging.
+            let now = state.clock.now();
+            if let Err(e) = state.store.advance(&record, Step::ProviderRequestSent, now).await {
+                return lost_or_failed(state, &record, e).await;
+            }
+            record.step = Step::ProviderRequestSent;
+            crash_point("after_provider_request_sent");
+            state.provider.charge(&provider_key, &charge).await
+        }
+        // A previous owner may have charged: ask first, and only if the
+        // provider has never seen this key send the charge (under the same
+        // key, so a late duplicate of the old request is deduped too).
+        Step::ProviderRequestSent | Step::ProviderConfirmed | Step::Completed => {
+            match state.provider.lookup(&provider_key).await {
+                Ok(Some(outcome)) => Ok(outcome),
+                Ok(None) => state.provider.charge(&provider_key, &charge).await,
+                Err(e) => Err(e),
+            }
+        }
+    };
+    crash_point("after_provider_charge");
+
+    let outcome = match charged {
+        Ok(outcome) => outcome,
+        Err(ProviderError::NotCharged(reason)) => {
+            warn!(%reason, "provider refused before charging; the operation may be retried");
+            let now = state.clock.now();
+            return match state.store.fail_retryable(&record, "PROVIDER_UNAVAILABLE", now, now.plus(state.config.replay_window)).await {
+                Ok(()) => Err(ApiError::Unavailable(anyhow::anyhow!("provider refused before charging: {reason}"))),
+                Err(e) => lost_or_failed(state, &record, e).await,
+            };
+        }
+        Err(ProviderError::Unknown(reason)) => {
+            // Never guess: the record becomes UNKNOWN_REQUIRES_RECOVERY, and
+            // the next owner (a retry after `retry_at`, or the recovery
+            // worker) asks the provider by key.
+            warn!(%reason, "provider outcome unknown; left for recovery");
+            state.metrics.unknown_state.inc();
+            let retry_at = state.clock.now().plus(state.config.lease);
+            return match state.store.mark_unknown(&record, state.clock.now(), retry_at).await {
+                Ok(()) => Ok(Answer::Pending { payment_id: Some(payment_id), retry_after: state.config.lease }),
+                Err(e) => lost_or_failed(state, &record, e).await,
+            };
+        }
+    };
+
+    let now = state.clock.now();
+    let payment = Payment {
+        id: payment_id.clone(),
+        tenant: req.caller.tenant.clone(),
+        account_id: req.command.account_id.clone(),
+        merchant_reference: req.command.merchant_reference.clone(),
+        amount: req.command.amount,
+        channel: req.command.channel,
+        status: PaymentStatus::Pending,
+        provider_charge_id: None,
+        decline_code: None,
+        region: state.config.region.clone(),
+        created_at: record.created_at,
+        updated_at: now,
+    };
+    let schema = state.config.response_schema;
+    let (status, response, update, event_type) = match outcome {
+        ChargeOutcome::Approved { charge_id } => {
+            let payment = Payment { status: PaymentStatus::Succeeded, provider_charge_id: Some(charge_id), ..payment };
+            (Status::Completed, response::created(&payment, schema), update_of(&payment), "payment.succeeded")
+        }
+        ChargeOutcome::Declined { code } => {
+            let payment = Payment { status: PaymentStatus::Declined, decline_code: Some(code.clone()), ..payment };
+            (Status::FailedReplayable, response::declined(&payment, &code, schema), update_of(&payment), "payment.declined")
+        }
+    };
+    let finish = Finish {
+        status,
+        response: response.clone(),
+        event: Some(event(&payment_id, event_type, req, &update)),
+        payment: Some(update),
+        now,
+        expires_at: now.plus(state.config.replay_window),
+    };
+    if let Err(e) = state.store.finish(&record, &finish).await {
+        return lost_or_failed(state, &record, e).await;
+    }
+    crash_point("after_finish");
+    let outcome = if took_over { Outcome::Recovered } else { Outcome::Executed };
+    Ok(Answer::Stored { response, replayed: false, original_trace_id: None, outcome })
+}
+
+fn update_of(payment: &Payment) -> PaymentUpdate {
+    PaymentUpdate {
+        id: payment.id.clone(),
+        status: payment.status,
+        provider_charge_id: payment.provider_charge_id.clone(),
+        decline_code: payment.decline_code.clone(),
+    }
+}
+
+/// The outbox event for a payment's final state (see docs/events.md).
+fn event(payment_id: &PaymentId, event_type: &'static str, req: &CreatePaymentRequest, update: &PaymentUpdate) -> OutboxEvent {
+    let payload = serde_json::json!({
+        "paymentId": payment_id.as_str(),
+        "tenantId": req.caller.tenant.as_str(),
+        "accountId": req.command.account_id,
+        "merchantReference": req.command.merchant_reference,
+        "amount": req.command.amount.to_decimal_string(),
+        "currency": req.command.amount.currency_code(),
+        "amountMinor": req.command.amount.minor_units(),
+        "status": update.status.as_str(),
+        "declineCode": update.decline_code,
+    });
+    OutboxEvent {
+        event_id: format!("evt_{}", uuid::Uuid::now_v7().simple()),
+        event_type,
+        schema_version: 1,
+        aggregate_id: payment_id.to_string(),
+        tenant: req.caller.tenant.clone(),
+        payload: payload.to_string(),
+    }
+}
+
+async fn lost_or_failed(state: &AppState, record: &Record, e: StoreError) -> Result<Answer, ApiError> {
+    match e {
+        StoreError::Fenced => answer_after_losing(state, record).await,
+        other => Err(store_error(other)),
+    }
+}
+
+/// We were fenced out mid-operation: whoever took over owns the answer.
+/// Replay it if it is there already; otherwise the client retries.
+async fn answer_after_losing(state: &AppState, record: &Record) -> Result<Answer, ApiError> {
+    warn!(fence = record.fence, "fenced out by a newer owner; not writing");
+    match state.store.load(&record.scope).await.map_err(store_error)? {
+        Some(current) if current.status.is_replayable() && current.response.is_some() => replay(state, current),
+        Some(current) => Err(ApiError::InProgress { retry_after: state.clock.now().until(current.locked_until) }),
+        None => Err(ApiError::Internal(anyhow::anyhow!("record vanished while fenced out"))),
+    }
+}

@@ -1,0 +1,68 @@
+//! The payment as the regional database keeps it.
+
+use crate::domain::{Money, PaymentId, TenantId, UnixMillis};
+use crate::payments::command::Channel;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentStatus {
+    /// Created locally; the provider has not confirmed anything yet.
+    Pending,
+    Succeeded,
+    Declined,
+}
+
+impl PaymentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Succeeded => "succeeded",
+            Self::Declined => "declined",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(Self::Pending),
+            "succeeded" => Some(Self::Succeeded),
+            "declined" => Some(Self::Declined),
+            _ => None,
+        }
+    }
+}
+
+/// A payment about to be created by a claim.
+#[derive(Debug, Clone)]
+pub struct NewPayment {
+    pub id: PaymentId,
+    pub tenant: TenantId,
+    pub account_id: String,
+    pub merchant_reference: String,
+    pub amount: Money,
+    pub channel: Channel,
+    pub region: String,
+}
+
+/// The provider's verdict, applied in the finishing transaction.
+#[derive(Debug, Clone)]
+pub struct PaymentUpdate {
+    pub id: PaymentId,
+    pub status: PaymentStatus,
+    pub provider_charge_id: Option<String>,
+    pub decline_code: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Payment {
+    pub id: PaymentId,
+    pub tenant: TenantId,
+    pub account_id: String,
+    pub merchant_reference: String,
+    pub amount: Money,
+    pub channel: Channel,
+    pub status: PaymentStatus,
+    pub provider_charge_id: Option<String>,
+    pub decline_code: Option<String>,
+    pub region: String,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+}

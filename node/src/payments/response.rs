@@ -1,0 +1,174 @@
+//! What `POST /payments` and `GET /payments/{id}` answer, per response
+//! schema version.
+//!
+//! A stored answer remembers the version it was rendered with and is
+//! replayed as stored, so changing the shape here never changes what a
+//! retry of an old request receives (I2). To change the shape, add a
+//! version, render new answers with it, and keep the old renderer for
+//! `GET` clients pinned to it.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::domain::UnixMillis;
+use crate::error::{ErrorBody, ErrorCode};
+use crate::idempotency::record::StoredResponse;
+use crate::payments::model::Payment;
+
+/// The response shapes this build can render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseSchema {
+    /// Flat amount and currency.
+    V1,
+    /// Amount as an object with minor units; `object` and `region` fields.
+    V2,
+}
+
+impl ResponseSchema {
+    pub const CURRENT: ResponseSchema = ResponseSchema::V2;
+
+    pub fn version(self) -> i32 {
+        match self {
+            Self::V1 => 1,
+            Self::V2 => 2,
+        }
+    }
+
+    pub fn from_version(v: i32) -> Option<Self> {
+        match v {
+            1 => Some(Self::V1),
+            2 => Some(Self::V2),
+            _ => None,
+        }
+    }
+}
+
+/// `POST /payments` 201 and `GET /payments/{id}` 200, schema version 1.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentV1 {
+    pub id: String,
+    /// `pending`, `succeeded` or `declined`.
+    pub status: String,
+    pub account_id: String,
+    pub amount: String,
+    pub currency: String,
+    pub merchant_reference: String,
+    pub channel: String,
+    pub created_at: String,
+}
+
+/// Schema version 2 (current).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PaymentV2 {
+    /// Always `payment`.
+    pub object: &'static str,
+    pub id: String,
+    /// `pending`, `succeeded` or `declined`.
+    pub status: String,
+    pub account_id: String,
+    pub amount: AmountV2,
+    pub merchant_reference: String,
+    pub channel: String,
+    /// The region whose database holds the payment.
+    pub region: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AmountV2 {
+    /// Decimal string at the currency's exponent.
+    pub value: String,
+    pub currency: String,
+    pub minor_units: i64,
+}
+
+/// `202` answer while an operation's outcome is being recovered.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingBody {
+    /// Always `processing`.
+    pub status: &'static str,
+    pub payment_id: Option<String>,
+    pub message: &'static str,
+}
+
+fn rfc3339(at: UnixMillis) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(at.0).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn render_payment(payment: &Payment, schema: ResponseSchema) -> Vec<u8> {
+    let result = match schema {
+        ResponseSchema::V1 => serde_json::to_vec(&PaymentV1 {
+            id: payment.id.to_string(),
+            status: payment.status.as_str().into(),
+            account_id: payment.account_id.clone(),
+            amount: payment.amount.to_decimal_string(),
+            currency: payment.amount.currency_code().into(),
+            merchant_reference: payment.merchant_reference.clone(),
+            channel: payment.channel.as_str().into(),
+            created_at: rfc3339(payment.created_at),
+        }),
+        ResponseSchema::V2 => serde_json::to_vec(&PaymentV2 {
+            object: "payment",
+            id: payment.id.to_string(),
+            status: payment.status.as_str().into(),
+            account_id: payment.account_id.clone(),
+            amount: AmountV2 {
+                value: payment.amount.to_decimal_string(),
+                currency: payment.amount.currency_code().into(),
+                minor_units: payment.amount.minor_units(),
+            },
+            merchant_reference: payment.merchant_reference.clone(),
+            channel: payment.channel.as_str().into(),
+            region: payment.region.clone(),
+            created_at: rfc3339(payment.created_at),
+        }),
+    };
+    result.expect("payment bodies serialize")
+}
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+fn json_headers() -> Vec<(String, String)> {
+    vec![(JSON.0.into(), JSON.1.into())]
+}
+
+/// The `201 Created` answer for a payment the provider approved.
+pub fn created(payment: &Payment, schema: ResponseSchema) -> StoredResponse {
+    let mut headers = json_headers();
+    headers.push(("location".into(), format!("/payments/{}", payment.id)));
+    StoredResponse { status: 201, headers, body: render_payment(payment, schema), schema_version: schema.version() }
+}
+
+/// A replayable error answer (decline, duplicate merchant reference).
+pub fn replayable_error(status: u16, body: &ErrorBody, schema: ResponseSchema) -> StoredResponse {
+    StoredResponse {
+        status,
+        headers: json_headers(),
+        body: serde_json::to_vec(body).expect("error bodies serialize"),
+        schema_version: schema.version(),
+    }
+}
+
+pub fn declined(payment: &Payment, code: &str, schema: ResponseSchema) -> StoredResponse {
+    let body = ErrorBody {
+        error_code: ErrorCode::InsufficientFunds,
+        message: format!("the payment was declined by the provider ({code})"),
+        payment_id: Some(payment.id.to_string()),
+    };
+    replayable_error(402, &body, schema)
+}
+
+pub fn pending(payment_id: Option<&str>) -> PendingBody {
+    PendingBody {
+        status: "processing",
+        payment_id: payment_id.map(str::to_owned),
+        message: "the outcome is being confirmed with the provider; retry with the same Idempotency-Key",
+    }
+}

@@ -1,0 +1,17 @@
+//! The `sql` store mode: idempotency records, payments and outbox rows in the
+//! regional database, SQLite (embedded default) or PostgreSQL.
+//!
+//! One set of queries serves both dialects through sqlx's `Any` driver:
+//! placeholders are `$n`, times and integers are `BIGINT`, and the few
+//! dialect differences are branches on [`Dialect`]. Each table's queries live
+//! in its own file and take a connection, so the transaction boundary is
+//! chosen by the caller ([`SqlStore`]).
+
+mod db;
+mod outbox;
+mod payments;
+mod records;
+mod store;
+
+pub use db::{Database, Dialect};
+pub use store::SqlStore;

@@ -1,0 +1,98 @@
+//! Connecting, configuring and migrating the regional database.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Once;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Executor};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A pool on the regional database and the dialect it speaks.
+#[derive(Debug, Clone)]
+pub struct Database {
+    pub pool: AnyPool,
+    pub dialect: Dialect,
+}
+
+/// Accepts `postgres://…`, `sqlite://PATH`, `sqlite:PATH` or a bare file path.
+fn normalize_url(url: &str) -> anyhow::Result<(String, Dialect)> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((url.to_owned(), Dialect::Postgres));
+    }
+    let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    anyhow::ensure!(!path.is_empty() && path != ":memory:", "a SQLite database must be a file, got {url:?}");
+    if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    let query = if query.is_empty() { "mode=rwc".to_owned() } else { query.to_owned() };
+    Ok((format!("sqlite://{path}?{query}"), Dialect::Sqlite))
+}
+
+impl Database {
+    pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        static DRIVERS: Once = Once::new();
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+
+        let (url, dialect) = normalize_url(url)?;
+        let options = AnyConnectOptions::from_str(&url).context("parsing the database URL")?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if dialect == Dialect::Sqlite {
+                        // WAL lets readers run beside the one writer; FULL
+                        // makes every commit durable before we acknowledge it
+                        // (nothing acknowledged is lost, even on power loss).
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA synchronous = FULL").await?;
+                        conn.execute("PRAGMA busy_timeout = 5000").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .with_context(|| format!("connecting to the {dialect:?} database"))?;
+        Ok(Self { pool, dialect })
+    }
+
+    /// Applies pending migrations. Safe to run from several processes at
+    /// once: sqlx serializes them with a lock on PostgreSQL, and SQLite's
+    /// single writer does the same.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        let migrator = match self.dialect {
+            Dialect::Sqlite => &SQLITE_MIGRATIONS,
+            Dialect::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        migrator.run(&self.pool).await.context("running migrations")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_pick_their_dialect() {
+        assert_eq!(normalize_url("postgres://u@h/db").unwrap().1, Dialect::Postgres);
+        let dir = std::env::temp_dir().join("once-url-test");
+        let (url, dialect) = normalize_url(dir.join("a.db").to_str().unwrap()).unwrap();
+        assert_eq!(dialect, Dialect::Sqlite);
+        assert!(url.starts_with("sqlite://") && url.ends_with("a.db?mode=rwc"), "{url}");
+        assert!(normalize_url("sqlite::memory:").is_err());
+    }
+}

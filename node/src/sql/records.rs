@@ -1,0 +1,342 @@
+//! Queries on `idempotency_requests`. Every owner write is a compare-and-set
+//! on `fence`; callers learn whether they still own the record from the
+//! number of rows it touched.
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Executor, Row};
+
+use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
+use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
+use crate::idempotency::store::{Claim, StoreError};
+
+const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
+     status, step, fence, locked_until, payment_id, provider_key, response_status, response_headers, \
+     response_body, response_schema_version, error_code, trace_id, region, takeovers, created_at, updated_at, expires_at";
+
+const SCOPE_MATCHES: &str = "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
+
+fn bind_scope<'q>(
+    query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
+    scope: &'q Scope,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    query
+        .bind(scope.tenant.as_str())
+        .bind(scope.principal.as_str())
+        .bind(scope.operation)
+        .bind(scope.key.as_str())
+}
+
+pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(e.into())
+}
+
+/// Inserts a new record for `claim` if the scoped key is free.
+pub async fn insert<'e>(db: impl Executor<'e, Database = Any>, claim: &Claim, payment_id: &PaymentId) -> Result<bool, StoreError> {
+    let sql = format!(
+        "INSERT INTO idempotency_requests ({COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, NULL, NULL, NULL, NULL, NULL, $12, $13, 0, $14, $14, NULL) \
+         ON CONFLICT DO NOTHING"
+    );
+    let done = bind_scope(sqlx::query(&sql), &claim.scope)
+        .bind(&claim.fingerprint.hash)
+        .bind(i64::from(claim.fingerprint.version))
+        .bind(Status::InProgress.as_str())
+        .bind(Step::LocalPaymentCreated.as_str())
+        .bind(claim.now.plus(claim.lease).0)
+        .bind(payment_id.as_str())
+        .bind(payment_id.provider_key())
+        .bind(claim.trace_id.as_deref())
+        .bind(&claim.region)
+        .bind(claim.now.0)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn select<'e>(db: impl Executor<'e, Database = Any>, scope: &Scope) -> Result<Option<Record>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM idempotency_requests WHERE {SCOPE_MATCHES}");
+    let row = bind_scope(sqlx::query(&sql), scope).fetch_optional(db).await.map_err(unavailable)?;
+    row.map(|r| decode(&r, scope.operation)).transpose()
+}
+
+/// An expired lease: bump the fence and renew the lease, keeping the step,
+/// the payment and the status (`IN_PROGRESS` or `UNKNOWN_REQUIRES_RECOVERY`).
+/// Only one of several racing requests matches `seen_fence`.
+pub async fn resume<'e>(db: impl Executor<'e, Database = Any>, seen: &Record, claim: &Claim) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET fence = fence + 1, locked_until = $6, updated_at = $7, \
+         trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') \
+         AND locked_until <= $7"
+    );
+    let done = bind_scope(sqlx::query(&sql), &seen.scope)
+        .bind(seen.fence)
+        .bind(claim.now.plus(claim.lease).0)
+        .bind(claim.now.0)
+        .bind(claim.trace_id.as_deref())
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// `FAILED_RETRYABLE` runs again under the same record: back to
+/// `IN_PROGRESS`, keeping its payment if it had one, else taking `payment`.
+pub async fn restart<'e>(
+    db: impl Executor<'e, Database = Any>,
+    seen: &Record,
+    claim: &Claim,
+    payment: &PaymentId,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
+         locked_until = $6, updated_at = $7, trace_id = COALESCE($8, trace_id), error_code = NULL, expires_at = NULL, \
+         payment_id = COALESCE(payment_id, $9), provider_key = COALESCE(provider_key, $10) \
+         WHERE {SCOPE_MATCHES} AND fence = $5 AND status = 'FAILED_RETRYABLE'"
+    );
+    let done = bind_scope(sqlx::query(&sql), &seen.scope)
+        .bind(seen.fence)
+        .bind(claim.now.plus(claim.lease).0)
+        .bind(claim.now.0)
+        .bind(claim.trace_id.as_deref())
+        .bind(payment.as_str())
+        .bind(payment.provider_key())
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Past the replay window: the key starts a new operation with a new
+/// fingerprint and a new payment. The old answer is gone for good.
+pub async fn renew<'e>(
+    db: impl Executor<'e, Database = Any>,
+    seen: &Record,
+    claim: &Claim,
+    payment: &PaymentId,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
+         fingerprint = $9, fingerprint_version = $10, payment_id = $11, provider_key = $12, \
+         response_status = NULL, response_headers = NULL, response_body = NULL, response_schema_version = NULL, \
+         error_code = NULL, expires_at = NULL, purge_after = NULL, locked_until = $6, updated_at = $7, \
+         trace_id = $8, created_at = $7, region = $13 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 \
+         AND (status = 'EXPIRED' OR (status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $7))"
+    );
+    let done = bind_scope(sqlx::query(&sql), &seen.scope)
+        .bind(seen.fence)
+        .bind(claim.now.plus(claim.lease).0)
+        .bind(claim.now.0)
+        .bind(claim.trace_id.as_deref())
+        .bind(&claim.fingerprint.hash)
+        .bind(i64::from(claim.fingerprint.version))
+        .bind(payment.as_str())
+        .bind(payment.provider_key())
+        .bind(&claim.region)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The claim found its business key taken: the record keeps no payment.
+pub async fn forget_payment<'e>(db: impl Executor<'e, Database = Any>, scope: &Scope, fence: i64) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET step = $6, payment_id = NULL, provider_key = NULL \
+         WHERE {SCOPE_MATCHES} AND fence = $5"
+    );
+    let done = bind_scope(sqlx::query(&sql), scope)
+        .bind(fence)
+        .bind(Step::Received.as_str())
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn set_step<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+    fence: i64,
+    step: Step,
+    now: UnixMillis,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET step = $6, updated_at = $7 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
+    );
+    let done = bind_scope(sqlx::query(&sql), scope)
+        .bind(fence)
+        .bind(step.as_str())
+        .bind(now.0)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub async fn mark_unknown<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+    fence: i64,
+    now: UnixMillis,
+    retry_at: UnixMillis,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET status = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = $6, updated_at = $7 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
+    );
+    let done = bind_scope(sqlx::query(&sql), scope)
+        .bind(fence)
+        .bind(retry_at.0)
+        .bind(now.0)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Writes a terminal status (and, for replayable ones, the stored answer).
+#[allow(clippy::too_many_arguments)]
+pub async fn finish<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+    fence: i64,
+    status: Status,
+    step: Step,
+    response: Option<&StoredResponse>,
+    error_code: Option<&str>,
+    now: UnixMillis,
+    expires_at: UnixMillis,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET status = $6, step = $7, response_status = $8, response_headers = $9, \
+         response_body = $10, response_schema_version = $11, error_code = $12, updated_at = $13, expires_at = $14, \
+         locked_until = $13 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
+    );
+    let headers = response.map(|r| serde_json::to_string(&r.headers).expect("header pairs serialize"));
+    let done = bind_scope(sqlx::query(&sql), scope)
+        .bind(fence)
+        .bind(status.as_str())
+        .bind(step.as_str())
+        .bind(response.map(|r| i64::from(r.status)))
+        .bind(headers)
+        .bind(response.map(|r| r.body.clone()))
+        .bind(response.map(|r| i64::from(r.schema_version)))
+        .bind(error_code)
+        .bind(now.0)
+        .bind(expires_at.0)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Purges stored answers past their window, a batch at a time. The
+/// statement names rows by primary key so each batch is a short write.
+pub async fn expire_batch<'e>(
+    db: impl Executor<'e, Database = Any>,
+    now: UnixMillis,
+    purge_after: UnixMillis,
+    limit: i64,
+) -> Result<u64, StoreError> {
+    let done = sqlx::query(
+        "UPDATE idempotency_requests SET status = 'EXPIRED', response_headers = NULL, response_body = NULL, \
+         purge_after = $2, updated_at = $1 \
+         WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
+             SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
+             WHERE status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1 \
+             LIMIT $3) \
+         AND status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1",
+    )
+    .bind(now.0)
+    .bind(purge_after.0)
+    .bind(limit)
+    .execute(db)
+    .await
+    .map_err(unavailable)?;
+    Ok(done.rows_affected())
+}
+
+pub async fn purge_batch<'e>(db: impl Executor<'e, Database = Any>, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+    let done = sqlx::query(
+        "DELETE FROM idempotency_requests \
+         WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
+             SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
+             WHERE status = 'EXPIRED' AND purge_after <= $1 LIMIT $2) \
+         AND status = 'EXPIRED' AND purge_after <= $1",
+    )
+    .bind(now.0)
+    .bind(limit)
+    .execute(db)
+    .await
+    .map_err(unavailable)?;
+    Ok(done.rows_affected())
+}
+
+pub async fn oldest_unfinished<'e>(db: impl Executor<'e, Database = Any>) -> Result<Option<UnixMillis>, StoreError> {
+    let row = sqlx::query(
+        "SELECT MIN(created_at) AS oldest FROM idempotency_requests \
+         WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')",
+    )
+    .fetch_one(db)
+    .await
+    .map_err(unavailable)?;
+    let oldest: Option<i64> = row.try_get("oldest").map_err(unavailable)?;
+    Ok(oldest.map(UnixMillis))
+}
+
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
+    let get_str = |c: &str| row.try_get::<String, _>(c).map_err(unavailable);
+    let get_opt_str = |c: &str| row.try_get::<Option<String>, _>(c).map_err(unavailable);
+    let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(unavailable);
+    let get_opt_i64 = |c: &str| row.try_get::<Option<i64>, _>(c).map_err(unavailable);
+
+    let scope = Scope {
+        tenant: TenantId::parse(&get_str("tenant_id")?).ok_or_else(|| corrupt("tenant_id"))?,
+        principal: PrincipalId::parse(&get_str("principal_id")?).ok_or_else(|| corrupt("principal_id"))?,
+        operation,
+        key: IdempotencyKey::parse(get_str("idempotency_key")?.as_bytes()).map_err(corrupt)?,
+    };
+    let response = match get_opt_i64("response_status")? {
+        Some(status) => {
+            let headers: Vec<(String, String)> =
+                serde_json::from_str(&get_opt_str("response_headers")?.unwrap_or_else(|| "[]".into())).map_err(corrupt)?;
+            Some(StoredResponse {
+                status: u16::try_from(status).map_err(corrupt)?,
+                headers,
+                body: row.try_get::<Option<Vec<u8>>, _>("response_body").map_err(unavailable)?.unwrap_or_default(),
+                schema_version: i32::try_from(get_opt_i64("response_schema_version")?.unwrap_or(1)).map_err(corrupt)?,
+            })
+        }
+        None => None,
+    };
+    let status: Status = get_str("status")?.parse().map_err(corrupt)?;
+    Ok(Record {
+        scope,
+        fingerprint: get_str("fingerprint")?,
+        fingerprint_version: i32::try_from(get_i64("fingerprint_version")?).map_err(corrupt)?,
+        status,
+        step: get_str("step")?.parse().map_err(corrupt)?,
+        fence: get_i64("fence")?,
+        locked_until: UnixMillis(get_i64("locked_until")?),
+        payment_id: get_opt_str("payment_id")?.map(PaymentId::from_trusted),
+        provider_key: get_opt_str("provider_key")?,
+        // An expired record keeps its metadata, never its answer.
+        response: if status == Status::Expired { None } else { response },
+        error_code: get_opt_str("error_code")?,
+        trace_id: get_opt_str("trace_id")?,
+        region: get_str("region")?,
+        takeovers: i32::try_from(get_i64("takeovers")?).map_err(corrupt)?,
+        created_at: UnixMillis(get_i64("created_at")?),
+        updated_at: UnixMillis(get_i64("updated_at")?),
+        expires_at: get_opt_i64("expires_at")?.map(UnixMillis),
+    })
+}

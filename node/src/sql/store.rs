@@ -1,0 +1,205 @@
+//! [`IdempotencyStore`] on the regional database: the claim, the payment it
+//! creates and the completion each commit atomically with the rows they
+//! belong with.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::db::Database;
+use super::records::unavailable;
+use super::{outbox, payments, records};
+use crate::domain::{PaymentId, TenantId, UnixMillis};
+use crate::idempotency::record::{Record, Scope, Status, Step};
+use crate::idempotency::store::{Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError};
+use crate::payments::model::Payment;
+
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    db: Database,
+}
+
+impl SqlStore {
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+}
+
+/// The record a fresh claim wrote, built without reading it back.
+fn claimed_record(claim: &Claim) -> Record {
+    Record {
+        scope: claim.scope.clone(),
+        fingerprint_version: claim.fingerprint.version,
+        fingerprint: claim.fingerprint.hash.clone(),
+        status: Status::InProgress,
+        step: Step::LocalPaymentCreated,
+        fence: 1,
+        locked_until: claim.now.plus(claim.lease),
+        payment_id: Some(claim.payment.id.clone()),
+        provider_key: Some(claim.payment.id.provider_key()),
+        response: None,
+        error_code: None,
+        trace_id: claim.trace_id.clone(),
+        region: claim.region.clone(),
+        takeovers: 0,
+        created_at: claim.now,
+        updated_at: claim.now,
+        expires_at: None,
+    }
+}
+
+fn fenced_unless(owned: bool) -> Result<(), StoreError> {
+    if owned { Ok(()) } else { Err(StoreError::Fenced) }
+}
+
+impl SqlStore {
+    /// Inside the claim's transaction: create the pending payment, or find
+    /// that the business key is already taken and drop the payment from the
+    /// record.
+    async fn attach_payment(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        record: Record,
+        claim: &Claim,
+    ) -> Result<ClaimOutcome, StoreError> {
+        if payments::insert_pending(&mut **tx, &claim.payment, claim.now).await? {
+            return Ok(ClaimOutcome::Claimed(record));
+        }
+        let existing = payments::id_by_business_key(&mut **tx, &claim.payment)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
+        fenced_unless(records::forget_payment(&mut **tx, &record.scope, record.fence).await?)?;
+        let record = Record { step: Step::Received, payment_id: None, provider_key: None, ..record };
+        Ok(ClaimOutcome::BusinessKeyTaken { record, existing })
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for SqlStore {
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        if !records::insert(&mut *tx, claim, &claim.payment.id).await? {
+            // Lost the insert race: read the winner's record outside the
+            // (now empty) transaction so we see its committed state.
+            tx.rollback().await.map_err(unavailable)?;
+            let existing = records::select(&self.db.pool, &claim.scope).await?;
+            return existing
+                .map(ClaimOutcome::Existing)
+                .ok_or_else(|| StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read")));
+        }
+        let outcome = Self::attach_payment(&mut tx, claimed_record(claim), claim).await?;
+        tx.commit().await.map_err(unavailable)?;
+        Ok(outcome)
+    }
+
+    async fn reclaim(&self, seen: &Record, how: Reclaim, claim: &Claim) -> Result<Option<ClaimOutcome>, StoreError> {
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        let won = match how {
+            Reclaim::Resume => records::resume(&mut *tx, seen, claim).await?,
+            Reclaim::Restart => records::restart(&mut *tx, seen, claim, &claim.payment.id).await?,
+            Reclaim::Renew => records::renew(&mut *tx, seen, claim, &claim.payment.id).await?,
+        };
+        if !won {
+            tx.rollback().await.map_err(unavailable)?;
+            return Ok(None);
+        }
+        let record = records::select(&mut *tx, &seen.scope)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("record vanished inside its own transaction".into()))?;
+        let needs_payment = match how {
+            Reclaim::Resume => false,
+            Reclaim::Restart => seen.payment_id.is_none(),
+            Reclaim::Renew => true,
+        };
+        let outcome = if needs_payment {
+            Self::attach_payment(&mut tx, record, claim).await?
+        } else {
+            ClaimOutcome::Claimed(record)
+        };
+        tx.commit().await.map_err(unavailable)?;
+        Ok(Some(outcome))
+    }
+
+    async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError> {
+        records::select(&self.db.pool, scope).await
+    }
+
+    async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
+        fenced_unless(records::set_step(&self.db.pool, &owner.scope, owner.fence, step, now).await?)
+    }
+
+    async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        // The fenced record write goes first: a stale owner learns it lost
+        // before it touches the payment or the outbox.
+        let owned = records::finish(
+            &mut *tx,
+            &owner.scope,
+            owner.fence,
+            finish.status,
+            Step::Completed,
+            Some(&finish.response),
+            None,
+            finish.now,
+            finish.expires_at,
+        )
+        .await?;
+        if !owned {
+            tx.rollback().await.map_err(unavailable)?;
+            return Err(StoreError::Fenced);
+        }
+        if let Some(update) = &finish.payment {
+            if !payments::apply_update(&mut *tx, update, finish.now).await? {
+                return Err(StoreError::Corrupt(format!("payment {} missing at completion", update.id)));
+            }
+        }
+        if let Some(event) = &finish.event {
+            outbox::append(&mut *tx, event, finish.now).await?;
+        }
+        tx.commit().await.map_err(unavailable)
+    }
+
+    async fn fail_retryable(&self, owner: &Record, error_code: &str, now: UnixMillis, expires_at: UnixMillis) -> Result<(), StoreError> {
+        let owned = records::finish(
+            &self.db.pool,
+            &owner.scope,
+            owner.fence,
+            Status::FailedRetryable,
+            owner.step,
+            None,
+            Some(error_code),
+            now,
+            expires_at,
+        )
+        .await?;
+        fenced_unless(owned)
+    }
+
+    async fn mark_unknown(&self, owner: &Record, now: UnixMillis, retry_at: UnixMillis) -> Result<(), StoreError> {
+        fenced_unless(records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await?)
+    }
+
+    async fn payment(&self, tenant: &TenantId, id: &PaymentId) -> Result<Option<Payment>, StoreError> {
+        payments::select(&self.db.pool, tenant, id).await
+    }
+
+    async fn expire_batch(&self, now: UnixMillis, retention: Duration, limit: i64) -> Result<u64, StoreError> {
+        records::expire_batch(&self.db.pool, now, now.plus(retention), limit).await
+    }
+
+    async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+        records::purge_batch(&self.db.pool, now, limit).await
+    }
+
+    async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError> {
+        records::oldest_unfinished(&self.db.pool).await
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.db.pool).await.map_err(unavailable)?;
+        Ok(())
+    }
+}

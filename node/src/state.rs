@@ -1,0 +1,37 @@
+//! Shared state of a running node, handed to every handler and worker.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::auth::ApiKeys;
+use crate::config::NodeConfig;
+use crate::domain::Clock;
+use crate::idempotency::IdempotencyStore;
+use crate::metrics::Metrics;
+use crate::provider::PaymentProvider;
+
+/// Cheap to clone: one `Arc` around [`App`].
+#[derive(Debug, Clone)]
+pub struct AppState(pub Arc<App>);
+
+impl Deref for AppState {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+#[derive(Debug)]
+pub struct App {
+    /// Validated at startup; never changes while the node runs.
+    pub config: NodeConfig,
+    /// Digests of the accepted API keys.
+    pub api_keys: ApiKeys,
+    /// Where idempotency records (and, in `sql` mode, payments) live.
+    pub store: Arc<dyn IdempotencyStore>,
+    pub provider: Arc<dyn PaymentProvider>,
+    /// The clock leases and replay windows are judged by.
+    pub clock: Arc<dyn Clock>,
+    /// This node's own registry; `/metrics` renders it.
+    pub metrics: Metrics,
+}

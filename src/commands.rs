@@ -1,0 +1,16 @@
+//! One module per subcommand.
+
+pub mod keys;
+pub mod migrate;
+pub mod node;
+pub mod up;
+
+/// Marks an error as bad configuration: `main` exits with code 64 before
+/// anything binds.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+pub struct ConfigError(pub anyhow::Error);
+
+pub fn config_error(e: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(ConfigError(e.into()))
+}

@@ -1,0 +1,135 @@
+//! `once node`: the payments API of one region.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use once_node::payments::response::ResponseSchema;
+use once_node::{ApiKeys, Application, NodeConfig};
+
+use super::config_error;
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// Address to listen on; port 0 picks a free one (printed on stdout).
+    #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// This node's region.
+    #[arg(long, env = "ONCE_REGION", default_value = "local")]
+    pub region: String,
+    /// `postgres://…` or a SQLite file (created on first start, WAL mode).
+    #[arg(long, env = "ONCE_DATABASE_URL", default_value = "once-data/node.db")]
+    pub database_url: String,
+    #[arg(long, env = "ONCE_MAX_DB_CONNECTIONS", default_value_t = 16)]
+    pub max_db_connections: u32,
+    /// Key file of `tenant:principal:sha256hex` lines (see `once keys hash`).
+    /// Plaintext development keys come from `ONCE_API_KEYS`.
+    #[arg(long, env = "ONCE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// How long an owner holds a record before others may take it over.
+    #[arg(long, env = "ONCE_LEASE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub lease: Duration,
+    /// How long finished operations replay (part of the API contract).
+    #[arg(long, env = "ONCE_REPLAY_WINDOW", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub replay_window: Duration,
+    /// How long an expired record's metadata is kept.
+    #[arg(long, env = "ONCE_METADATA_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    pub metadata_retention: Duration,
+    #[arg(long, env = "ONCE_SWEEP_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub sweep_interval: Duration,
+    /// Response schema version new answers are rendered with (1 or 2).
+    #[arg(long, env = "ONCE_RESPONSE_SCHEMA", default_value_t = ResponseSchema::CURRENT.version())]
+    pub response_schema: i32,
+    /// How long in-flight requests may finish after SIGTERM.
+    #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+    /// Parse and validate everything, print the effective configuration
+    /// (without secrets) and exit without binding or connecting.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+fn load_keys(args: &NodeArgs) -> anyhow::Result<ApiKeys> {
+    let mut keys = match std::env::var("ONCE_API_KEYS") {
+        Ok(list) => ApiKeys::from_plaintext_list(&list)?,
+        Err(_) => ApiKeys::default(),
+    };
+    if let Some(path) = &args.api_keys_file {
+        keys = keys.merge(ApiKeys::from_hashed_file(path)?)?;
+    }
+    anyhow::ensure!(!keys.is_empty(), "no API keys: set ONCE_API_KEYS or --api-keys-file");
+    Ok(keys)
+}
+
+pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
+    let mut config = NodeConfig::new(args.listen, &args.region, &args.database_url);
+    config.max_db_connections = args.max_db_connections;
+    config.lease = args.lease;
+    config.replay_window = args.replay_window;
+    config.metadata_retention = args.metadata_retention;
+    config.sweep_interval = args.sweep_interval;
+    config.drain_timeout = args.drain_timeout;
+    config.response_schema = ResponseSchema::from_version(args.response_schema)
+        .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// The database URL with any password replaced, for printing.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let config = config_of(&args).map_err(config_error)?;
+    let keys = load_keys(&args).map_err(config_error)?;
+    if args.check_config {
+        println!(
+            "{}",
+            serde_json::json!({
+                "role": "node",
+                "listen": config.listen.to_string(),
+                "region": config.region,
+                "databaseUrl": redact_url(&config.database_url),
+                "maxDbConnections": config.max_db_connections,
+                "apiKeys": keys.len(),
+                "lease": humantime::format_duration(config.lease).to_string(),
+                "replayWindow": humantime::format_duration(config.replay_window).to_string(),
+                "metadataRetention": humantime::format_duration(config.metadata_retention).to_string(),
+                "sweepInterval": humantime::format_duration(config.sweep_interval).to_string(),
+                "responseSchema": config.response_schema.version(),
+                "drainTimeout": humantime::format_duration(config.drain_timeout).to_string(),
+            })
+        );
+        return Ok(());
+    }
+    let app = Application::builder(config, keys).build().await?;
+    let addr = app.address();
+    tracing::info!(%addr, region = %app.state().config.region, "node listening");
+    // One machine-readable line on stdout for harnesses and scripts.
+    println!("listening on http://{addr}");
+    app.run_until(once_node::shutdown_signal()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_print() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("once-data/node.db"), "once-data/node.db");
+    }
+}

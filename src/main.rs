@@ -1,0 +1,69 @@
+//! `once`: one binary, every role a subcommand. `main` parses the command
+//! line, starts logging and hands over to a library; nothing here decides
+//! anything about payments.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+mod telemetry;
+
+#[derive(Debug, Parser)]
+#[command(name = "once", version, about = "Exactly-once payments API")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole system locally on embedded storage.
+    Up(commands::up::UpArgs),
+    /// Run a node: the payments API of one region.
+    Node(commands::node::NodeArgs),
+    /// Apply database migrations and exit.
+    Migrate(commands::migrate::MigrateArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(commands::keys::KeysCommand),
+    /// Drive load at a running node and report throughput and latency.
+    Bench(once_loadgen::BenchArgs),
+}
+
+/// Exit code for invalid configuration (sysexits' EX_CONFIG is 78, EX_USAGE
+/// 64): the process stops before binding anything.
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    once_node::failpoints::arm_from_env();
+    let cli = Cli::parse();
+    telemetry::init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Up(args) => commands::up::run(args).await,
+            Command::Node(args) => commands::node::run(args).await,
+            Command::Migrate(args) => commands::migrate::run(args).await,
+            Command::Keys(cmd) => commands::keys::run(cmd),
+            Command::Bench(args) => once_loadgen::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<commands::ConfigError>() => {
+            eprintln!("configuration error: {e:#}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
