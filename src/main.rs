@@ -39,7 +39,10 @@ fn main() -> ExitCode {
     once_node::failpoints::arm_from_env();
     let cli = Cli::parse();
     telemetry::init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");

@@ -78,8 +78,14 @@ impl Worker {
     /// One request; `seq` makes keys and references unique in `new` mode.
     async fn send(&self, run: &str, seq: u64) -> Result<u16, reqwest::Error> {
         let (key, reference) = match self.mode {
-            Mode::New => (format!("bench-{run}-{}-{seq}", self.id), format!("ref-{run}-{}-{seq}", self.id)),
-            Mode::Replay => (format!("bench-{run}-replay-{}", self.id), format!("ref-{run}-replay-{}", self.id)),
+            Mode::New => (
+                format!("bench-{run}-{}-{seq}", self.id),
+                format!("ref-{run}-{}-{seq}", self.id),
+            ),
+            Mode::Replay => (
+                format!("bench-{run}-replay-{}", self.id),
+                format!("ref-{run}-replay-{}", self.id),
+            ),
         };
         let body = format!(
             r#"{{"accountId":"acc_bench_{}","amount":"10.00","currency":"EUR","merchantReference":"{reference}"}}"#,
@@ -138,7 +144,10 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
         .collect();
     if args.mode == Mode::Replay {
         for w in &workers {
-            let status = w.send(&run_id, 0).await.context("creating the payment to replay")?;
+            let status = w
+                .send(&run_id, 0)
+                .await
+                .context("creating the payment to replay")?;
             anyhow::ensure!(status == 201, "seeding a replay got HTTP {status}");
         }
     }
@@ -147,16 +156,21 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
     let measured = Duration::from_secs_f64(args.duration);
     let start = Instant::now() + Duration::from_millis(10);
     // Each worker's requests are spaced `interval` apart in the open model.
-    let interval = args.rate.map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
+    let interval = args
+        .rate
+        .map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
     let concurrency = args.concurrency;
     let mut tasks = Vec::new();
     for worker in workers {
         let run_id = run_id.clone();
         tasks.push(tokio::spawn(async move {
-            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+            let mut histogram =
+                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
             let mut statuses: BTreeMap<String, u64> = BTreeMap::new();
             // Stagger open-model workers across one interval.
-            let offset = interval.map_or(Duration::ZERO, |i| i.mul_f64(worker.id as f64 / concurrency as f64));
+            let offset = interval.map_or(Duration::ZERO, |i| {
+                i.mul_f64(worker.id as f64 / concurrency as f64)
+            });
             let mut seq = 1u64;
             let mut intended = start + offset;
             loop {
@@ -164,7 +178,11 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
                     tokio::time::sleep_until(intended.into()).await;
                     intended += i;
                 }
-                let began = if interval.is_some() { intended - interval.unwrap_or_default() } else { Instant::now() };
+                let began = if interval.is_some() {
+                    intended - interval.unwrap_or_default()
+                } else {
+                    Instant::now()
+                };
                 if began >= start + warmup + measured {
                     break;
                 }
@@ -179,7 +197,9 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
                     Err(_) => "error".into(),
                 };
                 *statuses.entry(key).or_default() += 1;
-                let micros = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
+                let micros = u64::try_from(began.elapsed().as_micros())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
                 histogram.saturating_record(micros);
             }
             (histogram, statuses)

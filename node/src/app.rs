@@ -57,8 +57,11 @@ impl Builder {
     /// Connects and migrates before binding, so a node that listens is a
     /// node whose schema is current.
     pub async fn build(self) -> anyhow::Result<Application> {
-        self.config.validate().context("invalid node configuration")?;
-        let db = Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
+        self.config
+            .validate()
+            .context("invalid node configuration")?;
+        let db =
+            Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
         db.migrate().await?;
         let store: Arc<dyn IdempotencyStore> = Arc::new(SqlStore::new(db));
         let listener = TcpListener::bind(self.config.listen)
@@ -78,12 +81,19 @@ impl Builder {
 
 impl Application {
     pub fn builder(config: NodeConfig, api_keys: ApiKeys) -> Builder {
-        Builder { config, api_keys, clock: Arc::new(SystemClock), provider: Arc::new(InProcessProvider::default()) }
+        Builder {
+            config,
+            api_keys,
+            clock: Arc::new(SystemClock),
+            provider: Arc::new(InProcessProvider::default()),
+        }
     }
 
     /// The bound address (the real port when the config asked for port 0).
     pub fn address(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
     }
 
     pub fn state(&self) -> &AppState {
@@ -93,23 +103,26 @@ impl Application {
     /// Serves until `shutdown` resolves, then gives in-flight requests up to
     /// `drain_timeout` to finish. Work cut off by the drain deadline is safe:
     /// its record stays `IN_PROGRESS` and is taken over after its lease.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let Application { listener, state } = self;
         let drain = state.config.drain_timeout;
         let (stop_workers, workers_stopped) = watch::channel(false);
         let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped));
 
-        let (draining_tx, mut draining_rx) = watch::channel(false);
+        let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
             shutdown.await;
             info!("shutdown requested; draining in-flight requests");
-            let _ = draining_tx.send(true);
+            let _ = draining_tx.send(());
         };
         let server = axum::serve(listener, router(state)).with_graceful_shutdown(signal);
         let mut server = tokio::spawn(async move { server.await });
         tokio::select! {
             result = &mut server => result??,
-            _ = draining_rx.wait_for(|draining| *draining) => {
+            Ok(()) = draining_rx => {
                 match tokio::time::timeout(drain, &mut server).await {
                     Ok(result) => result??,
                     Err(_) => {
@@ -138,7 +151,10 @@ pub fn router(state: AppState) -> Router {
             ServiceBuilder::new()
                 // Outermost, so every answer (shed or panicked ones included)
                 // gets a trace id and lands in the latency histogram.
-                .layer(axum::middleware::from_fn_with_state(state.clone(), http::observe))
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    http::observe,
+                ))
                 // A panicking handler answers 500 in the API's error shape
                 // instead of dropping the connection.
                 .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
@@ -147,7 +163,10 @@ pub fn router(state: AppState) -> Router {
                 // Shed load beyond the concurrency limit with a fast 503
                 // rather than queueing until clients time out and retry.
                 .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-                    (StatusCode::SERVICE_UNAVAILABLE, ApiError::Unavailable(anyhow::anyhow!("overloaded")))
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        ApiError::Unavailable(anyhow::anyhow!("overloaded")),
+                    )
                         .into_response()
                 }))
                 .load_shed()

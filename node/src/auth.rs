@@ -44,7 +44,9 @@ pub struct ApiKeys {
 impl fmt::Debug for ApiKeys {
     // Digests are not secrets, but there is no reason to print them either.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ApiKeys").field("keys", &self.by_digest.len()).finish()
+        f.debug_struct("ApiKeys")
+            .field("keys", &self.by_digest.len())
+            .finish()
     }
 }
 
@@ -60,7 +62,8 @@ pub fn key_file_line(tenant: &TenantId, principal: &PrincipalId, key: &str) -> S
 fn parse_caller(tenant: &str, principal: &str) -> anyhow::Result<Caller> {
     Ok(Caller {
         tenant: TenantId::parse(tenant).with_context(|| format!("invalid tenant id {tenant:?}"))?,
-        principal: PrincipalId::parse(principal).with_context(|| format!("invalid principal id {principal:?}"))?,
+        principal: PrincipalId::parse(principal)
+            .with_context(|| format!("invalid principal id {principal:?}"))?,
     })
 }
 
@@ -68,13 +71,21 @@ impl ApiKeys {
     /// Parses `tenant:principal:key,...` (the `ONCE_API_KEYS` format).
     pub fn from_plaintext_list(list: &str) -> anyhow::Result<Self> {
         let mut keys = Self::default();
-        for (n, entry) in list.split(',').map(str::trim).filter(|e| !e.is_empty()).enumerate() {
+        for (n, entry) in list
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .enumerate()
+        {
             let mut parts = entry.splitn(3, ':');
             let (Some(t), Some(p), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
                 bail!("ONCE_API_KEYS entry {} is not tenant:principal:key", n + 1);
             };
             if key.len() < 16 {
-                bail!("ONCE_API_KEYS entry {} has a key shorter than 16 characters", n + 1);
+                bail!(
+                    "ONCE_API_KEYS entry {} has a key shorter than 16 characters",
+                    n + 1
+                );
             }
             keys.insert(digest(key), parse_caller(t, p)?)?;
         }
@@ -83,7 +94,8 @@ impl ApiKeys {
 
     /// Reads a key file of `tenant:principal:sha256hex` lines.
     pub fn from_hashed_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading key file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading key file {}", path.display()))?;
         let mut keys = Self::default();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -92,12 +104,22 @@ impl ApiKeys {
             }
             let mut parts = line.splitn(3, ':');
             let (Some(t), Some(p), Some(h)) = (parts.next(), parts.next(), parts.next()) else {
-                bail!("{}:{}: expected tenant:principal:sha256hex", path.display(), n + 1);
+                bail!(
+                    "{}:{}: expected tenant:principal:sha256hex",
+                    path.display(),
+                    n + 1
+                );
             };
             let digest: KeyDigest = hex::decode(h)
                 .ok()
                 .and_then(|d| d.try_into().ok())
-                .with_context(|| format!("{}:{}: digest must be 64 hex characters", path.display(), n + 1))?;
+                .with_context(|| {
+                    format!(
+                        "{}:{}: digest must be 64 hex characters",
+                        path.display(),
+                        n + 1
+                    )
+                })?;
             keys.insert(digest, parse_caller(t, p)?)?;
         }
         Ok(keys)
@@ -135,14 +157,24 @@ impl ApiKeys {
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header = parts.headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized)?;
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .ok_or(ApiError::Unauthorized)?;
         let token = header
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(ApiError::Unauthorized)?;
-        state.api_keys.authenticate(token.trim()).cloned().ok_or(ApiError::Unauthorized)
+        state
+            .api_keys
+            .authenticate(token.trim())
+            .cloned()
+            .ok_or(ApiError::Unauthorized)
     }
 }
 

@@ -37,7 +37,11 @@ pub struct NodeConfig {
 
 impl NodeConfig {
     /// Defaults for everything but where to listen and what to store in.
-    pub fn new(listen: SocketAddr, region: impl Into<String>, database_url: impl Into<String>) -> Self {
+    pub fn new(
+        listen: SocketAddr,
+        region: impl Into<String>,
+        database_url: impl Into<String>,
+    ) -> Self {
         Self {
             listen,
             region: region.into(),
@@ -57,10 +61,19 @@ impl NodeConfig {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(!self.region.is_empty(), "region must not be empty");
-        anyhow::ensure!(self.lease >= Duration::from_millis(100), "lease must be at least 100ms");
-        anyhow::ensure!(self.replay_window >= self.lease, "the replay window must be longer than the lease");
+        anyhow::ensure!(
+            self.lease >= Duration::from_millis(100),
+            "lease must be at least 100ms"
+        );
+        anyhow::ensure!(
+            self.replay_window >= self.lease,
+            "the replay window must be longer than the lease"
+        );
         anyhow::ensure!(self.sweep_batch > 0, "sweep batch must be positive");
-        anyhow::ensure!(self.max_db_connections > 0, "need at least one database connection");
+        anyhow::ensure!(
+            self.max_db_connections > 0,
+            "need at least one database connection"
+        );
         Ok(())
     }
 }

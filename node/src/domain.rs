@@ -4,8 +4,8 @@
 
 mod clock;
 mod idempotency_key;
-mod money;
 mod ids;
+mod money;
 
 pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};

@@ -43,7 +43,9 @@ impl ErrorCode {
         match self {
             Self::IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
             Self::IdempotencyKeyInvalid => "IDEMPOTENCY_KEY_INVALID",
-            Self::IdempotencyKeyReusedWithDifferentRequest => "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
+            Self::IdempotencyKeyReusedWithDifferentRequest => {
+                "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"
+            }
             Self::IdempotencyRequestInProgress => "IDEMPOTENCY_REQUEST_IN_PROGRESS",
             Self::DuplicateMerchantReference => "DUPLICATE_MERCHANT_REFERENCE",
             Self::ValidationFailed => "VALIDATION_FAILED",
@@ -102,10 +104,12 @@ pub enum ApiError {
 impl ApiError {
     pub fn status_code(&self) -> StatusCode {
         match self {
-            Self::KeyRequired | Self::KeyInvalid(_) | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
-            Self::KeyReusedWithDifferentRequest | Self::InProgress { .. } | Self::DuplicateMerchantReference { .. } => {
-                StatusCode::CONFLICT
+            Self::KeyRequired | Self::KeyInvalid(_) | Self::MalformedJson(_) => {
+                StatusCode::BAD_REQUEST
             }
+            Self::KeyReusedWithDifferentRequest
+            | Self::InProgress { .. }
+            | Self::DuplicateMerchantReference { .. } => StatusCode::CONFLICT,
             Self::InvalidCommand(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -119,7 +123,9 @@ impl ApiError {
         match self {
             Self::KeyRequired => ErrorCode::IdempotencyKeyRequired,
             Self::KeyInvalid(_) => ErrorCode::IdempotencyKeyInvalid,
-            Self::KeyReusedWithDifferentRequest => ErrorCode::IdempotencyKeyReusedWithDifferentRequest,
+            Self::KeyReusedWithDifferentRequest => {
+                ErrorCode::IdempotencyKeyReusedWithDifferentRequest
+            }
             Self::InProgress { .. } => ErrorCode::IdempotencyRequestInProgress,
             Self::DuplicateMerchantReference { .. } => ErrorCode::DuplicateMerchantReference,
             Self::MalformedJson(_) | Self::InvalidCommand(_) => ErrorCode::ValidationFailed,
@@ -156,10 +162,14 @@ impl IntoResponse for ApiError {
         match self {
             Self::InProgress { retry_after } => {
                 let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
-                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             Self::Unavailable(cause) | Self::Internal(cause) => {
-                response.extensions_mut().insert(InternalCause(Arc::new(cause)));
+                response
+                    .extensions_mut()
+                    .insert(InternalCause(Arc::new(cause)));
             }
             _ => {}
         }

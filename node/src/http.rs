@@ -30,7 +30,9 @@ impl TraceId {
         let (version, trace_id) = (parts.next()?, parts.next()?);
         let valid = version.len() == 2
             && trace_id.len() == 32
-            && trace_id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            && trace_id
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
             && trace_id.bytes().any(|b| b != b'0');
         valid.then(|| Self(trace_id.to_owned()))
     }
@@ -44,7 +46,11 @@ impl<S: Send + Sync> FromRequestParts<S> for TraceId {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts.extensions.get::<TraceId>().cloned().unwrap_or_else(TraceId::generate))
+        Ok(parts
+            .extensions
+            .get::<TraceId>()
+            .cloned()
+            .unwrap_or_else(TraceId::generate))
     }
 }
 
@@ -74,11 +80,22 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
         span.in_scope(|| error!(error = %format!("{cause:#}"), status, "request failed"));
     }
     let outcome = response.extensions().get::<Outcome>().copied();
-    let outcome = outcome.unwrap_or(if status >= 500 { Outcome::Error } else if status >= 400 { Outcome::Rejected } else { Outcome::Executed });
+    let outcome = outcome.unwrap_or(if status >= 500 {
+        Outcome::Error
+    } else if status >= 400 {
+        Outcome::Rejected
+    } else {
+        Outcome::Executed
+    });
     state
         .metrics
         .request_duration
-        .get_or_create(&RequestLabels { method, route, status, outcome: outcome.as_str().to_owned() })
+        .get_or_create(&RequestLabels {
+            method,
+            route,
+            status,
+            outcome: outcome.as_str().to_owned(),
+        })
         .observe(started.elapsed().as_secs_f64());
     if let Ok(v) = HeaderValue::try_from(trace_id.0) {
         response.headers_mut().insert(X_TRACE_ID, v);

@@ -98,23 +98,51 @@ impl Metrics {
             // 0.5 ms … ~4 s: local claims to cross-region writes.
             Histogram::new(exponential_buckets(0.0005, 2.0, 14))
         });
-        registry.register("idempotency_replay_count", "Completed operations replayed", replays.clone());
+        registry.register(
+            "idempotency_replay_count",
+            "Completed operations replayed",
+            replays.clone(),
+        );
         registry.register(
             "idempotency_conflict_different_request_count",
             "Keys reused with a different request (409)",
             conflicts_different_request.clone(),
         );
-        registry.register("idempotency_expired_retry_count", "Retries that arrived after the replay window", expired_retries.clone());
-        registry.register("idempotency_takeover_count", "Fenced takeovers of records whose lease expired", takeovers.clone());
-        registry.register("idempotency_unknown_state_count", "Operations whose provider outcome became unknown", unknown_state.clone());
+        registry.register(
+            "idempotency_expired_retry_count",
+            "Retries that arrived after the replay window",
+            expired_retries.clone(),
+        );
+        registry.register(
+            "idempotency_takeover_count",
+            "Fenced takeovers of records whose lease expired",
+            takeovers.clone(),
+        );
+        registry.register(
+            "idempotency_unknown_state_count",
+            "Operations whose provider outcome became unknown",
+            unknown_state.clone(),
+        );
         registry.register(
             "idempotency_in_progress_age_max_seconds",
             "Age of the oldest unfinished idempotency record",
             in_progress_age_max.clone(),
         );
-        registry.register("idempotency_expired_records", "Records whose stored answer was purged at expiry", expired_records.clone());
-        registry.register("idempotency_purged_records", "Expired records deleted after their retention", purged_records.clone());
-        registry.register("http_server_request_duration_seconds", "Request latency by route and outcome", request_duration.clone());
+        registry.register(
+            "idempotency_expired_records",
+            "Records whose stored answer was purged at expiry",
+            expired_records.clone(),
+        );
+        registry.register(
+            "idempotency_purged_records",
+            "Expired records deleted after their retention",
+            purged_records.clone(),
+        );
+        registry.register(
+            "http_server_request_duration_seconds",
+            "Request latency by route and outcome",
+            request_duration.clone(),
+        );
         Self {
             registry,
             replays,

@@ -34,16 +34,30 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>
         .await
         .map_err(|_| ApiError::Unavailable(anyhow::anyhow!("store readiness check timed out")))?
         .map_err(|e| ApiError::Unavailable(e.into()))?;
-    Ok(Json(serde_json::json!({ "status": "ready", "region": state.config.region })))
+    Ok(Json(
+        serde_json::json!({ "status": "ready", "region": state.config.region }),
+    ))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
     // The in-progress age is read at scrape time so it is never stale.
-    if let Ok(Ok(oldest)) = tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress()).await {
-        let age = oldest.map_or(0.0, |at| state.clock.now().0.saturating_sub(at.0).max(0) as f64 / 1000.0);
+    if let Ok(Ok(oldest)) =
+        tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress()).await
+    {
+        let age = oldest.map_or(0.0, |at| {
+            state.clock.now().0.saturating_sub(at.0).max(0) as f64 / 1000.0
+        });
         state.metrics.in_progress_age_max.set(age);
     }
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render()).into_response()
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
 }
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {

@@ -43,7 +43,11 @@ pub enum ProviderError {
 pub trait PaymentProvider: Send + Sync + std::fmt::Debug + 'static {
     /// Charges once per `provider_key`; repeating the key returns the first
     /// outcome without charging again.
-    async fn charge(&self, provider_key: &str, request: &ChargeRequest) -> Result<ChargeOutcome, ProviderError>;
+    async fn charge(
+        &self,
+        provider_key: &str,
+        request: &ChargeRequest,
+    ) -> Result<ChargeOutcome, ProviderError>;
 
     /// What happened under `provider_key`, if anything.
     async fn lookup(&self, provider_key: &str) -> Result<Option<ChargeOutcome>, ProviderError>;
@@ -63,24 +67,37 @@ impl InProcessProvider {
     /// Number of approved charges, for tests.
     pub fn approved_charges(&self) -> usize {
         let ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
-        ledger.values().filter(|(_, o)| matches!(o, ChargeOutcome::Approved { .. })).count()
+        ledger
+            .values()
+            .filter(|(_, o)| matches!(o, ChargeOutcome::Approved { .. }))
+            .count()
     }
 }
 
 #[async_trait]
 impl PaymentProvider for InProcessProvider {
-    async fn charge(&self, provider_key: &str, request: &ChargeRequest) -> Result<ChargeOutcome, ProviderError> {
+    async fn charge(
+        &self,
+        provider_key: &str,
+        request: &ChargeRequest,
+    ) -> Result<ChargeOutcome, ProviderError> {
         let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((first, outcome)) = ledger.get(provider_key) {
             if first != request {
-                return Err(ProviderError::NotCharged(format!("key {provider_key} reused with a different request")));
+                return Err(ProviderError::NotCharged(format!(
+                    "key {provider_key} reused with a different request"
+                )));
             }
             return Ok(outcome.clone());
         }
         let outcome = if request.account_id.starts_with(NO_FUNDS_PREFIX) {
-            ChargeOutcome::Declined { code: "INSUFFICIENT_FUNDS".into() }
+            ChargeOutcome::Declined {
+                code: "INSUFFICIENT_FUNDS".into(),
+            }
         } else {
-            ChargeOutcome::Approved { charge_id: format!("ch_{}", uuid::Uuid::now_v7().simple()) }
+            ChargeOutcome::Approved {
+                charge_id: format!("ch_{}", uuid::Uuid::now_v7().simple()),
+            }
         };
         ledger.insert(provider_key.to_owned(), (request.clone(), outcome.clone()));
         Ok(outcome)
@@ -97,7 +114,11 @@ mod tests {
     use super::*;
 
     fn request(account: &str) -> ChargeRequest {
-        ChargeRequest { account_id: account.into(), amount: Money::parse("1.00", "EUR").unwrap(), merchant_reference: "r".into() }
+        ChargeRequest {
+            account_id: account.into(),
+            amount: Money::parse("1.00", "EUR").unwrap(),
+            merchant_reference: "r".into(),
+        }
     }
 
     #[tokio::test]
@@ -116,6 +137,11 @@ mod tests {
     async fn no_funds_accounts_are_declined() {
         let p = InProcessProvider::default();
         let outcome = p.charge("k", &request("acc_nofunds_1")).await.unwrap();
-        assert_eq!(outcome, ChargeOutcome::Declined { code: "INSUFFICIENT_FUNDS".into() });
+        assert_eq!(
+            outcome,
+            ChargeOutcome::Declined {
+                code: "INSUFFICIENT_FUNDS".into()
+            }
+        );
     }
 }

@@ -16,7 +16,14 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(u64, u64)> {
     let (mut expired, mut purged) = (0, 0);
     loop {
         let now = state.clock.now();
-        let n = state.store.expire_batch(now, state.config.metadata_retention, state.config.sweep_batch).await?;
+        let n = state
+            .store
+            .expire_batch(
+                now,
+                state.config.metadata_retention,
+                state.config.sweep_batch,
+            )
+            .await?;
         expired += n;
         state.metrics.expired_records.inc_by(n);
         if n < state.config.sweep_batch as u64 {
@@ -25,7 +32,10 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(u64, u64)> {
         tokio::task::yield_now().await;
     }
     loop {
-        let n = state.store.purge_batch(state.clock.now(), state.config.sweep_batch).await?;
+        let n = state
+            .store
+            .purge_batch(state.clock.now(), state.config.sweep_batch)
+            .await?;
         purged += n;
         state.metrics.purged_records.inc_by(n);
         if n < state.config.sweep_batch as u64 {

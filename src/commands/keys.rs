@@ -30,17 +30,27 @@ pub fn generate_key() -> String {
 
 pub fn run(cmd: KeysCommand) -> anyhow::Result<()> {
     match cmd {
-        KeysCommand::Hash { tenant, principal, generate } => {
-            let tenant = TenantId::parse(&tenant).context("tenant must be [A-Za-z0-9_-]{1,64}").map_err(super::config_error)?;
-            let principal =
-                PrincipalId::parse(&principal).context("principal must be [A-Za-z0-9_-]{1,64}").map_err(super::config_error)?;
+        KeysCommand::Hash {
+            tenant,
+            principal,
+            generate,
+        } => {
+            let tenant = TenantId::parse(&tenant)
+                .context("tenant must be [A-Za-z0-9_-]{1,64}")
+                .map_err(super::config_error)?;
+            let principal = PrincipalId::parse(&principal)
+                .context("principal must be [A-Za-z0-9_-]{1,64}")
+                .map_err(super::config_error)?;
             let key = if generate {
                 let key = generate_key();
                 eprintln!("new key (shown once): {key}");
                 key
             } else {
                 let mut line = String::new();
-                std::io::stdin().lock().read_line(&mut line).context("reading the key from stdin")?;
+                std::io::stdin()
+                    .lock()
+                    .read_line(&mut line)
+                    .context("reading the key from stdin")?;
                 line.trim().to_owned()
             };
             anyhow::ensure!(key.len() >= 16, "keys must be at least 16 characters");

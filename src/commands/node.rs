@@ -59,7 +59,10 @@ fn load_keys(args: &NodeArgs) -> anyhow::Result<ApiKeys> {
     if let Some(path) = &args.api_keys_file {
         keys = keys.merge(ApiKeys::from_hashed_file(path)?)?;
     }
-    anyhow::ensure!(!keys.is_empty(), "no API keys: set ONCE_API_KEYS or --api-keys-file");
+    anyhow::ensure!(
+        !keys.is_empty(),
+        "no API keys: set ONCE_API_KEYS or --api-keys-file"
+    );
     Ok(keys)
 }
 
@@ -128,7 +131,10 @@ mod tests {
 
     #[test]
     fn passwords_never_print() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("once-data/node.db"), "once-data/node.db");
     }

@@ -40,7 +40,10 @@ fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
             return Ok(keys);
         }
     }
-    let keys: Vec<(String, String)> = DEMO_TENANTS.iter().map(|t| ((*t).to_owned(), generate_key())).collect();
+    let keys: Vec<(String, String)> = DEMO_TENANTS
+        .iter()
+        .map(|t| ((*t).to_owned(), generate_key()))
+        .collect();
     let text: String = keys.iter().map(|(t, k)| format!("{t}:{k}\n")).collect();
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     #[cfg(unix)]
@@ -52,12 +55,17 @@ fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.dir).with_context(|| format!("creating {}", args.dir.display()))?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
     let keys = demo_keys(&args.dir)?;
     let list: Vec<String> = keys.iter().map(|(t, k)| format!("{t}:demo:{k}")).collect();
     let api_keys = ApiKeys::from_plaintext_list(&list.join(","))?;
 
-    let database_url = args.dir.join(format!("region-{REGION}.db")).display().to_string();
+    let database_url = args
+        .dir
+        .join(format!("region-{REGION}.db"))
+        .display()
+        .to_string();
     let config = NodeConfig::new(args.listen, REGION, &database_url);
     let app = Application::builder(config, api_keys).build().await?;
     let url = format!("http://{}", app.address());
@@ -75,7 +83,10 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     std::fs::write(&cluster_path, serde_json::to_vec_pretty(&cluster)?)?;
 
     let (tenant, key) = &keys[0];
-    println!("once is up: {url}  (region {REGION}, data in {})", args.dir.display());
+    println!(
+        "once is up: {url}  (region {REGION}, data in {})",
+        args.dir.display()
+    );
     for (t, k) in &keys {
         println!("  tenant {t:<8} API key {k}");
     }
@@ -87,6 +98,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
          -H 'Content-Type: application/json' \\\n    \
          -d '{{\"accountId\":\"acc_1\",\"amount\":\"10.00\",\"currency\":\"EUR\",\"merchantReference\":\"order-1\"}}'"
     );
-    println!("Ctrl-C stops it; `once up --dir {}` resumes from the same data.", args.dir.display());
+    println!(
+        "Ctrl-C stops it; `once up --dir {}` resumes from the same data.",
+        args.dir.display()
+    );
     app.run_until(once_node::shutdown_signal()).await
 }

@@ -14,7 +14,10 @@ pub struct UnixMillis(pub i64);
 
 impl UnixMillis {
     pub fn plus(self, d: Duration) -> Self {
-        Self(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        Self(
+            self.0
+                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
     }
 
     /// Time left from `self` until `later`, zero if `later` has passed.
@@ -38,7 +41,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> UnixMillis {
-        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         UnixMillis(i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX))
     }
 }

@@ -59,8 +59,17 @@ mod tests {
     #[test]
     fn rejects_empty_long_and_non_ascii() {
         assert_eq!(IdempotencyKey::parse(b""), Err(IdempotencyKeyError::Empty));
-        assert_eq!(IdempotencyKey::parse(&[b'k'; 256]), Err(IdempotencyKeyError::TooLong { len: 256 }));
-        assert_eq!(IdempotencyKey::parse("clé".as_bytes()), Err(IdempotencyKeyError::NotPrintableAscii));
-        assert_eq!(IdempotencyKey::parse(b"tab\there"), Err(IdempotencyKeyError::NotPrintableAscii));
+        assert_eq!(
+            IdempotencyKey::parse(&[b'k'; 256]),
+            Err(IdempotencyKeyError::TooLong { len: 256 })
+        );
+        assert_eq!(
+            IdempotencyKey::parse("clé".as_bytes()),
+            Err(IdempotencyKeyError::NotPrintableAscii)
+        );
+        assert_eq!(
+            IdempotencyKey::parse(b"tab\there"),
+            Err(IdempotencyKeyError::NotPrintableAscii)
+        );
     }
 }

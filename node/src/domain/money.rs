@@ -21,7 +21,9 @@ pub enum MoneyError {
     UnknownCurrency,
     #[error("currency {0} has no minor unit and cannot be charged")]
     NotChargeable(String),
-    #[error("amount must be a plain decimal string such as \"10.00\" (no sign, exponent or spaces)")]
+    #[error(
+        "amount must be a plain decimal string such as \"10.00\" (no sign, exponent or spaces)"
+    )]
     Malformed,
     #[error("amount must be greater than zero")]
     NotPositive,
@@ -60,12 +62,20 @@ impl Money {
             return self.minor.to_string();
         }
         let scale = 10_i64.pow(exponent);
-        format!("{}.{:0width$}", self.minor / scale, self.minor % scale, width = exponent as usize)
+        format!(
+            "{}.{:0width$}",
+            self.minor / scale,
+            self.minor % scale,
+            width = exponent as usize
+        )
     }
 
     /// Rebuilds a value read back from our own database.
     pub fn from_minor(minor: i64, currency: &str) -> Result<Self, MoneyError> {
-        Ok(Self { minor, currency: parse_currency(currency)? })
+        Ok(Self {
+            minor,
+            currency: parse_currency(currency)?,
+        })
     }
 }
 
@@ -88,16 +98,25 @@ fn parse_minor_units(amount: &str, exponent: u16, currency: Currency) -> Result<
         None => (amount, ""),
     };
     let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.is_empty() || !digits_only(whole) || !digits_only(fraction) || (amount.contains('.') && fraction.is_empty()) {
+    if whole.is_empty()
+        || !digits_only(whole)
+        || !digits_only(fraction)
+        || (amount.contains('.') && fraction.is_empty())
+    {
         return Err(MoneyError::Malformed);
     }
     let exponent_usize = usize::from(exponent);
     let (kept, dropped) = fraction.split_at(fraction.len().min(exponent_usize));
     if dropped.bytes().any(|b| b != b'0') {
-        return Err(MoneyError::TooPrecise { currency: currency.code().to_owned(), exponent });
+        return Err(MoneyError::TooPrecise {
+            currency: currency.code().to_owned(),
+            exponent,
+        });
     }
     let mut minor: i64 = 0;
-    let padded = kept.bytes().chain(std::iter::repeat_n(b'0', exponent_usize - kept.len()));
+    let padded = kept
+        .bytes()
+        .chain(std::iter::repeat_n(b'0', exponent_usize - kept.len()));
     for b in whole.bytes().chain(padded) {
         minor = minor
             .checked_mul(10)
@@ -120,21 +139,42 @@ mod tests {
         for s in ["10", "10.0", "10.00", "10.000"] {
             assert_eq!(Money::parse(s, "eur").unwrap().minor_units(), 1000, "{s}");
         }
-        assert_eq!(Money::parse("10.5", "EUR").unwrap().to_decimal_string(), "10.50");
+        assert_eq!(
+            Money::parse("10.5", "EUR").unwrap().to_decimal_string(),
+            "10.50"
+        );
         assert_eq!(Money::parse("500", "JPY").unwrap().minor_units(), 500);
         assert_eq!(Money::parse("1.234", "KWD").unwrap().minor_units(), 1234);
-        assert_eq!(Money::parse("0.01", "USD").unwrap().to_decimal_string(), "0.01");
+        assert_eq!(
+            Money::parse("0.01", "USD").unwrap().to_decimal_string(),
+            "0.01"
+        );
     }
 
     #[test]
     fn rejects_what_would_lose_or_invent_cents() {
-        assert!(matches!(Money::parse("10.001", "EUR"), Err(MoneyError::TooPrecise { .. })));
-        assert!(matches!(Money::parse("1.5", "JPY"), Err(MoneyError::TooPrecise { .. })));
+        assert!(matches!(
+            Money::parse("10.001", "EUR"),
+            Err(MoneyError::TooPrecise { .. })
+        ));
+        assert!(matches!(
+            Money::parse("1.5", "JPY"),
+            Err(MoneyError::TooPrecise { .. })
+        ));
         assert_eq!(Money::parse("0.00", "EUR"), Err(MoneyError::NotPositive));
-        for bad in ["-1.00", "+1.00", "1e3", " 1.00", "1.", ".5", "1,00", "", "0x10", "1.0.0"] {
-            assert_eq!(Money::parse(bad, "EUR"), Err(MoneyError::Malformed), "{bad:?}");
+        for bad in [
+            "-1.00", "+1.00", "1e3", " 1.00", "1.", ".5", "1,00", "", "0x10", "1.0.0",
+        ] {
+            assert_eq!(
+                Money::parse(bad, "EUR"),
+                Err(MoneyError::Malformed),
+                "{bad:?}"
+            );
         }
-        assert_eq!(Money::parse("99999999999999999999", "EUR"), Err(MoneyError::TooLarge));
+        assert_eq!(
+            Money::parse("99999999999999999999", "EUR"),
+            Err(MoneyError::TooLarge)
+        );
     }
 
     #[test]

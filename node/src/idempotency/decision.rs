@@ -47,9 +47,13 @@ pub fn decide(record: &Record, fingerprint_matches: Option<bool>, now: UnixMilli
     match record.status {
         Status::Completed | Status::FailedReplayable => Decision::Replay,
         Status::InProgress if record.lease_expired(now) => Decision::TakeOver,
-        Status::InProgress => Decision::InProgress { retry_after: lease_left },
+        Status::InProgress => Decision::InProgress {
+            retry_after: lease_left,
+        },
         Status::UnknownRequiresRecovery if record.lease_expired(now) => Decision::TakeOver,
-        Status::UnknownRequiresRecovery => Decision::RecoveryPending { retry_after: lease_left },
+        Status::UnknownRequiresRecovery => Decision::RecoveryPending {
+            retry_after: lease_left,
+        },
         Status::FailedRetryable => Decision::Restart,
         // `is_expired` already answered for this status.
         Status::Expired => Decision::Renew,
@@ -96,31 +100,92 @@ mod tests {
         let later = NOW.0 + 5_000;
         let earlier = NOW.0 - 1;
         let window = Some(NOW.0 + 86_400_000);
-        assert_eq!(decide(&record(Status::Completed, earlier, window), Some(false), NOW), Decision::Mismatch);
-        assert_eq!(decide(&record(Status::InProgress, later, None), Some(false), NOW), Decision::Mismatch);
-        assert_eq!(decide(&record(Status::Completed, earlier, window), Some(true), NOW), Decision::Replay);
-        assert_eq!(decide(&record(Status::FailedReplayable, earlier, window), Some(true), NOW), Decision::Replay);
+        assert_eq!(
+            decide(
+                &record(Status::Completed, earlier, window),
+                Some(false),
+                NOW
+            ),
+            Decision::Mismatch
+        );
+        assert_eq!(
+            decide(&record(Status::InProgress, later, None), Some(false), NOW),
+            Decision::Mismatch
+        );
+        assert_eq!(
+            decide(&record(Status::Completed, earlier, window), Some(true), NOW),
+            Decision::Replay
+        );
+        assert_eq!(
+            decide(
+                &record(Status::FailedReplayable, earlier, window),
+                Some(true),
+                NOW
+            ),
+            Decision::Replay
+        );
         assert_eq!(
             decide(&record(Status::InProgress, later, None), Some(true), NOW),
-            Decision::InProgress { retry_after: Duration::from_secs(5) }
+            Decision::InProgress {
+                retry_after: Duration::from_secs(5)
+            }
         );
-        assert_eq!(decide(&record(Status::InProgress, earlier, None), Some(true), NOW), Decision::TakeOver);
         assert_eq!(
-            decide(&record(Status::UnknownRequiresRecovery, later, None), Some(true), NOW),
-            Decision::RecoveryPending { retry_after: Duration::from_secs(5) }
+            decide(&record(Status::InProgress, earlier, None), Some(true), NOW),
+            Decision::TakeOver
         );
-        assert_eq!(decide(&record(Status::UnknownRequiresRecovery, earlier, None), Some(true), NOW), Decision::TakeOver);
-        assert_eq!(decide(&record(Status::FailedRetryable, earlier, window), Some(true), NOW), Decision::Restart);
-        assert_eq!(decide(&record(Status::Completed, earlier, None), None, NOW), Decision::Incomparable);
+        assert_eq!(
+            decide(
+                &record(Status::UnknownRequiresRecovery, later, None),
+                Some(true),
+                NOW
+            ),
+            Decision::RecoveryPending {
+                retry_after: Duration::from_secs(5)
+            }
+        );
+        assert_eq!(
+            decide(
+                &record(Status::UnknownRequiresRecovery, earlier, None),
+                Some(true),
+                NOW
+            ),
+            Decision::TakeOver
+        );
+        assert_eq!(
+            decide(
+                &record(Status::FailedRetryable, earlier, window),
+                Some(true),
+                NOW
+            ),
+            Decision::Restart
+        );
+        assert_eq!(
+            decide(&record(Status::Completed, earlier, None), None, NOW),
+            Decision::Incomparable
+        );
     }
 
     #[test]
     fn expiry_frees_the_key_but_never_for_unfinished_records() {
         let past = Some(NOW.0 - 1);
-        assert_eq!(decide(&record(Status::Completed, 0, past), Some(false), NOW), Decision::Renew);
-        assert_eq!(decide(&record(Status::Expired, 0, past), Some(true), NOW), Decision::Renew);
-        assert_eq!(decide(&record(Status::InProgress, NOW.0 + 1, past), Some(true), NOW), Decision::InProgress {
-            retry_after: Duration::from_millis(1)
-        });
+        assert_eq!(
+            decide(&record(Status::Completed, 0, past), Some(false), NOW),
+            Decision::Renew
+        );
+        assert_eq!(
+            decide(&record(Status::Expired, 0, past), Some(true), NOW),
+            Decision::Renew
+        );
+        assert_eq!(
+            decide(
+                &record(Status::InProgress, NOW.0 + 1, past),
+                Some(true),
+                NOW
+            ),
+            Decision::InProgress {
+                retry_after: Duration::from_millis(1)
+            }
+        );
     }
 }

@@ -81,7 +81,10 @@ impl Status {
     /// records never expire: expiring one would let an uncertain operation
     /// run a second time.
     pub fn can_expire(self) -> bool {
-        matches!(self, Self::Completed | Self::FailedReplayable | Self::FailedRetryable)
+        matches!(
+            self,
+            Self::Completed | Self::FailedReplayable | Self::FailedRetryable
+        )
     }
 }
 

@@ -97,7 +97,12 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Takes `seen` over if its fence is still `seen.fence`. `None` when
     /// another request won the race.
-    async fn reclaim(&self, seen: &Record, how: Reclaim, claim: &Claim) -> Result<Option<ClaimOutcome>, StoreError>;
+    async fn reclaim(
+        &self,
+        seen: &Record,
+        how: Reclaim,
+        claim: &Claim,
+    ) -> Result<Option<ClaimOutcome>, StoreError>;
 
     async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError>;
 
@@ -108,17 +113,37 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError>;
 
     /// Marks the operation safe to run again (nothing left the node), fenced.
-    async fn fail_retryable(&self, owner: &Record, error_code: &str, now: UnixMillis, expires_at: UnixMillis) -> Result<(), StoreError>;
+    async fn fail_retryable(
+        &self,
+        owner: &Record,
+        error_code: &str,
+        now: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> Result<(), StoreError>;
 
     /// The provider's answer was lost: `UNKNOWN_REQUIRES_RECOVERY`, fenced.
     /// Nobody resumes it before `retry_at`.
-    async fn mark_unknown(&self, owner: &Record, now: UnixMillis, retry_at: UnixMillis) -> Result<(), StoreError>;
+    async fn mark_unknown(
+        &self,
+        owner: &Record,
+        now: UnixMillis,
+        retry_at: UnixMillis,
+    ) -> Result<(), StoreError>;
 
-    async fn payment(&self, tenant: &TenantId, id: &PaymentId) -> Result<Option<Payment>, StoreError>;
+    async fn payment(
+        &self,
+        tenant: &TenantId,
+        id: &PaymentId,
+    ) -> Result<Option<Payment>, StoreError>;
 
     /// Purges the stored answers of up to `limit` records past their window,
     /// keeping metadata until `now + retention`. Returns how many.
-    async fn expire_batch(&self, now: UnixMillis, retention: Duration, limit: i64) -> Result<u64, StoreError>;
+    async fn expire_batch(
+        &self,
+        now: UnixMillis,
+        retention: Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError>;
 
     /// Deletes up to `limit` expired records whose retention has passed.
     async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError>;

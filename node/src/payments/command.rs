@@ -87,16 +87,29 @@ pub struct CanonicalCreatePayment<'a> {
 impl CreatePayment {
     /// Parses a request body; see the module docs for the status of each failure.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        let value: serde_json::Value =
-            serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(format!("body is not valid JSON: {e}")))?;
-        if !value.is_object() {
+        // serde would also accept a JSON array for a struct (fields by
+        // position); the API only takes objects.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ApiError::MalformedJson("body must be a JSON object".into()));
         }
-        let request: PaymentRequest = serde_path_to_error::deserialize(value).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            ApiError::InvalidCommand(if path == "." { inner.to_string() } else { format!("{path}: {inner}") })
-        })?;
+        let mut deserializer = serde_json::Deserializer::from_slice(body);
+        let request: PaymentRequest =
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                match inner.classify() {
+                    // Well-formed JSON that is not a valid command.
+                    serde_json::error::Category::Data => ApiError::InvalidCommand(if path == "." {
+                        inner.to_string()
+                    } else {
+                        format!("{path}: {inner}")
+                    }),
+                    _ => ApiError::MalformedJson(format!("body is not valid JSON: {inner}")),
+                }
+            })?;
+        deserializer
+            .end()
+            .map_err(|e| ApiError::MalformedJson(format!("body is not valid JSON: {e}")))?;
         Self::try_from(request)
     }
 
@@ -119,15 +132,27 @@ impl TryFrom<PaymentRequest> for CreatePayment {
     type Error = ApiError;
 
     fn try_from(r: PaymentRequest) -> Result<Self, ApiError> {
-        let id_like = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let id_like = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
         if r.account_id.is_empty() || r.account_id.len() > 64 || !id_like(&r.account_id) {
-            return Err(invalid("accountId", "must be 1-64 characters of A-Z, a-z, 0-9, _ or -"));
+            return Err(invalid(
+                "accountId",
+                "must be 1-64 characters of A-Z, a-z, 0-9, _ or -",
+            ));
         }
         if r.merchant_reference.is_empty()
             || r.merchant_reference.len() > 128
-            || !r.merchant_reference.bytes().all(|b| (0x20..=0x7e).contains(&b))
+            || !r
+                .merchant_reference
+                .bytes()
+                .all(|b| (0x20..=0x7e).contains(&b))
         {
-            return Err(invalid("merchantReference", "must be 1-128 printable ASCII characters"));
+            return Err(invalid(
+                "merchantReference",
+                "must be 1-128 printable ASCII characters",
+            ));
         }
         let amount = Money::parse(&r.amount, &r.currency).map_err(|e| match e {
             MoneyError::UnknownCurrency | MoneyError::NotChargeable(_) => invalid("currency", e),
@@ -135,9 +160,15 @@ impl TryFrom<PaymentRequest> for CreatePayment {
         })?;
         let channel = match r.channel.as_deref() {
             None => Channel::DEFAULT,
-            Some(c) => Channel::parse(c).ok_or_else(|| invalid("channel", "must be one of web, mobile, pos"))?,
+            Some(c) => Channel::parse(c)
+                .ok_or_else(|| invalid("channel", "must be one of web, mobile, pos"))?,
         };
-        Ok(Self { account_id: r.account_id, amount, merchant_reference: r.merchant_reference, channel })
+        Ok(Self {
+            account_id: r.account_id,
+            amount,
+            merchant_reference: r.merchant_reference,
+            channel,
+        })
     }
 }
 
@@ -146,38 +177,70 @@ mod tests {
     use super::*;
 
     fn status_of(body: &str) -> u16 {
-        CreatePayment::parse(body.as_bytes()).unwrap_err().status_code().as_u16()
+        CreatePayment::parse(body.as_bytes())
+            .unwrap_err()
+            .status_code()
+            .as_u16()
     }
 
     #[test]
     fn malformed_json_is_400_and_invalid_commands_are_422() {
         assert_eq!(status_of("{"), 400);
         assert_eq!(status_of("[1]"), 400);
-        assert_eq!(status_of(r#"{"accountId":"a","amount":10,"currency":"EUR","merchantReference":"r"}"#), 422);
-        assert_eq!(status_of(r#"{"accountId":"a","amount":"10","currency":"EUR"}"#), 422);
         assert_eq!(
-            status_of(r#"{"accountId":"a","amount":"10","currency":"EUR","merchantReference":"r","x":1}"#),
+            status_of(r#"{"accountId":"a","amount":10,"currency":"EUR","merchantReference":"r"}"#),
             422
         );
+        assert_eq!(
+            status_of(r#"{"accountId":"a","amount":"10","currency":"EUR"}"#),
+            422
+        );
+        assert_eq!(
+            status_of(
+                r#"{"accountId":"a","amount":"10","currency":"EUR","merchantReference":"r","x":1}"#
+            ),
+            422
+        );
+        assert_eq!(
+            status_of(
+                r#"{"accountId":"a","accountId":"b","amount":"10","currency":"EUR","merchantReference":"r"}"#
+            ),
+            422
+        );
+        assert_eq!(
+            status_of(
+                r#"{"accountId":"a","amount":"10","currency":"EUR","merchantReference":"r"} trailing"#
+            ),
+            400
+        );
+        assert_eq!(status_of(r#"["a","10","EUR","r",null]"#), 400);
     }
 
     #[test]
     fn messages_name_the_field() {
-        let err = CreatePayment::parse(br#"{"accountId":"a","amount":10,"currency":"EUR","merchantReference":"r"}"#)
-            .unwrap_err();
+        let err = CreatePayment::parse(
+            br#"{"accountId":"a","amount":10,"currency":"EUR","merchantReference":"r"}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("amount:"), "{err}");
-        let err = CreatePayment::parse(br#"{"accountId":"a","amount":"1","currency":"EUR","merchantReference":"r","tip":"1"}"#)
-            .unwrap_err();
+        let err = CreatePayment::parse(
+            br#"{"accountId":"a","amount":"1","currency":"EUR","merchantReference":"r","tip":"1"}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("tip"), "{err}");
-        let err = CreatePayment::parse(br#"{"accountId":"a","amount":"1","currency":"ZZZ","merchantReference":"r"}"#)
-            .unwrap_err();
+        let err = CreatePayment::parse(
+            br#"{"accountId":"a","amount":"1","currency":"ZZZ","merchantReference":"r"}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("currency:"), "{err}");
     }
 
     #[test]
     fn defaults_are_filled_and_values_normalized() {
-        let a = CreatePayment::parse(br#"{"accountId":"a","amount":"10.0","currency":"eur","merchantReference":"r"}"#)
-            .unwrap();
+        let a = CreatePayment::parse(
+            br#"{"accountId":"a","amount":"10.0","currency":"eur","merchantReference":"r"}"#,
+        )
+        .unwrap();
         let b = CreatePayment::parse(
             br#"{ "channel":"web", "merchantReference":"r","currency":"EUR", "amount":"10.00","accountId":"a" }"#,
         )

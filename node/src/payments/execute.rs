@@ -26,7 +26,8 @@ use crate::error::ApiError;
 use crate::failpoints::crash_point;
 use crate::idempotency::fingerprint::{self, CURRENT_VERSION};
 use crate::idempotency::{
-    Claim, ClaimOutcome, Decision, Finish, OutboxEvent, Reclaim, Record, Scope, Status, Step, StoreError, StoredResponse, decide,
+    Claim, ClaimOutcome, Decision, Finish, OutboxEvent, Reclaim, Record, Scope, Status, Step,
+    StoreError, StoredResponse, decide,
 };
 use crate::metrics::Outcome;
 use crate::provider::{ChargeOutcome, ChargeRequest, ProviderError};
@@ -43,9 +44,17 @@ const MAX_ROUNDS: usize = 3;
 #[derive(Debug)]
 pub enum Answer {
     /// A stored answer: fresh (`replayed == false`) or replayed.
-    Stored { response: StoredResponse, replayed: bool, original_trace_id: Option<String>, outcome: Outcome },
+    Stored {
+        response: StoredResponse,
+        replayed: bool,
+        original_trace_id: Option<String>,
+        outcome: Outcome,
+    },
     /// The provider's outcome is being recovered: 202 with a pending body.
-    Pending { payment_id: Option<PaymentId>, retry_after: Duration },
+    Pending {
+        payment_id: Option<PaymentId>,
+        retry_after: Duration,
+    },
 }
 
 /// The request as the engine sees it.
@@ -66,7 +75,10 @@ fn store_error(e: StoreError) -> ApiError {
 }
 
 #[instrument(name = "create payment", skip_all, fields(tenant = %req.caller.tenant, outcome))]
-pub async fn create_payment(state: AppState, req: CreatePaymentRequest) -> Result<Answer, ApiError> {
+pub async fn create_payment(
+    state: AppState,
+    req: CreatePaymentRequest,
+) -> Result<Answer, ApiError> {
     let now = state.clock.now();
     let scope = Scope {
         tenant: req.caller.tenant.clone(),
@@ -74,8 +86,9 @@ pub async fn create_payment(state: AppState, req: CreatePaymentRequest) -> Resul
         operation: OPERATION,
         key: req.key.clone(),
     };
-    let fingerprint = fingerprint::of_create_payment(CURRENT_VERSION, OPERATION, &req.api_version, &req.command)
-        .expect("the current fingerprint version is always known");
+    let fingerprint =
+        fingerprint::of_create_payment(CURRENT_VERSION, OPERATION, &req.api_version, &req.command)
+            .expect("the current fingerprint version is always known");
     let claim = Claim {
         scope,
         fingerprint,
@@ -105,17 +118,27 @@ pub async fn create_payment(state: AppState, req: CreatePaymentRequest) -> Resul
             }
             ClaimOutcome::Existing(record) => record,
         };
-        let matches = fingerprint::of_create_payment(existing.fingerprint_version, OPERATION, &req.api_version, &req.command)
-            .map(|fp| fp.hash == existing.fingerprint);
+        let matches = fingerprint::of_create_payment(
+            existing.fingerprint_version,
+            OPERATION,
+            &req.api_version,
+            &req.command,
+        )
+        .map(|fp| fp.hash == existing.fingerprint);
         let how = match decide(&existing, matches, state.clock.now()) {
             Decision::Mismatch => {
                 state.metrics.conflicts_different_request.inc();
                 return Err(ApiError::KeyReusedWithDifferentRequest);
             }
             Decision::Replay => return replay(&state, existing),
-            Decision::InProgress { retry_after } => return Err(ApiError::InProgress { retry_after }),
+            Decision::InProgress { retry_after } => {
+                return Err(ApiError::InProgress { retry_after });
+            }
             Decision::RecoveryPending { retry_after } => {
-                return Ok(Answer::Pending { payment_id: existing.payment_id, retry_after });
+                return Ok(Answer::Pending {
+                    payment_id: existing.payment_id,
+                    retry_after,
+                });
             }
             Decision::Incomparable => {
                 return Err(ApiError::Unavailable(anyhow::anyhow!(
@@ -127,8 +150,16 @@ pub async fn create_payment(state: AppState, req: CreatePaymentRequest) -> Resul
             Decision::Restart => Reclaim::Restart,
             Decision::Renew => Reclaim::Renew,
         };
-        let claim = Claim { now: state.clock.now(), ..claim.clone() };
-        match state.store.reclaim(&existing, how, &claim).await.map_err(store_error)? {
+        let claim = Claim {
+            now: state.clock.now(),
+            ..claim.clone()
+        };
+        match state
+            .store
+            .reclaim(&existing, how, &claim)
+            .await
+            .map_err(store_error)?
+        {
             Some(won) => {
                 match how {
                     Reclaim::Resume => {
@@ -152,22 +183,35 @@ pub async fn create_payment(state: AppState, req: CreatePaymentRequest) -> Resul
             }
         }
     }
-    Err(ApiError::InProgress { retry_after: Duration::from_secs(1) })
+    Err(ApiError::InProgress {
+        retry_after: Duration::from_secs(1),
+    })
 }
 
 fn replay(state: &AppState, record: Record) -> Result<Answer, ApiError> {
-    let response = record
-        .response
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("finished record without a stored response")))?;
+    let response = record.response.ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("finished record without a stored response"))
+    })?;
     state.metrics.replays.inc();
-    Ok(Answer::Stored { response, replayed: true, original_trace_id: record.trace_id, outcome: Outcome::Replayed })
+    Ok(Answer::Stored {
+        response,
+        replayed: true,
+        original_trace_id: record.trace_id,
+        outcome: Outcome::Replayed,
+    })
 }
 
 /// The business key belongs to another payment: a deterministic business
 /// rejection, stored so that retries of this key replay the same 409.
-async fn reject_duplicate_reference(state: &AppState, record: Record, existing: PaymentId) -> Result<Answer, ApiError> {
+async fn reject_duplicate_reference(
+    state: &AppState,
+    record: Record,
+    existing: PaymentId,
+) -> Result<Answer, ApiError> {
     let now = state.clock.now();
-    let error = ApiError::DuplicateMerchantReference { payment_id: existing };
+    let error = ApiError::DuplicateMerchantReference {
+        payment_id: existing,
+    };
     let response = response::replayable_error(409, &error.body(), state.config.response_schema);
     let finish = Finish {
         status: Status::FailedReplayable,
@@ -178,7 +222,12 @@ async fn reject_duplicate_reference(state: &AppState, record: Record, existing: 
         expires_at: now.plus(state.config.replay_window),
     };
     match state.store.finish(&record, &finish).await {
-        Ok(()) => Ok(Answer::Stored { response, replayed: false, original_trace_id: None, outcome: Outcome::Rejected }),
+        Ok(()) => Ok(Answer::Stored {
+            response,
+            replayed: false,
+            original_trace_id: None,
+            outcome: Outcome::Rejected,
+        }),
         Err(StoreError::Fenced) => answer_after_losing(state, &record).await,
         Err(e) => Err(store_error(e)),
     }
@@ -186,12 +235,22 @@ async fn reject_duplicate_reference(state: &AppState, record: Record, existing: 
 
 /// Drives an owned record from its recorded step to the end.
 #[instrument(name = "run payment from its recovery point", skip_all, fields(step = %record.step, fence = record.fence))]
-async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, took_over: bool) -> Result<Answer, ApiError> {
-    let payment_id = record
-        .payment_id
+async fn run(
+    state: &AppState,
+    mut record: Record,
+    req: &CreatePaymentRequest,
+    took_over: bool,
+) -> Result<Answer, ApiError> {
+    let payment_id = record.payment_id.clone().ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!(
+            "owned record at {} without a payment",
+            record.step
+        ))
+    })?;
+    let provider_key = record
+        .provider_key
         .clone()
-        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("owned record at {} without a payment", record.step)))?;
-    let provider_key = record.provider_key.clone().unwrap_or_else(|| payment_id.provider_key());
+        .unwrap_or_else(|| payment_id.provider_key());
     let charge = ChargeRequest {
         account_id: req.command.account_id.clone(),
         amount: req.command.amount,
@@ -203,7 +262,11 @@ async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, t
             // Persisted before the call: from here on a crash means "the
             // provider may have seen it", and recovery asks before charging.
             let now = state.clock.now();
-            if let Err(e) = state.store.advance(&record, Step::ProviderRequestSent, now).await {
+            if let Err(e) = state
+                .store
+                .advance(&record, Step::ProviderRequestSent, now)
+                .await
+            {
                 return lost_or_failed(state, &record, e).await;
             }
             record.step = Step::ProviderRequestSent;
@@ -228,8 +291,19 @@ async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, t
         Err(ProviderError::NotCharged(reason)) => {
             warn!(%reason, "provider refused before charging; the operation may be retried");
             let now = state.clock.now();
-            return match state.store.fail_retryable(&record, "PROVIDER_UNAVAILABLE", now, now.plus(state.config.replay_window)).await {
-                Ok(()) => Err(ApiError::Unavailable(anyhow::anyhow!("provider refused before charging: {reason}"))),
+            return match state
+                .store
+                .fail_retryable(
+                    &record,
+                    "PROVIDER_UNAVAILABLE",
+                    now,
+                    now.plus(state.config.replay_window),
+                )
+                .await
+            {
+                Ok(()) => Err(ApiError::Unavailable(anyhow::anyhow!(
+                    "provider refused before charging: {reason}"
+                ))),
                 Err(e) => lost_or_failed(state, &record, e).await,
             };
         }
@@ -240,8 +314,15 @@ async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, t
             warn!(%reason, "provider outcome unknown; left for recovery");
             state.metrics.unknown_state.inc();
             let retry_at = state.clock.now().plus(state.config.lease);
-            return match state.store.mark_unknown(&record, state.clock.now(), retry_at).await {
-                Ok(()) => Ok(Answer::Pending { payment_id: Some(payment_id), retry_after: state.config.lease }),
+            return match state
+                .store
+                .mark_unknown(&record, state.clock.now(), retry_at)
+                .await
+            {
+                Ok(()) => Ok(Answer::Pending {
+                    payment_id: Some(payment_id),
+                    retry_after: state.config.lease,
+                }),
                 Err(e) => lost_or_failed(state, &record, e).await,
             };
         }
@@ -265,12 +346,30 @@ async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, t
     let schema = state.config.response_schema;
     let (status, response, update, event_type) = match outcome {
         ChargeOutcome::Approved { charge_id } => {
-            let payment = Payment { status: PaymentStatus::Succeeded, provider_charge_id: Some(charge_id), ..payment };
-            (Status::Completed, response::created(&payment, schema), update_of(&payment), "payment.succeeded")
+            let payment = Payment {
+                status: PaymentStatus::Succeeded,
+                provider_charge_id: Some(charge_id),
+                ..payment
+            };
+            (
+                Status::Completed,
+                response::created(&payment, schema),
+                update_of(&payment),
+                "payment.succeeded",
+            )
         }
         ChargeOutcome::Declined { code } => {
-            let payment = Payment { status: PaymentStatus::Declined, decline_code: Some(code.clone()), ..payment };
-            (Status::FailedReplayable, response::declined(&payment, &code, schema), update_of(&payment), "payment.declined")
+            let payment = Payment {
+                status: PaymentStatus::Declined,
+                decline_code: Some(code.clone()),
+                ..payment
+            };
+            (
+                Status::FailedReplayable,
+                response::declined(&payment, &code, schema),
+                update_of(&payment),
+                "payment.declined",
+            )
         }
     };
     let finish = Finish {
@@ -285,8 +384,17 @@ async fn run(state: &AppState, mut record: Record, req: &CreatePaymentRequest, t
         return lost_or_failed(state, &record, e).await;
     }
     crash_point("after_finish");
-    let outcome = if took_over { Outcome::Recovered } else { Outcome::Executed };
-    Ok(Answer::Stored { response, replayed: false, original_trace_id: None, outcome })
+    let outcome = if took_over {
+        Outcome::Recovered
+    } else {
+        Outcome::Executed
+    };
+    Ok(Answer::Stored {
+        response,
+        replayed: false,
+        original_trace_id: None,
+        outcome,
+    })
 }
 
 fn update_of(payment: &Payment) -> PaymentUpdate {
@@ -299,7 +407,12 @@ fn update_of(payment: &Payment) -> PaymentUpdate {
 }
 
 /// The outbox event for a payment's final state (see docs/events.md).
-fn event(payment_id: &PaymentId, event_type: &'static str, req: &CreatePaymentRequest, update: &PaymentUpdate) -> OutboxEvent {
+fn event(
+    payment_id: &PaymentId,
+    event_type: &'static str,
+    req: &CreatePaymentRequest,
+    update: &PaymentUpdate,
+) -> OutboxEvent {
     let payload = serde_json::json!({
         "paymentId": payment_id.as_str(),
         "tenantId": req.caller.tenant.as_str(),
@@ -321,7 +434,11 @@ fn event(payment_id: &PaymentId, event_type: &'static str, req: &CreatePaymentRe
     }
 }
 
-async fn lost_or_failed(state: &AppState, record: &Record, e: StoreError) -> Result<Answer, ApiError> {
+async fn lost_or_failed(
+    state: &AppState,
+    record: &Record,
+    e: StoreError,
+) -> Result<Answer, ApiError> {
     match e {
         StoreError::Fenced => answer_after_losing(state, record).await,
         other => Err(store_error(other)),
@@ -331,10 +448,19 @@ async fn lost_or_failed(state: &AppState, record: &Record, e: StoreError) -> Res
 /// We were fenced out mid-operation: whoever took over owns the answer.
 /// Replay it if it is there already; otherwise the client retries.
 async fn answer_after_losing(state: &AppState, record: &Record) -> Result<Answer, ApiError> {
-    warn!(fence = record.fence, "fenced out by a newer owner; not writing");
+    warn!(
+        fence = record.fence,
+        "fenced out by a newer owner; not writing"
+    );
     match state.store.load(&record.scope).await.map_err(store_error)? {
-        Some(current) if current.status.is_replayable() && current.response.is_some() => replay(state, current),
-        Some(current) => Err(ApiError::InProgress { retry_after: state.clock.now().until(current.locked_until) }),
-        None => Err(ApiError::Internal(anyhow::anyhow!("record vanished while fenced out"))),
+        Some(current) if current.status.is_replayable() && current.response.is_some() => {
+            replay(state, current)
+        }
+        Some(current) => Err(ApiError::InProgress {
+            retry_after: state.clock.now().until(current.locked_until),
+        }),
+        None => Err(ApiError::Internal(anyhow::anyhow!(
+            "record vanished while fenced out"
+        ))),
     }
 }

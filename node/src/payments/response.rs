@@ -143,7 +143,12 @@ fn json_headers() -> Vec<(String, String)> {
 pub fn created(payment: &Payment, schema: ResponseSchema) -> StoredResponse {
     let mut headers = json_headers();
     headers.push(("location".into(), format!("/payments/{}", payment.id)));
-    StoredResponse { status: 201, headers, body: render_payment(payment, schema), schema_version: schema.version() }
+    StoredResponse {
+        status: 201,
+        headers,
+        body: render_payment(payment, schema),
+        schema_version: schema.version(),
+    }
 }
 
 /// A replayable error answer (decline, duplicate merchant reference).

@@ -26,7 +26,9 @@ pub const DEFAULT_API_VERSION: &str = "2026-11-01";
 const SUPPORTED_API_VERSIONS: &[&str] = &[DEFAULT_API_VERSION];
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/payments", post(create)).route("/payments/{id}", get(fetch))
+    Router::new()
+        .route("/payments", post(create))
+        .route("/payments/{id}", get(fetch))
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
@@ -42,12 +44,20 @@ fn api_version(headers: &HeaderMap) -> Result<String, ApiError> {
             .ok()
             .filter(|v| SUPPORTED_API_VERSIONS.contains(v))
             .map(str::to_owned)
-            .ok_or_else(|| ApiError::MalformedJson(format!("Api-Version must be one of {SUPPORTED_API_VERSIONS:?}"))),
+            .ok_or_else(|| {
+                ApiError::MalformedJson(format!(
+                    "Api-Version must be one of {SUPPORTED_API_VERSIONS:?}"
+                ))
+            }),
     }
 }
 
 /// Reads the body up to the configured limit; larger bodies are 413.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<bytes::Bytes, ApiError> {
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<bytes::Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -90,13 +100,25 @@ async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<byte
     ),
     security(("bearer" = []))
 )]
-pub async fn create(State(state): State<AppState>, caller: Caller, trace: TraceId, headers: HeaderMap, body: Body) -> Response {
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    trace: TraceId,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let result = async {
         let key = idempotency_key(&headers)?;
         let api_version = api_version(&headers)?;
         let body = read_body(body, &headers, state.config.body_limit).await?;
         let command = CreatePayment::parse(&body)?;
-        let request = CreatePaymentRequest { caller, key, api_version, command, trace_id: Some(trace.0) };
+        let request = CreatePaymentRequest {
+            caller,
+            key,
+            api_version,
+            command,
+            trace_id: Some(trace.0),
+        };
         // Detached: a client that hangs up must not cancel a payment halfway
         // (it would sit IN_PROGRESS until its lease ran out).
         tokio::spawn(create_payment(state.clone(), request))
@@ -122,12 +144,21 @@ const ORIGINAL_TRACE: HeaderName = HeaderName::from_static("idempotent-original-
 
 fn answer_response(answer: Answer) -> Response {
     match answer {
-        Answer::Stored { response: stored, replayed, original_trace_id, outcome } => {
+        Answer::Stored {
+            response: stored,
+            replayed,
+            original_trace_id,
+            outcome,
+        } => {
             let mut response = Response::new(Body::from(stored.body));
-            *response.status_mut() = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            *response.status_mut() =
+                StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let headers = response.headers_mut();
             for (name, value) in &stored.headers {
-                if let (Ok(n), Ok(v)) = (HeaderName::try_from(name.as_str()), HeaderValue::try_from(value.as_str())) {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::try_from(name.as_str()),
+                    HeaderValue::try_from(value.as_str()),
+                ) {
                     headers.append(n, v);
                 }
             }
@@ -140,11 +171,21 @@ fn answer_response(answer: Answer) -> Response {
             response.extensions_mut().insert(outcome);
             response
         }
-        Answer::Pending { payment_id, retry_after } => {
-            let mut response =
-                (StatusCode::ACCEPTED, Json(response::pending(payment_id.as_ref().map(PaymentId::as_str)))).into_response();
+        Answer::Pending {
+            payment_id,
+            retry_after,
+        } => {
+            let mut response = (
+                StatusCode::ACCEPTED,
+                Json(response::pending(
+                    payment_id.as_ref().map(PaymentId::as_str),
+                )),
+            )
+                .into_response();
             let secs = retry_after.as_secs().max(1);
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             response.extensions_mut().insert(Outcome::InProgress);
             response
         }
@@ -164,7 +205,11 @@ fn answer_response(answer: Answer) -> Response {
     ),
     security(("bearer" = []))
 )]
-pub async fn fetch(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn fetch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = PaymentId::parse(&id).ok_or(ApiError::PaymentNotFound)?;
     let payment = state
         .store

@@ -31,13 +31,27 @@ fn normalize_url(url: &str) -> anyhow::Result<(String, Dialect)> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok((url.to_owned(), Dialect::Postgres));
     }
-    let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
     let (path, query) = path.split_once('?').unwrap_or((path, ""));
-    anyhow::ensure!(!path.is_empty() && path != ":memory:", "a SQLite database must be a file, got {url:?}");
-    if let Some(parent) = Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    anyhow::ensure!(
+        !path.is_empty() && path != ":memory:",
+        "a SQLite database must be a file, got {url:?}"
+    );
+    if let Some(parent) = Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
-    let query = if query.is_empty() { "mode=rwc".to_owned() } else { query.to_owned() };
+    let query = if query.is_empty() {
+        "mode=rwc".to_owned()
+    } else {
+        query.to_owned()
+    };
     Ok((format!("sqlite://{path}?{query}"), Dialect::Sqlite))
 }
 
@@ -88,11 +102,17 @@ mod tests {
 
     #[test]
     fn urls_pick_their_dialect() {
-        assert_eq!(normalize_url("postgres://u@h/db").unwrap().1, Dialect::Postgres);
+        assert_eq!(
+            normalize_url("postgres://u@h/db").unwrap().1,
+            Dialect::Postgres
+        );
         let dir = std::env::temp_dir().join("once-url-test");
         let (url, dialect) = normalize_url(dir.join("a.db").to_str().unwrap()).unwrap();
         assert_eq!(dialect, Dialect::Sqlite);
-        assert!(url.starts_with("sqlite://") && url.ends_with("a.db?mode=rwc"), "{url}");
+        assert!(
+            url.starts_with("sqlite://") && url.ends_with("a.db?mode=rwc"),
+            "{url}"
+        );
         assert!(normalize_url("sqlite::memory:").is_err());
     }
 }

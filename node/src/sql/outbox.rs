@@ -7,7 +7,11 @@ use super::records::unavailable;
 use crate::domain::UnixMillis;
 use crate::idempotency::store::{OutboxEvent, StoreError};
 
-pub async fn append<'e>(db: impl Executor<'e, Database = Any>, event: &OutboxEvent, now: UnixMillis) -> Result<(), StoreError> {
+pub async fn append<'e>(
+    db: impl Executor<'e, Database = Any>,
+    event: &OutboxEvent,
+    now: UnixMillis,
+) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)",

@@ -52,8 +52,12 @@ pub async fn id_by_business_key<'e>(
         .fetch_optional(db)
         .await
         .map_err(unavailable)?;
-    row.map(|r| r.try_get::<String, _>("id").map(PaymentId::from_trusted).map_err(unavailable))
-        .transpose()
+    row.map(|r| {
+        r.try_get::<String, _>("id")
+            .map(PaymentId::from_trusted)
+            .map_err(unavailable)
+    })
+    .transpose()
 }
 
 pub async fn apply_update<'e>(
@@ -101,7 +105,8 @@ pub async fn select<'e>(
         tenant: TenantId::parse(&s("tenant_id")?).ok_or_else(|| corrupt("tenant_id"))?,
         account_id: s("account_id")?,
         merchant_reference: s("merchant_reference")?,
-        amount: Money::from_minor(i("amount_minor")?, &s("currency")?).map_err(|_| corrupt("currency"))?,
+        amount: Money::from_minor(i("amount_minor")?, &s("currency")?)
+            .map_err(|_| corrupt("currency"))?,
         channel: Channel::parse(&s("channel")?).ok_or_else(|| corrupt("channel"))?,
         status: PaymentStatus::parse(&s("status")?).ok_or_else(|| corrupt("status"))?,
         provider_charge_id: o("provider_charge_id")?,

@@ -13,7 +13,8 @@ const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fing
      status, step, fence, locked_until, payment_id, provider_key, response_status, response_headers, \
      response_body, response_schema_version, error_code, trace_id, region, takeovers, created_at, updated_at, expires_at";
 
-const SCOPE_MATCHES: &str = "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
+const SCOPE_MATCHES: &str =
+    "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
 
 fn bind_scope<'q>(
     query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
@@ -31,7 +32,11 @@ pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
 }
 
 /// Inserts a new record for `claim` if the scoped key is free.
-pub async fn insert<'e>(db: impl Executor<'e, Database = Any>, claim: &Claim, payment_id: &PaymentId) -> Result<bool, StoreError> {
+pub async fn insert<'e>(
+    db: impl Executor<'e, Database = Any>,
+    claim: &Claim,
+    payment_id: &PaymentId,
+) -> Result<bool, StoreError> {
     let sql = format!(
         "INSERT INTO idempotency_requests ({COLUMNS}) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, NULL, NULL, NULL, NULL, NULL, $12, $13, 0, $14, $14, NULL) \
@@ -54,16 +59,26 @@ pub async fn insert<'e>(db: impl Executor<'e, Database = Any>, claim: &Claim, pa
     Ok(done.rows_affected() == 1)
 }
 
-pub async fn select<'e>(db: impl Executor<'e, Database = Any>, scope: &Scope) -> Result<Option<Record>, StoreError> {
+pub async fn select<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+) -> Result<Option<Record>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM idempotency_requests WHERE {SCOPE_MATCHES}");
-    let row = bind_scope(sqlx::query(&sql), scope).fetch_optional(db).await.map_err(unavailable)?;
+    let row = bind_scope(sqlx::query(&sql), scope)
+        .fetch_optional(db)
+        .await
+        .map_err(unavailable)?;
     row.map(|r| decode(&r, scope.operation)).transpose()
 }
 
 /// An expired lease: bump the fence and renew the lease, keeping the step,
 /// the payment and the status (`IN_PROGRESS` or `UNKNOWN_REQUIRES_RECOVERY`).
 /// Only one of several racing requests matches `seen_fence`.
-pub async fn resume<'e>(db: impl Executor<'e, Database = Any>, seen: &Record, claim: &Claim) -> Result<bool, StoreError> {
+pub async fn resume<'e>(
+    db: impl Executor<'e, Database = Any>,
+    seen: &Record,
+    claim: &Claim,
+) -> Result<bool, StoreError> {
     let sql = format!(
         "UPDATE idempotency_requests SET fence = fence + 1, locked_until = $6, updated_at = $7, \
          trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1 \
@@ -142,7 +157,11 @@ pub async fn renew<'e>(
 }
 
 /// The claim found its business key taken: the record keeps no payment.
-pub async fn forget_payment<'e>(db: impl Executor<'e, Database = Any>, scope: &Scope, fence: i64) -> Result<bool, StoreError> {
+pub async fn forget_payment<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+    fence: i64,
+) -> Result<bool, StoreError> {
     let sql = format!(
         "UPDATE idempotency_requests SET step = $6, payment_id = NULL, provider_key = NULL \
          WHERE {SCOPE_MATCHES} AND fence = $5"
@@ -217,7 +236,8 @@ pub async fn finish<'e>(
          locked_until = $13 \
          WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
     );
-    let headers = response.map(|r| serde_json::to_string(&r.headers).expect("header pairs serialize"));
+    let headers =
+        response.map(|r| serde_json::to_string(&r.headers).expect("header pairs serialize"));
     let done = bind_scope(sqlx::query(&sql), scope)
         .bind(fence)
         .bind(status.as_str())
@@ -261,7 +281,11 @@ pub async fn expire_batch<'e>(
     Ok(done.rows_affected())
 }
 
-pub async fn purge_batch<'e>(db: impl Executor<'e, Database = Any>, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+pub async fn purge_batch<'e>(
+    db: impl Executor<'e, Database = Any>,
+    now: UnixMillis,
+    limit: i64,
+) -> Result<u64, StoreError> {
     let done = sqlx::query(
         "DELETE FROM idempotency_requests \
          WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
@@ -277,7 +301,9 @@ pub async fn purge_batch<'e>(db: impl Executor<'e, Database = Any>, now: UnixMil
     Ok(done.rows_affected())
 }
 
-pub async fn oldest_unfinished<'e>(db: impl Executor<'e, Database = Any>) -> Result<Option<UnixMillis>, StoreError> {
+pub async fn oldest_unfinished<'e>(
+    db: impl Executor<'e, Database = Any>,
+) -> Result<Option<UnixMillis>, StoreError> {
     let row = sqlx::query(
         "SELECT MIN(created_at) AS oldest FROM idempotency_requests \
          WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')",
@@ -301,19 +327,26 @@ fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
 
     let scope = Scope {
         tenant: TenantId::parse(&get_str("tenant_id")?).ok_or_else(|| corrupt("tenant_id"))?,
-        principal: PrincipalId::parse(&get_str("principal_id")?).ok_or_else(|| corrupt("principal_id"))?,
+        principal: PrincipalId::parse(&get_str("principal_id")?)
+            .ok_or_else(|| corrupt("principal_id"))?,
         operation,
         key: IdempotencyKey::parse(get_str("idempotency_key")?.as_bytes()).map_err(corrupt)?,
     };
     let response = match get_opt_i64("response_status")? {
         Some(status) => {
-            let headers: Vec<(String, String)> =
-                serde_json::from_str(&get_opt_str("response_headers")?.unwrap_or_else(|| "[]".into())).map_err(corrupt)?;
+            let headers: Vec<(String, String)> = serde_json::from_str(
+                &get_opt_str("response_headers")?.unwrap_or_else(|| "[]".into()),
+            )
+            .map_err(corrupt)?;
             Some(StoredResponse {
                 status: u16::try_from(status).map_err(corrupt)?,
                 headers,
-                body: row.try_get::<Option<Vec<u8>>, _>("response_body").map_err(unavailable)?.unwrap_or_default(),
-                schema_version: i32::try_from(get_opt_i64("response_schema_version")?.unwrap_or(1)).map_err(corrupt)?,
+                body: row
+                    .try_get::<Option<Vec<u8>>, _>("response_body")
+                    .map_err(unavailable)?
+                    .unwrap_or_default(),
+                schema_version: i32::try_from(get_opt_i64("response_schema_version")?.unwrap_or(1))
+                    .map_err(corrupt)?,
             })
         }
         None => None,
@@ -330,7 +363,11 @@ fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
         payment_id: get_opt_str("payment_id")?.map(PaymentId::from_trusted),
         provider_key: get_opt_str("provider_key")?,
         // An expired record keeps its metadata, never its answer.
-        response: if status == Status::Expired { None } else { response },
+        response: if status == Status::Expired {
+            None
+        } else {
+            response
+        },
         error_code: get_opt_str("error_code")?,
         trace_id: get_opt_str("trace_id")?,
         region: get_str("region")?,

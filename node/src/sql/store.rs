@@ -11,7 +11,9 @@ use super::records::unavailable;
 use super::{outbox, payments, records};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
-use crate::idempotency::store::{Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError};
+use crate::idempotency::store::{
+    Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError,
+};
 use crate::payments::model::Payment;
 
 #[derive(Debug, Clone)]
@@ -53,7 +55,11 @@ fn claimed_record(claim: &Claim) -> Record {
 }
 
 fn fenced_unless(owned: bool) -> Result<(), StoreError> {
-    if owned { Ok(()) } else { Err(StoreError::Fenced) }
+    if owned {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced)
+    }
 }
 
 impl SqlStore {
@@ -72,7 +78,12 @@ impl SqlStore {
             .await?
             .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
         fenced_unless(records::forget_payment(&mut **tx, &record.scope, record.fence).await?)?;
-        let record = Record { step: Step::Received, payment_id: None, provider_key: None, ..record };
+        let record = Record {
+            step: Step::Received,
+            payment_id: None,
+            provider_key: None,
+            ..record
+        };
         Ok(ClaimOutcome::BusinessKeyTaken { record, existing })
     }
 }
@@ -86,16 +97,21 @@ impl IdempotencyStore for SqlStore {
             // (now empty) transaction so we see its committed state.
             tx.rollback().await.map_err(unavailable)?;
             let existing = records::select(&self.db.pool, &claim.scope).await?;
-            return existing
-                .map(ClaimOutcome::Existing)
-                .ok_or_else(|| StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read")));
+            return existing.map(ClaimOutcome::Existing).ok_or_else(|| {
+                StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read"))
+            });
         }
         let outcome = Self::attach_payment(&mut tx, claimed_record(claim), claim).await?;
         tx.commit().await.map_err(unavailable)?;
         Ok(outcome)
     }
 
-    async fn reclaim(&self, seen: &Record, how: Reclaim, claim: &Claim) -> Result<Option<ClaimOutcome>, StoreError> {
+    async fn reclaim(
+        &self,
+        seen: &Record,
+        how: Reclaim,
+        claim: &Claim,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         let won = match how {
             Reclaim::Resume => records::resume(&mut *tx, seen, claim).await?,
@@ -108,7 +124,9 @@ impl IdempotencyStore for SqlStore {
         }
         let record = records::select(&mut *tx, &seen.scope)
             .await?
-            .ok_or_else(|| StoreError::Corrupt("record vanished inside its own transaction".into()))?;
+            .ok_or_else(|| {
+                StoreError::Corrupt("record vanished inside its own transaction".into())
+            })?;
         let needs_payment = match how {
             Reclaim::Resume => false,
             Reclaim::Restart => seen.payment_id.is_none(),
@@ -153,7 +171,10 @@ impl IdempotencyStore for SqlStore {
         }
         if let Some(update) = &finish.payment {
             if !payments::apply_update(&mut *tx, update, finish.now).await? {
-                return Err(StoreError::Corrupt(format!("payment {} missing at completion", update.id)));
+                return Err(StoreError::Corrupt(format!(
+                    "payment {} missing at completion",
+                    update.id
+                )));
             }
         }
         if let Some(event) = &finish.event {
@@ -162,7 +183,13 @@ impl IdempotencyStore for SqlStore {
         tx.commit().await.map_err(unavailable)
     }
 
-    async fn fail_retryable(&self, owner: &Record, error_code: &str, now: UnixMillis, expires_at: UnixMillis) -> Result<(), StoreError> {
+    async fn fail_retryable(
+        &self,
+        owner: &Record,
+        error_code: &str,
+        now: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> Result<(), StoreError> {
         let owned = records::finish(
             &self.db.pool,
             &owner.scope,
@@ -178,15 +205,31 @@ impl IdempotencyStore for SqlStore {
         fenced_unless(owned)
     }
 
-    async fn mark_unknown(&self, owner: &Record, now: UnixMillis, retry_at: UnixMillis) -> Result<(), StoreError> {
-        fenced_unless(records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await?)
+    async fn mark_unknown(
+        &self,
+        owner: &Record,
+        now: UnixMillis,
+        retry_at: UnixMillis,
+    ) -> Result<(), StoreError> {
+        fenced_unless(
+            records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await?,
+        )
     }
 
-    async fn payment(&self, tenant: &TenantId, id: &PaymentId) -> Result<Option<Payment>, StoreError> {
+    async fn payment(
+        &self,
+        tenant: &TenantId,
+        id: &PaymentId,
+    ) -> Result<Option<Payment>, StoreError> {
         payments::select(&self.db.pool, tenant, id).await
     }
 
-    async fn expire_batch(&self, now: UnixMillis, retention: Duration, limit: i64) -> Result<u64, StoreError> {
+    async fn expire_batch(
+        &self,
+        now: UnixMillis,
+        retention: Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
         records::expire_batch(&self.db.pool, now, now.plus(retention), limit).await
     }
 
@@ -199,7 +242,10 @@ impl IdempotencyStore for SqlStore {
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.db.pool).await.map_err(unavailable)?;
+        sqlx::query("SELECT 1")
+            .execute(&self.db.pool)
+            .await
+            .map_err(unavailable)?;
         Ok(())
     }
 }

@@ -1,0 +1,237 @@
+//! Races: concurrent duplicates, keyless duplicates, takeovers and fencing.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::future::join_all;
+use once_node::idempotency::{Finish, Reclaim, Status, Step, StoreError};
+
+use crate::contract::claim_as_another_owner;
+use crate::helpers::*;
+use crate::on_every_backend;
+
+on_every_backend!(
+    fifty_concurrent_identical_requests_over_two_processes_execute_once,
+    twenty_keyless_duplicates_create_one_payment,
+    a_stale_in_progress_record_is_taken_over_exactly_once,
+    two_racing_takeovers_have_one_winner,
+    a_stale_owner_cannot_complete_after_a_takeover,
+);
+
+async fn fifty_concurrent_identical_requests_over_two_processes_execute_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let a = NodeProcess::start(&db.url, &[], &[]).await;
+    let b = NodeProcess::start(&db.url, &[], &[]).await;
+    let client = reqwest::Client::new();
+    let body = payment_body("acc_1", "42.00", "order-race");
+    let answers = join_all((0..50).map(|i| {
+        let url = if i % 2 == 0 { &a.url } else { &b.url };
+        let request = post(&client, url, ACME_KEY, Some("k-race"), &body);
+        async move { send(request).await }
+    }))
+    .await;
+
+    let executed: Vec<_> = answers
+        .iter()
+        .filter(|a| a.status == 201 && !a.replayed)
+        .collect();
+    assert_eq!(
+        executed.len(),
+        1,
+        "exactly one execution: {:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    for answer in &answers {
+        match (answer.status, answer.replayed) {
+            (201, true) => assert_eq!(
+                answer.body, executed[0].body,
+                "replays carry the original body"
+            ),
+            (201, false) => {}
+            (409, false) => assert_eq!(answer.error_code(), "IDEMPOTENCY_REQUEST_IN_PROGRESS"),
+            other => panic!(
+                "unexpected answer {other:?}: {}",
+                String::from_utf8_lossy(&answer.body)
+            ),
+        }
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(db.count("SELECT COUNT(*) FROM outbox").await, 1);
+    a.kill().await;
+    b.kill().await;
+}
+
+async fn twenty_keyless_duplicates_create_one_payment(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    // Twenty different keys (a client that forgot to reuse its key), one
+    // business key.
+    let body = payment_body("acc_1", "15.00", "order-keyless");
+    let answers =
+        join_all((0..20).map(|i| send(app.post(ACME_KEY, Some(&format!("keyless-{i}")), &body))))
+            .await;
+
+    let created: Vec<_> = answers.iter().filter(|a| a.status == 201).collect();
+    assert_eq!(
+        created.len(),
+        1,
+        "{:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    let id = created[0].json()["id"].as_str().unwrap().to_owned();
+    for answer in answers.iter().filter(|a| a.status != 201) {
+        assert_eq!(
+            (answer.status, answer.error_code().as_str()),
+            (409, "DUPLICATE_MERCHANT_REFERENCE")
+        );
+        assert_eq!(answer.json()["paymentId"], id.as_str());
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
+    // Each loser's answer is itself replayable under its own key.
+    let replay = send(app.post(ACME_KEY, Some("keyless-0"), &body)).await;
+    assert!(replay.replayed || replay.status == 201);
+    app.stop().await;
+}
+
+async fn a_stale_in_progress_record_is_taken_over_exactly_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let body = payment_body("acc_1", "7.00", "order-stale");
+    // The owner claimed (payment row written) and then "crashed".
+    let orphan = claim_as_another_owner(&app, "k-stale", &body).await;
+    app.clock
+        .advance(app.state.config.lease + Duration::from_millis(1));
+
+    let answers = join_all((0..10).map(|_| send(app.post(ACME_KEY, Some("k-stale"), &body)))).await;
+    let winners: Vec<_> = answers
+        .iter()
+        .filter(|a| a.status == 201 && !a.replayed)
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "{:?}",
+        answers
+            .iter()
+            .map(|a| (a.status, a.replayed))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        winners[0].json()["id"],
+        orphan.payment_id.as_ref().unwrap().as_str(),
+        "the takeover resumes the orphan's payment"
+    );
+    for answer in &answers {
+        assert!(
+            (answer.status == 201 && answer.body == winners[0].body)
+                || answer.error_code() == "IDEMPOTENCY_REQUEST_IN_PROGRESS",
+            "{answer:?}"
+        );
+    }
+    assert_eq!(app.metric("idempotency_takeover_count_total").await, 1.0);
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
+            .await,
+        1
+    );
+    app.stop().await;
+}
+
+async fn two_racing_takeovers_have_one_winner(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let body = payment_body("acc_1", "7.00", "order-duel");
+    let orphan = claim_as_another_owner(&app, "k-duel", &body).await;
+    app.clock
+        .advance(app.state.config.lease + Duration::from_millis(1));
+
+    let claim = takeover_claim(&app, &orphan);
+    let store = &app.state.store;
+    let results = join_all((0..8).map(|_| store.reclaim(&orphan, Reclaim::Resume, &claim))).await;
+    let winners = results.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+    assert_eq!(winners, 1, "{results:?}");
+    let fences: HashSet<i64> = [store.load(&orphan.scope).await.unwrap().unwrap().fence].into();
+    assert_eq!(
+        fences,
+        [orphan.fence + 1].into(),
+        "one bump, by the one winner"
+    );
+    app.stop().await;
+}
+
+async fn a_stale_owner_cannot_complete_after_a_takeover(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let body = payment_body("acc_1", "7.00", "order-zombie");
+    let zombie = claim_as_another_owner(&app, "k-zombie", &body).await;
+    app.clock
+        .advance(app.state.config.lease + Duration::from_millis(1));
+    // A retry takes over and completes the payment.
+    let retry = send(app.post(ACME_KEY, Some("k-zombie"), &body)).await;
+    assert_eq!(retry.status, 201);
+
+    // The old owner wakes up and tries to write: every write is refused.
+    let store = &app.state.store;
+    let now = app.clock_now();
+    assert!(matches!(
+        store.advance(&zombie, Step::ProviderRequestSent, now).await,
+        Err(StoreError::Fenced)
+    ));
+    let finish = Finish {
+        status: Status::Completed,
+        response: once_node::idempotency::StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: b"{\"forged\":true}".to_vec(),
+            schema_version: 2,
+        },
+        payment: None,
+        event: None,
+        now,
+        expires_at: now,
+    };
+    assert!(matches!(
+        store.finish(&zombie, &finish).await,
+        Err(StoreError::Fenced)
+    ));
+    assert!(matches!(
+        store.fail_retryable(&zombie, "X", now, now).await,
+        Err(StoreError::Fenced)
+    ));
+    let replay = send(app.post(ACME_KEY, Some("k-zombie"), &body)).await;
+    assert_eq!(
+        replay.body, retry.body,
+        "the completion was not overwritten"
+    );
+    assert_eq!(db.count("SELECT COUNT(*) FROM outbox").await, 1);
+    app.stop().await;
+}
+
+fn takeover_claim(
+    app: &TestApp,
+    record: &once_node::idempotency::Record,
+) -> once_node::idempotency::Claim {
+    use once_node::payments::command::Channel;
+    use once_node::payments::model::NewPayment;
+    once_node::idempotency::Claim {
+        scope: record.scope.clone(),
+        fingerprint: once_node::idempotency::Fingerprint {
+            version: record.fingerprint_version,
+            hash: record.fingerprint.clone(),
+        },
+        payment: NewPayment {
+            id: once_node::domain::PaymentId::generate(),
+            tenant: record.scope.tenant.clone(),
+            account_id: "acc_1".into(),
+            merchant_reference: "unused".into(),
+            amount: once_node::domain::Money::parse("7.00", "EUR").unwrap(),
+            channel: Channel::Web,
+            region: "test".into(),
+        },
+        now: app.clock_now(),
+        lease: app.state.config.lease,
+        trace_id: None,
+        region: "test".into(),
+    }
+}

@@ -1,0 +1,102 @@
+//! Crashes at every recovery point (a failpoint aborts the real process, as
+//! abruptly as SIGKILL), then a restart and a retry: one payment, and the
+//! client gets the original 201. Needs the `failpoints` feature, which
+//! `.ci/run` turns on for the test build.
+#![cfg(feature = "failpoints")]
+
+use std::time::Duration;
+
+use crate::helpers::*;
+use crate::on_every_backend;
+
+on_every_backend!(
+    crash_after_claim,
+    crash_after_provider_request_sent,
+    crash_after_provider_charge,
+    crash_after_finish,
+);
+
+async fn crash_after_claim(backend: Backend) {
+    crash_then_retry(backend, "after_claim").await
+}
+async fn crash_after_provider_request_sent(backend: Backend) {
+    crash_then_retry(backend, "after_provider_request_sent").await
+}
+async fn crash_after_provider_charge(backend: Backend) {
+    crash_then_retry(backend, "after_provider_charge").await
+}
+async fn crash_after_finish(backend: Backend) {
+    crash_then_retry(backend, "after_finish").await
+}
+
+async fn crash_then_retry(backend: Backend, point: &str) {
+    let db = TestDb::new(backend).await;
+    let client = reqwest::Client::new();
+    let body = payment_body("acc_1", "25.00", "order-crash");
+    let failpoint = format!("{point}=return");
+
+    let mut doomed = NodeProcess::start(
+        &db.url,
+        &["--lease", "1s"],
+        &[("FAILPOINTS", failpoint.as_str())],
+    )
+    .await;
+    let lost = post(&client, &doomed.url, ACME_KEY, Some("k-crash"), &body)
+        .send()
+        .await;
+    assert!(
+        lost.is_err(),
+        "the node died mid-request, the client saw no answer"
+    );
+    let status = doomed.wait_for_exit().await;
+    assert!(!status.success(), "aborted at {point}");
+
+    let node = NodeProcess::start(&db.url, &["--lease", "1s"], &[]).await;
+    // Retry like a client would: in-progress answers until the dead owner's
+    // lease runs out, then the takeover finishes the payment.
+    let answer = eventually(Duration::from_secs(20), || {
+        let request = post(&client, &node.url, ACME_KEY, Some("k-crash"), &body);
+        async move {
+            let answer = send(request).await;
+            match answer.status {
+                409 => {
+                    assert_eq!(answer.error_code(), "IDEMPOTENCY_REQUEST_IN_PROGRESS");
+                    None
+                }
+                _ => Some(answer),
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(
+        answer.replayed,
+        point == "after_finish",
+        "only a finished record is a replay"
+    );
+    let again = send(post(&client, &node.url, ACME_KEY, Some("k-crash"), &body)).await;
+    assert_eq!((again.status, again.replayed), (201, true));
+    assert_eq!(again.body, answer.body);
+
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments").await,
+        1,
+        "one payment after a crash at {point}"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM outbox").await,
+        1,
+        "one event after a crash at {point}"
+    );
+    node.kill().await;
+}

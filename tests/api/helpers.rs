@@ -1,0 +1,420 @@
+//! Test harness: a node on port 0 over a fresh database, in-process or as a
+//! real `once` process, plus the clients and SQL probes the scenarios use.
+//!
+//! Every scenario runs once per [`Backend`]. PostgreSQL tests need
+//! `DATABASE_URL` (a server URL; each test creates and drops its own
+//! database). Without it they are skipped locally and fail under `CI=true`,
+//! so CI can never go green without exercising PostgreSQL.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use once_node::domain::ManualClock;
+use once_node::payments::response::ResponseSchema;
+use once_node::state::AppState;
+use once_node::{ApiKeys, Application, NodeConfig};
+use sqlx::{Connection, Executor, Row};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+pub const ACME_KEY: &str = "sk_test_acme_checkout_0001";
+pub const ACME_REFUNDS_KEY: &str = "sk_test_acme_refunds_00001";
+pub const GLOBEX_KEY: &str = "sk_test_globex_checkout_01";
+pub const API_KEYS: &str = "acme:checkout:sk_test_acme_checkout_0001,acme:refunds:sk_test_acme_refunds_00001,globex:checkout:sk_test_globex_checkout_01";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Generates one `#[tokio::test]` per backend for an `async fn(Backend)`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($scenario:ident),+ $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$scenario($crate::helpers::Backend::Sqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if $crate::helpers::postgres_available() {
+                        super::$scenario($crate::helpers::Backend::Postgres).await
+                    }
+                }
+            }
+        )+
+    };
+}
+
+/// True when PostgreSQL tests can run; panics under CI if they cannot.
+pub fn postgres_available() -> bool {
+    if std::env::var("DATABASE_URL").is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "CI must set DATABASE_URL so the PostgreSQL scenarios run"
+    );
+    eprintln!("DATABASE_URL unset: skipping the PostgreSQL variant");
+    false
+}
+
+/// A database of the test's own: a SQLite file in a temp dir, or a fresh
+/// PostgreSQL database dropped when the test ends.
+#[derive(Debug)]
+pub struct TestDb {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        match backend {
+            Backend::Sqlite => {
+                let url = dir.path().join("node.db").display().to_string();
+                Self {
+                    url,
+                    pg_name: None,
+                    _dir: dir,
+                }
+            }
+            Backend::Postgres => {
+                let server = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
+                let mut admin = sqlx::PgConnection::connect(&server)
+                    .await
+                    .expect("connect to PostgreSQL");
+                admin
+                    .execute(format!("CREATE DATABASE {name}").as_str())
+                    .await
+                    .expect("create test database");
+                let url = with_database(&server, &name);
+                Self {
+                    url,
+                    pg_name: Some(name),
+                    _dir: dir,
+                }
+            }
+        }
+    }
+
+    /// A fresh connection for probes.
+    pub async fn pool(&self) -> once_node::sql::Database {
+        once_node::sql::Database::connect(&self.url, 2)
+            .await
+            .expect("probe connection")
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        let db = self.pool().await;
+        let row = sqlx::query(sql).fetch_one(&db.pool).await.expect(sql);
+        let n: i64 = row.try_get(0).expect("count");
+        db.pool.close().await;
+        n
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else {
+            return;
+        };
+        let server = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+        // Drop runs outside any runtime guarantee: use a small one of our own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
+                    let _ = admin
+                        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn with_database(server: &str, name: &str) -> String {
+    let (base, query) = server
+        .split_once('?')
+        .map_or((server, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+/// A node running inside the test process.
+#[derive(Debug)]
+pub struct TestApp {
+    pub url: String,
+    pub state: AppState,
+    pub clock: ManualClock,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub fn test_config(db: &TestDb) -> NodeConfig {
+    let mut config = NodeConfig::new("127.0.0.1:0".parse().unwrap(), "test", &db.url);
+    config.max_db_connections = 8;
+    config.lease = Duration::from_secs(5);
+    config.sweep_interval = Duration::from_secs(3600);
+    config.drain_timeout = Duration::from_secs(5);
+    config
+}
+
+impl TestApp {
+    pub async fn spawn(db: &TestDb) -> Self {
+        Self::spawn_with(db, |_| {}).await
+    }
+
+    pub async fn spawn_with(db: &TestDb, adjust: impl FnOnce(&mut NodeConfig)) -> Self {
+        let mut config = test_config(db);
+        adjust(&mut config);
+        let clock = ManualClock::starting_now();
+        let keys = ApiKeys::from_plaintext_list(API_KEYS).unwrap();
+        let app = Application::builder(config, keys)
+            .clock(Arc::new(clock.clone()))
+            .build()
+            .await
+            .expect("node builds");
+        let url = format!("http://{}", app.address());
+        let state = app.state().clone();
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(app.run_until(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            url,
+            state,
+            clock,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.expect("node task").expect("node stops cleanly");
+        }
+    }
+
+    pub fn post(
+        &self,
+        api_key: &str,
+        idempotency_key: Option<&str>,
+        body: &str,
+    ) -> reqwest::RequestBuilder {
+        post(&self.client, &self.url, api_key, idempotency_key, body)
+    }
+
+    pub async fn metric(&self, name: &str) -> f64 {
+        metric(&self.client, &self.url, name).await
+    }
+}
+
+pub fn post(
+    client: &reqwest::Client,
+    url: &str,
+    api_key: &str,
+    key: Option<&str>,
+    body: &str,
+) -> reqwest::RequestBuilder {
+    let mut request = client
+        .post(format!("{url}/payments"))
+        .header("authorization", format!("Bearer {api_key}"))
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    request
+}
+
+/// A metric's value from `/metrics` (0 when absent).
+pub async fn metric(client: &reqwest::Client, url: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0.0)
+}
+
+/// A standard valid body.
+pub fn payment_body(account: &str, amount: &str, reference: &str) -> String {
+    format!(
+        r#"{{"accountId":"{account}","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#
+    )
+}
+
+/// Status, selected headers and exact body bytes of an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub replayed: bool,
+    pub retry_after: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub async fn of(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let replayed = response
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = response.bytes().await.unwrap().to_vec();
+        Self {
+            status,
+            replayed,
+            retry_after,
+            body,
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn error_code(&self) -> String {
+        self.json()["errorCode"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+pub async fn send(request: reqwest::RequestBuilder) -> Answer {
+    Answer::of(request.send().await.expect("request reaches the node")).await
+}
+
+/// A real `once node` process.
+#[derive(Debug)]
+pub struct NodeProcess {
+    pub url: String,
+    pub child: Child,
+}
+
+impl NodeProcess {
+    pub async fn start(database_url: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_once"));
+        command
+            .args([
+                "node",
+                "--listen",
+                "127.0.0.1:0",
+                "--region",
+                "test",
+                "--database-url",
+                database_url,
+            ])
+            .args(extra_args)
+            .env("ONCE_API_KEYS", API_KEYS)
+            .env("RUST_LOG", "warn")
+            .env_remove("FAILPOINTS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn once node");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr: SocketAddr = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("read stdout") {
+                if let Some(addr) = line.strip_prefix("listening on http://") {
+                    return addr.parse().expect("address");
+                }
+            }
+            panic!("node exited before listening");
+        })
+        .await
+        .expect("node starts within a minute");
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            url: format!("http://{addr}"),
+            child,
+        }
+    }
+
+    /// Waits for the process to exit on its own (a failpoint abort).
+    pub async fn wait_for_exit(&mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("node exits")
+            .expect("wait")
+    }
+
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Polls `condition` until it holds, failing after `limit`. This is a wait
+/// for a state, not a sleep standing in for one.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn schema(v: i32) -> ResponseSchema {
+    ResponseSchema::from_version(v).unwrap()
+}
+
+#[allow(dead_code)]
+pub fn repo_path(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p)
+}

@@ -1,0 +1,11 @@
+//! Integration tests of `once`: each scenario of the idempotency contract
+//! against a real node (in-process on port 0, or a real `once` process),
+//! on SQLite and on PostgreSQL.
+
+mod concurrency;
+mod contract;
+mod crash;
+mod helpers;
+mod isolation;
+mod ops;
+mod validation;

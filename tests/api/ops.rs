@@ -1,0 +1,172 @@
+//! Operational surface: probes, metrics, the OpenAPI document, shutdown,
+//! migrations and config checks of the real binary.
+
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::helpers::*;
+use crate::on_every_backend;
+
+on_every_backend!(
+    probes_answer_and_openapi_declares_the_contract,
+    sigterm_drains_and_exits_cleanly
+);
+
+async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    for path in ["/healthz", "/readyz"] {
+        let r = app
+            .client
+            .get(format!("{}{path}", app.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(r.headers().contains_key("x-trace-id"));
+    }
+    let doc: serde_json::Value = app
+        .client
+        .get(format!("{}/openapi.json", app.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let params = doc["paths"]["/payments"]["post"]["parameters"]
+        .as_array()
+        .unwrap();
+    assert!(
+        params.iter().any(|p| p["name"] == "Idempotency-Key"
+            && p["in"] == "header"
+            && p["required"] == true)
+    );
+    let codes: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for code in [
+        "IDEMPOTENCY_KEY_REQUIRED",
+        "IDEMPOTENCY_KEY_INVALID",
+        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
+        "IDEMPOTENCY_REQUEST_IN_PROGRESS",
+        "DUPLICATE_MERCHANT_REFERENCE",
+        "VALIDATION_FAILED",
+        "INSUFFICIENT_FUNDS",
+        "UNAUTHORIZED",
+        "PAYLOAD_TOO_LARGE",
+    ] {
+        assert!(codes.contains(&code), "{code} missing from {codes:?}");
+    }
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "idempotency_replay_count_total",
+        "idempotency_conflict_different_request_count_total",
+        "idempotency_in_progress_age_max_seconds",
+        "idempotency_expired_retry_count_total",
+        "http_server_request_duration_seconds",
+    ] {
+        assert!(metrics.contains(series), "{series} missing from /metrics");
+    }
+    app.stop().await;
+}
+
+async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let mut node = NodeProcess::start(&db.url, &[], &[]).await;
+    let ok = send(post(
+        &reqwest::Client::new(),
+        &node.url,
+        ACME_KEY,
+        Some("k-term"),
+        &payment_body("acc_1", "1.00", "t"),
+    ))
+    .await;
+    assert_eq!(ok.status, 201);
+    let pid = Pid::from_raw(node.child.id().unwrap() as i32);
+    kill(pid, Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(15), node.child.wait())
+        .await
+        .expect("exits within the drain")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test]
+async fn migrate_and_check_config_need_no_running_node() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let bin = env!("CARGO_BIN_EXE_once");
+    let migrate = tokio::process::Command::new(bin)
+        .args(["migrate", "--database-url", &db.url])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments").await,
+        0,
+        "schema exists"
+    );
+
+    let check = tokio::process::Command::new(bin)
+        .args([
+            "node",
+            "--check-config",
+            "--listen",
+            "127.0.0.1:1",
+            "--database-url",
+            "postgres://u:hunter2@db/x",
+        ])
+        .env("ONCE_API_KEYS", API_KEYS)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        out.contains("postgres://u:***@db/x")
+            && !out.contains("hunter2")
+            && !out.contains(ACME_KEY),
+        "{out}"
+    );
+
+    let bad = tokio::process::Command::new(bin)
+        .args(["node", "--check-config", "--response-schema", "9"])
+        .env("ONCE_API_KEYS", API_KEYS)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(64),
+        "invalid config exits 64 before binding"
+    );
+    let no_keys = tokio::process::Command::new(bin)
+        .args(["node", "--check-config"])
+        .env_remove("ONCE_API_KEYS")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(no_keys.status.code(), Some(64));
+}
