@@ -19,7 +19,7 @@ use crate::auth::ApiKeys;
 use crate::config::NodeConfig;
 use crate::domain::{Clock, SystemClock};
 use crate::error::ApiError;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::{IdempotencyStore, ReplayCache};
 use crate::metrics::Metrics;
 use crate::provider::{InProcessProvider, PaymentProvider};
 use crate::sql::{Database, SqlStore};
@@ -68,6 +68,7 @@ impl Builder {
             .await
             .with_context(|| format!("binding {}", self.config.listen))?;
         let state = AppState(Arc::new(App {
+            replays: ReplayCache::new(self.config.replay_cache_bytes),
             config: self.config,
             api_keys: self.api_keys,
             store,

@@ -31,6 +31,8 @@ pub struct NodeConfig {
     pub response_schema: ResponseSchema,
     /// In-flight requests get this long to finish after SIGTERM.
     pub drain_timeout: Duration,
+    /// Bytes of finished answers kept in memory for replays (0 disables).
+    pub replay_cache_bytes: u64,
     /// Requests served at once before new ones are shed with 503.
     pub concurrency_limit: usize,
 }
@@ -56,6 +58,7 @@ impl NodeConfig {
             response_schema: ResponseSchema::CURRENT,
             drain_timeout: Duration::from_secs(10),
             concurrency_limit: 2048,
+            replay_cache_bytes: 32 * 1024 * 1024,
         }
     }
 

@@ -11,6 +11,7 @@ mod db;
 mod outbox;
 mod payments;
 mod records;
+mod single_statement;
 mod store;
 
 pub use db::{Database, Dialect};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::auth::ApiKeys;
 use crate::config::NodeConfig;
 use crate::domain::Clock;
-use crate::idempotency::IdempotencyStore;
+use crate::idempotency::{IdempotencyStore, ReplayCache};
 use crate::metrics::Metrics;
 use crate::provider::PaymentProvider;
 
@@ -30,6 +30,8 @@ pub struct App {
     /// Where idempotency records (and, in `sql` mode, payments) live.
     pub store: Arc<dyn IdempotencyStore>,
     pub provider: Arc<dyn PaymentProvider>,
+    /// Finished records by scope: replays without a database round trip.
+    pub replays: ReplayCache,
     /// The clock leases and replay windows are judged by.
     pub clock: Arc<dyn Clock>,
     /// This node's own registry; `/metrics` renders it.

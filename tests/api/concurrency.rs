@@ -16,6 +16,7 @@ on_every_backend!(
     a_stale_in_progress_record_is_taken_over_exactly_once,
     two_racing_takeovers_have_one_winner,
     a_stale_owner_cannot_complete_after_a_takeover,
+    a_claim_cut_off_before_its_payment_existed_is_finished_by_the_takeover,
 );
 
 async fn fifty_concurrent_identical_requests_over_two_processes_execute_once(backend: Backend) {
@@ -234,4 +235,75 @@ fn takeover_claim(
         trace_id: None,
         region: "test".into(),
     }
+}
+
+/// On PostgreSQL the claim is one statement; if the business key was taken,
+/// a second statement drops the payment id from the record. A crash between
+/// the two leaves a record naming a payment that was never created. The
+/// takeover must settle it: create the payment if the business key is free,
+/// otherwise answer DUPLICATE_MERCHANT_REFERENCE.
+async fn a_claim_cut_off_before_its_payment_existed_is_finished_by_the_takeover(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    let probe = db.pool().await;
+
+    // Business key free: the takeover creates the payment under the record's id.
+    let free = claim_as_another_owner(
+        &app,
+        "k-cut-free",
+        &payment_body("acc_1", "3.00", "order-cut-free"),
+    )
+    .await;
+    let free_id = free.payment_id.clone().unwrap();
+    sqlx::query("DELETE FROM payments WHERE id = $1")
+        .bind(free_id.as_str())
+        .execute(&probe.pool)
+        .await
+        .unwrap();
+
+    // Business key taken by a payment made meanwhile under another key.
+    let taken = claim_as_another_owner(
+        &app,
+        "k-cut-taken",
+        &payment_body("acc_1", "3.00", "order-cut-taken"),
+    )
+    .await;
+    sqlx::query("DELETE FROM payments WHERE id = $1")
+        .bind(taken.payment_id.as_ref().unwrap().as_str())
+        .execute(&probe.pool)
+        .await
+        .unwrap();
+    let other = send(app.post(
+        ACME_KEY,
+        Some("k-cut-other"),
+        &payment_body("acc_1", "3.00", "order-cut-taken"),
+    ))
+    .await;
+    assert_eq!(other.status, 201);
+
+    app.clock
+        .advance(app.state.config.lease + Duration::from_millis(1));
+    let resumed = send(app.post(
+        ACME_KEY,
+        Some("k-cut-free"),
+        &payment_body("acc_1", "3.00", "order-cut-free"),
+    ))
+    .await;
+    assert_eq!(
+        resumed.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&resumed.body)
+    );
+    assert_eq!(resumed.json()["id"], free_id.as_str());
+    let rejected = send(app.post(
+        ACME_KEY,
+        Some("k-cut-taken"),
+        &payment_body("acc_1", "3.00", "order-cut-taken"),
+    ))
+    .await;
+    assert_eq!(rejected.error_code(), "DUPLICATE_MERCHANT_REFERENCE");
+    assert_eq!(rejected.json()["paymentId"], other.json()["id"]);
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 2);
+    app.stop().await;
 }

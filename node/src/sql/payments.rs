@@ -60,6 +60,18 @@ pub async fn id_by_business_key<'e>(
     .transpose()
 }
 
+pub async fn exists<'e>(
+    db: impl Executor<'e, Database = Any>,
+    id: &PaymentId,
+) -> Result<bool, StoreError> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM payments WHERE id = $1")
+        .bind(id.as_str())
+        .fetch_one(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(row.try_get::<i64, _>("n").map_err(unavailable)? == 1)
+}
+
 pub async fn apply_update<'e>(
     db: impl Executor<'e, Database = Any>,
     update: &PaymentUpdate,

@@ -156,6 +156,28 @@ pub async fn renew<'e>(
     Ok(done.rows_affected() == 1)
 }
 
+/// The payment was created under this record: remember it.
+pub async fn set_payment<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+    fence: i64,
+    payment: &PaymentId,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET step = $6, payment_id = $7, provider_key = $8 \
+         WHERE {SCOPE_MATCHES} AND fence = $5"
+    );
+    let done = bind_scope(sqlx::query(&sql), scope)
+        .bind(fence)
+        .bind(Step::LocalPaymentCreated.as_str())
+        .bind(payment.as_str())
+        .bind(payment.provider_key())
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// The claim found its business key taken: the record keeps no payment.
 pub async fn forget_payment<'e>(
     db: impl Executor<'e, Database = Any>,

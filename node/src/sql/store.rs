@@ -7,14 +7,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::db::Database;
+use super::db::Dialect;
 use super::records::unavailable;
-use super::{outbox, payments, records};
+use super::{outbox, payments, records, single_statement};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::idempotency::store::{
     Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError,
 };
-use crate::payments::model::Payment;
+use crate::payments::model::{NewPayment, Payment};
 
 #[derive(Debug, Clone)]
 pub struct SqlStore {
@@ -72,6 +73,17 @@ impl SqlStore {
         claim: &Claim,
     ) -> Result<ClaimOutcome, StoreError> {
         if payments::insert_pending(&mut **tx, &claim.payment, claim.now).await? {
+            let id = &claim.payment.id;
+            if record.payment_id.as_ref() == Some(id) && record.step == Step::LocalPaymentCreated {
+                return Ok(ClaimOutcome::Claimed(record));
+            }
+            fenced_unless(records::set_payment(&mut **tx, &record.scope, record.fence, id).await?)?;
+            let record = Record {
+                step: Step::LocalPaymentCreated,
+                payment_id: Some(id.clone()),
+                provider_key: Some(id.provider_key()),
+                ..record
+            };
             return Ok(ClaimOutcome::Claimed(record));
         }
         let existing = payments::id_by_business_key(&mut **tx, &claim.payment)
@@ -88,18 +100,55 @@ impl SqlStore {
     }
 }
 
+impl SqlStore {
+    async fn existing(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        records::select(&self.db.pool, &claim.scope)
+            .await?
+            .map(ClaimOutcome::Existing)
+            .ok_or_else(|| {
+                StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read"))
+            })
+    }
+
+    async fn claim_in_one_statement(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        let write = single_statement::claim(&self.db.pool, claim).await?;
+        if !write.claimed {
+            return self.existing(claim).await;
+        }
+        let record = claimed_record(claim);
+        if write.payment_created {
+            return Ok(ClaimOutcome::Claimed(record));
+        }
+        // Rare: the business key is taken. We own the record; record that it
+        // has no payment, and find the one that holds the key.
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        let existing = payments::id_by_business_key(&mut *tx, &claim.payment)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
+        fenced_unless(records::forget_payment(&mut *tx, &record.scope, record.fence).await?)?;
+        tx.commit().await.map_err(unavailable)?;
+        let record = Record {
+            step: Step::Received,
+            payment_id: None,
+            provider_key: None,
+            ..record
+        };
+        Ok(ClaimOutcome::BusinessKeyTaken { record, existing })
+    }
+}
+
 #[async_trait]
 impl IdempotencyStore for SqlStore {
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        if self.db.dialect == Dialect::Postgres {
+            return self.claim_in_one_statement(claim).await;
+        }
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         if !records::insert(&mut *tx, claim, &claim.payment.id).await? {
             // Lost the insert race: read the winner's record outside the
             // (now empty) transaction so we see its committed state.
             tx.rollback().await.map_err(unavailable)?;
-            let existing = records::select(&self.db.pool, &claim.scope).await?;
-            return existing.map(ClaimOutcome::Existing).ok_or_else(|| {
-                StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read"))
-            });
+            return self.existing(claim).await;
         }
         let outcome = Self::attach_payment(&mut tx, claimed_record(claim), claim).await?;
         tx.commit().await.map_err(unavailable)?;
@@ -128,12 +177,30 @@ impl IdempotencyStore for SqlStore {
                 StoreError::Corrupt("record vanished inside its own transaction".into())
             })?;
         let needs_payment = match how {
-            Reclaim::Resume => false,
+            // A PostgreSQL claim that lost its business key, cut off before
+            // it could drop the payment id from the record, leaves a record
+            // naming a payment that was never created: finish that claim now.
+            Reclaim::Resume => match (&record.step, &record.payment_id) {
+                (Step::Received, _) | (_, None) => true,
+                (Step::LocalPaymentCreated, Some(id)) => !payments::exists(&mut *tx, id).await?,
+                _ => false,
+            },
             Reclaim::Restart => seen.payment_id.is_none(),
             Reclaim::Renew => true,
         };
         let outcome = if needs_payment {
-            Self::attach_payment(&mut tx, record, claim).await?
+            let payment = NewPayment {
+                id: record
+                    .payment_id
+                    .clone()
+                    .unwrap_or_else(|| claim.payment.id.clone()),
+                ..claim.payment.clone()
+            };
+            let claim = Claim {
+                payment,
+                ..claim.clone()
+            };
+            Self::attach_payment(&mut tx, record, &claim).await?
         } else {
             ClaimOutcome::Claimed(record)
         };
@@ -150,6 +217,11 @@ impl IdempotencyStore for SqlStore {
     }
 
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
+        if self.db.dialect == Dialect::Postgres {
+            return fenced_unless(
+                single_statement::finish(&self.db.pool, &owner.scope, owner.fence, finish).await?,
+            );
+        }
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         // The fenced record write goes first: a stale owner learns it lost
         // before it touches the payment or the outbox.
