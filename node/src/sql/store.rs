@@ -2,6 +2,7 @@
 //! creates and the completion each commit atomically with the rows they
 //! belong with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,11 +21,27 @@ use crate::payments::model::{NewPayment, Payment};
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Database,
+    /// SQLite has one writer. Queueing this process's writers here, in
+    /// order, beats letting them collide in SQLite's busy handler, which
+    /// backs off by sleeping (hundreds of milliseconds at the tail). Other
+    /// processes on the same file still meet the busy timeout.
+    write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqlStore {
     pub fn new(db: Database) -> Self {
-        Self { db }
+        Self {
+            db,
+            write_gate: Arc::default(),
+        }
+    }
+
+    /// Held for the length of one write on SQLite; nothing on PostgreSQL.
+    async fn writer(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.db.dialect {
+            Dialect::Sqlite => Some(self.write_gate.lock().await),
+            Dialect::Postgres => None,
+        }
     }
 
     pub fn database(&self) -> &Database {
@@ -143,6 +160,7 @@ impl IdempotencyStore for SqlStore {
         if self.db.dialect == Dialect::Postgres {
             return self.claim_in_one_statement(claim).await;
         }
+        let _writer = self.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         if !records::insert(&mut *tx, claim, &claim.payment.id).await? {
             // Lost the insert race: read the winner's record outside the
@@ -161,6 +179,7 @@ impl IdempotencyStore for SqlStore {
         how: Reclaim,
         claim: &Claim,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let _writer = self.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         let won = match how {
             Reclaim::Resume => records::resume(&mut *tx, seen, claim).await?,
@@ -213,6 +232,7 @@ impl IdempotencyStore for SqlStore {
     }
 
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
         fenced_unless(records::set_step(&self.db.pool, &owner.scope, owner.fence, step, now).await?)
     }
 
@@ -222,6 +242,7 @@ impl IdempotencyStore for SqlStore {
                 single_statement::finish(&self.db.pool, &owner.scope, owner.fence, finish).await?,
             );
         }
+        let _writer = self.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         // The fenced record write goes first: a stale owner learns it lost
         // before it touches the payment or the outbox.
@@ -262,6 +283,7 @@ impl IdempotencyStore for SqlStore {
         now: UnixMillis,
         expires_at: UnixMillis,
     ) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
         let owned = records::finish(
             &self.db.pool,
             &owner.scope,
@@ -283,6 +305,7 @@ impl IdempotencyStore for SqlStore {
         now: UnixMillis,
         retry_at: UnixMillis,
     ) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
         fenced_unless(
             records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await?,
         )
@@ -302,10 +325,12 @@ impl IdempotencyStore for SqlStore {
         retention: Duration,
         limit: i64,
     ) -> Result<u64, StoreError> {
+        let _writer = self.writer().await;
         records::expire_batch(&self.db.pool, now, now.plus(retention), limit).await
     }
 
     async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+        let _writer = self.writer().await;
         records::purge_batch(&self.db.pool, now, limit).await
     }
 
