@@ -3,6 +3,8 @@
 pub mod keys;
 pub mod migrate;
 pub mod node;
+pub mod provider_sim;
+pub mod records;
 pub mod up;
 
 /// Marks an error as bad configuration: `main` exits with code 64 before

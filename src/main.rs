@@ -27,6 +27,10 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::keys::KeysCommand),
+    /// Run the payment-provider simulator.
+    ProviderSim(commands::provider_sim::ProviderSimArgs),
+    /// Inspect and resolve idempotency records through a node's admin API.
+    Records(commands::records::RecordsArgs),
     /// Drive load at a running node and report throughput and latency.
     Bench(once_loadgen::BenchArgs),
 }
@@ -55,6 +59,8 @@ fn main() -> ExitCode {
             Command::Node(args) => commands::node::run(args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
+            Command::ProviderSim(args) => commands::provider_sim::run(args).await,
+            Command::Records(args) => commands::records::run(args).await,
             Command::Bench(args) => once_loadgen::run(args).await,
         }
     });

@@ -21,10 +21,10 @@ use crate::domain::{Clock, SystemClock};
 use crate::error::ApiError;
 use crate::idempotency::{IdempotencyStore, ReplayCache};
 use crate::metrics::Metrics;
-use crate::provider::{InProcessProvider, PaymentProvider};
+use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider};
 use crate::sql::{Database, SqlStore};
 use crate::state::{App, AppState};
-use crate::{http, ops, payments, sweeper};
+use crate::{admin, http, ops, payments, recovery, sweeper};
 
 /// A node that has bound its port and migrated its database, ready to run.
 #[derive(Debug)]
@@ -64,6 +64,10 @@ impl Builder {
             Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
         db.migrate().await?;
         let store: Arc<dyn IdempotencyStore> = Arc::new(SqlStore::new(db));
+        let provider: Arc<dyn PaymentProvider> = match (&self.config.provider, self.provider) {
+            (Some(http), _) => Arc::new(HttpProvider::new(http.clone())?),
+            (None, provider) => provider,
+        };
         let listener = TcpListener::bind(self.config.listen)
             .await
             .with_context(|| format!("binding {}", self.config.listen))?;
@@ -72,7 +76,7 @@ impl Builder {
             config: self.config,
             api_keys: self.api_keys,
             store,
-            provider: self.provider,
+            provider,
             clock: self.clock,
             metrics: Metrics::new(),
         }));
@@ -111,7 +115,8 @@ impl Application {
         let Application { listener, state } = self;
         let drain = state.config.drain_timeout;
         let (stop_workers, workers_stopped) = watch::channel(false);
-        let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped));
+        let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped.clone()));
+        let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped));
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
@@ -135,6 +140,7 @@ impl Application {
         }
         let _ = stop_workers.send(true);
         let _ = sweeper.await;
+        let _ = recovery.await;
         info!("node stopped");
         Ok(())
     }
@@ -147,6 +153,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(payments::routes::router())
         .merge(ops::router())
+        .merge(admin::router())
         .fallback(|| async { ApiError::NotFound })
         .layer(
             ServiceBuilder::new()

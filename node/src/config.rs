@@ -31,6 +31,14 @@ pub struct NodeConfig {
     pub response_schema: ResponseSchema,
     /// In-flight requests get this long to finish after SIGTERM.
     pub drain_timeout: Duration,
+    /// How often the recovery worker looks for abandoned operations.
+    pub recovery_interval: Duration,
+    /// Records one recovery pass takes on.
+    pub recovery_batch: i64,
+    /// `None`: the in-process provider (tests of the contract only).
+    pub provider: Option<crate::provider::HttpProviderConfig>,
+    /// Bearer token of the admin endpoints; `None` disables them.
+    pub admin_token: Option<String>,
     /// Bytes of finished answers kept in memory for replays (0 disables).
     pub replay_cache_bytes: u64,
     /// Requests served at once before new ones are shed with 503.
@@ -59,6 +67,10 @@ impl NodeConfig {
             drain_timeout: Duration::from_secs(10),
             concurrency_limit: 2048,
             replay_cache_bytes: 32 * 1024 * 1024,
+            recovery_interval: Duration::from_secs(1),
+            recovery_batch: 100,
+            provider: None,
+            admin_token: None,
         }
     }
 

@@ -12,4 +12,7 @@ pub use decision::{Decision, decide};
 pub use fingerprint::Fingerprint;
 pub use record::{Record, Scope, Status, Step, StoredResponse};
 pub use replay_cache::ReplayCache;
-pub use store::{Claim, ClaimOutcome, Finish, IdempotencyStore, OutboxEvent, Reclaim, StoreError};
+pub use store::{
+    Claim, ClaimOutcome, Finish, IdempotencyStore, OutboxEvent, Reclaim, Resolution,
+    ResolvedOutcome, StoreError,
+};

@@ -14,6 +14,8 @@
 //! - [`payments`]: the command, the execution engine, responses, handlers.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
+//! - [`recovery`]: the worker that finishes abandoned and unknown operations.
+//! - [`admin`]: operator endpoints (list, show, resolve records), own token.
 //! - [`http`], [`ops`], [`openapi`], [`metrics`], [`error`]: the HTTP edges.
 //! - [`failpoints`]: crash injection for recovery tests (test builds only).
 //!
@@ -25,6 +27,7 @@
 //!                                              └─ lost ─► decide ─► replay | 409 | 202 | take over
 //! ```
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod config;
@@ -38,6 +41,7 @@ pub mod openapi;
 pub mod ops;
 pub mod payments;
 pub mod provider;
+pub mod recovery;
 pub mod sql;
 pub mod state;
 pub mod sweeper;

@@ -72,6 +72,7 @@ pub struct Metrics {
     pub takeovers: Counter,
     pub unknown_state: Counter,
     pub in_progress_age_max: Gauge<f64, AtomicU64>,
+    pub unknown_records: Gauge,
     pub expired_records: Counter,
     pub purged_records: Counter,
     pub request_duration: Family<RequestLabels, Histogram>,
@@ -92,6 +93,7 @@ impl Metrics {
         let takeovers = Counter::default();
         let unknown_state = Counter::default();
         let in_progress_age_max = Gauge::<f64, AtomicU64>::default();
+        let unknown_records = Gauge::default();
         let expired_records = Counter::default();
         let purged_records = Counter::default();
         let request_duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
@@ -129,6 +131,11 @@ impl Metrics {
             in_progress_age_max.clone(),
         );
         registry.register(
+            "idempotency_unknown_state_records",
+            "Records waiting in UNKNOWN_REQUIRES_RECOVERY",
+            unknown_records.clone(),
+        );
+        registry.register(
             "idempotency_expired_records",
             "Records whose stored answer was purged at expiry",
             expired_records.clone(),
@@ -151,6 +158,7 @@ impl Metrics {
             takeovers,
             unknown_state,
             in_progress_age_max,
+            unknown_records,
             expired_records,
             purged_records,
             request_duration,

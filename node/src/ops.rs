@@ -49,6 +49,11 @@ async fn metrics(State(state): State<AppState>) -> Response {
         });
         state.metrics.in_progress_age_max.set(age);
     }
+    if let Ok(Ok(n)) =
+        tokio::time::timeout(Duration::from_secs(1), state.store.unknown_count()).await
+    {
+        state.metrics.unknown_records.set(n);
+    }
     (
         StatusCode::OK,
         [(

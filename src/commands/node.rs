@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use once_node::payments::response::ResponseSchema;
+use once_node::provider::HttpProviderConfig;
 use once_node::{ApiKeys, Application, NodeConfig};
 
 use super::config_error;
@@ -45,6 +46,21 @@ pub struct NodeArgs {
     /// How long in-flight requests may finish after SIGTERM.
     #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Base URL of the payment provider (e.g. `once provider-sim`). Without
+    /// it the node uses an in-process provider, for trying the API only.
+    #[arg(long, env = "ONCE_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+    /// Per-attempt provider request timeout (connect timeout is 1s; 3 attempts).
+    #[arg(long, env = "ONCE_PROVIDER_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub provider_timeout: Duration,
+    #[arg(long, env = "ONCE_PROVIDER_CONNECT_TIMEOUT", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub provider_connect_timeout: Duration,
+    /// How often the recovery worker looks for abandoned operations.
+    #[arg(long, env = "ONCE_RECOVERY_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub recovery_interval: Duration,
+    /// Bearer token of the admin endpoints (`once records`); unset disables them.
+    #[arg(long, env = "ONCE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
@@ -74,6 +90,14 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.metadata_retention = args.metadata_retention;
     config.sweep_interval = args.sweep_interval;
     config.drain_timeout = args.drain_timeout;
+    config.recovery_interval = args.recovery_interval;
+    config.admin_token = args.admin_token.clone();
+    config.provider = args.provider_url.as_ref().map(|url| {
+        let mut provider = HttpProviderConfig::new(url);
+        provider.request_timeout = args.provider_timeout;
+        provider.connect_timeout = args.provider_connect_timeout;
+        provider
+    });
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
@@ -113,6 +137,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "sweepInterval": humantime::format_duration(config.sweep_interval).to_string(),
                 "responseSchema": config.response_schema.version(),
                 "drainTimeout": humantime::format_duration(config.drain_timeout).to_string(),
+                "provider": config.provider.as_ref().map_or("in-process".to_owned(), |p| p.base_url.clone()),
+                "recoveryInterval": humantime::format_duration(config.recovery_interval).to_string(),
+                "adminEndpoints": config.admin_token.is_some(),
             })
         );
         return Ok(());

@@ -418,3 +418,96 @@ pub fn schema(v: i32) -> ResponseSchema {
 pub fn repo_path(p: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p)
 }
+
+/// A real `once provider-sim` process.
+#[derive(Debug)]
+pub struct ProviderSim {
+    pub url: String,
+    pub child: Child,
+    client: reqwest::Client,
+}
+
+/// A charge as the simulator's ledger shows it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerCharge {
+    pub idempotency_key: String,
+    pub status: String,
+    pub requests: u32,
+}
+
+impl ProviderSim {
+    pub async fn start() -> Self {
+        Self::start_on("127.0.0.1:0").await
+    }
+
+    /// Starts on a fixed address (to bring a killed simulator back where
+    /// the node expects it).
+    pub async fn start_on(listen: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
+            .args(["provider-sim", "--listen", listen])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn once provider-sim");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let url = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await.expect("read stdout") {
+                if let Some(url) = line.strip_prefix("listening on ") {
+                    return url.to_owned();
+                }
+            }
+            panic!("provider-sim exited before listening");
+        })
+        .await
+        .expect("provider-sim starts");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            url,
+            child,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    pub fn addr(&self) -> String {
+        self.url.trim_start_matches("http://").to_owned()
+    }
+
+    pub async fn arm(&self, mode: &str, count: u32, ms: u64) {
+        let r = self
+            .client
+            .post(format!("{}/faults", self.url))
+            .json(&serde_json::json!({ "mode": mode, "count": count, "ms": ms }))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+
+    pub async fn ledger(&self) -> Vec<LedgerCharge> {
+        self.client
+            .get(format!("{}/charges", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// `provider_payment_<id>` for a payment answer's id.
+pub fn provider_key_of(answer: &Answer) -> String {
+    let json = answer.json();
+    let id = json["id"]
+        .as_str()
+        .or_else(|| json["paymentId"].as_str())
+        .map(str::to_owned);
+    format!("provider_payment_{}", id.expect("answer names its payment"))
+}

@@ -77,6 +77,9 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
         "idempotency_conflict_different_request_count_total",
         "idempotency_in_progress_age_max_seconds",
         "idempotency_expired_retry_count_total",
+        "idempotency_unknown_state_count_total",
+        "idempotency_unknown_state_records",
+        "idempotency_takeover_count_total",
         "http_server_request_duration_seconds",
     ] {
         assert!(metrics.contains(series), "{series} missing from /metrics");

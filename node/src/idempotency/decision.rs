@@ -17,11 +17,10 @@ pub enum Decision {
     Replay,
     /// Someone holds a valid lease: 409 with `Retry-After`.
     InProgress { retry_after: Duration },
-    /// The owner's lease ran out: take over with a fence and resume from the
-    /// recorded step, never re-charging.
+    /// The owner's lease ran out, or the outcome is unknown: take over with
+    /// a fence and resume from the recorded step, asking the provider by key
+    /// before any charge.
     TakeOver,
-    /// Outcome unknown and someone is already recovering it: 202 pending.
-    RecoveryPending { retry_after: Duration },
     /// Failed before any side effect: run it again under the same record.
     Restart,
     /// The replay window has passed: the key is free again, and this is a
@@ -50,10 +49,10 @@ pub fn decide(record: &Record, fingerprint_matches: Option<bool>, now: UnixMilli
         Status::InProgress => Decision::InProgress {
             retry_after: lease_left,
         },
-        Status::UnknownRequiresRecovery if record.lease_expired(now) => Decision::TakeOver,
-        Status::UnknownRequiresRecovery => Decision::RecoveryPending {
-            retry_after: lease_left,
-        },
+        // A client retry triggers recovery at once rather than waiting out
+        // the worker's backoff; while someone recovers, the record is
+        // IN_PROGRESS again and the rows above answer.
+        Status::UnknownRequiresRecovery => Decision::TakeOver,
         Status::FailedRetryable => Decision::Restart,
         // `is_expired` already answered for this status.
         Status::Expired => Decision::Renew,
@@ -140,9 +139,7 @@ mod tests {
                 Some(true),
                 NOW
             ),
-            Decision::RecoveryPending {
-                retry_after: Duration::from_secs(5)
-            }
+            Decision::TakeOver
         );
         assert_eq!(
             decide(

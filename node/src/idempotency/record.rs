@@ -18,6 +18,14 @@ pub struct Scope {
     pub key: IdempotencyKey,
 }
 
+/// The operations this build knows, so names read back from storage become
+/// the same `&'static str` the code claims with.
+pub fn known_operation(name: &str) -> Option<&'static str> {
+    [crate::payments::execute::OPERATION]
+        .into_iter()
+        .find(|op| *op == name)
+}
+
 macro_rules! str_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident => $s:literal),+ $(,)? }) => {
         $(#[$doc])*

@@ -89,6 +89,32 @@ pub struct OutboxEvent {
     pub payload: String,
 }
 
+/// Who resolved an operation by hand, when, why, and how.
+#[derive(Debug, Clone)]
+pub struct Resolution {
+    pub outcome: ResolvedOutcome,
+    pub reason: String,
+    pub actor: String,
+    pub at: UnixMillis,
+    /// End of the resolved record's replay window.
+    pub expires_at: UnixMillis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolvedOutcome {
+    Charged,
+    NotCharged,
+}
+
+impl ResolvedOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Charged => "charged",
+            Self::NotCharged => "not-charged",
+        }
+    }
+}
+
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Insert-first: creates the record if the scoped key is free (and the
@@ -105,6 +131,43 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Option<ClaimOutcome>, StoreError>;
 
     async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError>;
+
+    /// Fenced takeover by a caller that does not know the command (the
+    /// recovery worker, an operator): an `IN_PROGRESS` record whose lease
+    /// expired, or any `UNKNOWN_REQUIRES_RECOVERY` record, becomes this
+    /// caller's with a bumped fence and a fresh lease. `None` when another
+    /// caller won the race.
+    async fn take_over(
+        &self,
+        seen: &Record,
+        now: UnixMillis,
+        lease: Duration,
+    ) -> Result<Option<Record>, StoreError>;
+
+    /// Unfinished records whose lease (or recovery backoff) has run out,
+    /// oldest first.
+    async fn due_for_recovery(
+        &self,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<Vec<Record>, StoreError>;
+
+    /// Records in `status`, oldest first, for operators.
+    async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError>;
+
+    /// Every principal's record for `(tenant, key)` of the payments
+    /// operation, for operators.
+    async fn find(&self, tenant: &TenantId, key: &str) -> Result<Vec<Record>, StoreError>;
+
+    /// An operator's verdict on an owned record, applied together with its
+    /// audit entry: `finish` completes it (`charged`), `None` makes it
+    /// retryable (`not-charged`).
+    async fn resolve(
+        &self,
+        owner: &Record,
+        finish: Option<&Finish>,
+        audit: &Resolution,
+    ) -> Result<(), StoreError>;
 
     /// Records a recovery point, fenced.
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError>;
@@ -150,6 +213,9 @@ pub trait IdempotencyStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Creation time of the oldest unfinished record, for the age gauge.
     async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError>;
+
+    /// How many records wait in `UNKNOWN_REQUIRES_RECOVERY`.
+    async fn unknown_count(&self) -> Result<i64, StoreError>;
 
     /// Answers only when the store can serve requests.
     async fn ready(&self) -> Result<(), StoreError>;

@@ -125,7 +125,9 @@ pub async fn create_payment(
     let mut took_over = false;
     for _ in 0..MAX_ROUNDS {
         let existing = match outcome {
-            ClaimOutcome::Claimed(record) => return run(&state, record, &req, took_over).await,
+            ClaimOutcome::Claimed(record) => {
+                return run(&state, record, &claim.payment, took_over).await;
+            }
             ClaimOutcome::BusinessKeyTaken { record, existing } => {
                 return reject_duplicate_reference(&state, record, existing).await;
             }
@@ -146,12 +148,6 @@ pub async fn create_payment(
             Decision::Replay => return replay(&state, existing),
             Decision::InProgress { retry_after } => {
                 return Err(ApiError::InProgress { retry_after });
-            }
-            Decision::RecoveryPending { retry_after } => {
-                return Ok(Answer::Pending {
-                    payment_id: existing.payment_id,
-                    retry_after,
-                });
             }
             Decision::Incomparable => {
                 return Err(ApiError::Unavailable(anyhow::anyhow!(
@@ -255,7 +251,7 @@ async fn reject_duplicate_reference(
 async fn run(
     state: &AppState,
     mut record: Record,
-    req: &CreatePaymentRequest,
+    facts: &NewPayment,
     took_over: bool,
 ) -> Result<Answer, ApiError> {
     let payment_id = record.payment_id.clone().ok_or_else(|| {
@@ -269,9 +265,9 @@ async fn run(
         .clone()
         .unwrap_or_else(|| payment_id.provider_key());
     let charge = ChargeRequest {
-        account_id: req.command.account_id.clone(),
-        amount: req.command.amount,
-        merchant_reference: req.command.merchant_reference.clone(),
+        account_id: facts.account_id.clone(),
+        amount: facts.amount,
+        merchant_reference: facts.merchant_reference.clone(),
     };
 
     let charged = match record.step {
@@ -326,11 +322,13 @@ async fn run(
         }
         Err(ProviderError::Unknown(reason)) => {
             // Never guess: the record becomes UNKNOWN_REQUIRES_RECOVERY, and
-            // the next owner (a retry after `retry_at`, or the recovery
-            // worker) asks the provider by key.
+            // the next owner (a client retry at once, or the recovery worker
+            // after a backoff that doubles with every failed recovery) asks
+            // the provider by key.
             warn!(%reason, "provider outcome unknown; left for recovery");
             state.metrics.unknown_state.inc();
-            let retry_at = state.clock.now().plus(state.config.lease);
+            let backoff = recovery_backoff(state.config.recovery_interval, record.takeovers);
+            let retry_at = state.clock.now().plus(backoff);
             return match state
                 .store
                 .mark_unknown(&record, state.clock.now(), retry_at)
@@ -338,26 +336,55 @@ async fn run(
             {
                 Ok(()) => Ok(Answer::Pending {
                     payment_id: Some(payment_id),
-                    retry_after: state.config.lease,
+                    retry_after: backoff,
                 }),
                 Err(e) => lost_or_failed(state, &record, e).await,
             };
         }
     };
 
+    let finish = final_state(state, &payment_id, facts, record.created_at, outcome);
+    let response = finish.response.clone();
+    if let Err(e) = state.store.finish(&record, &finish).await {
+        return lost_or_failed(state, &record, e).await;
+    }
+    crash_point("after_finish");
+    state.replays.remember(&finished(record, &finish));
+    let outcome = if took_over {
+        Outcome::Recovered
+    } else {
+        Outcome::Executed
+    };
+    Ok(Answer::Stored {
+        response,
+        replayed: false,
+        original_trace_id: None,
+        outcome,
+    })
+}
+
+/// The terminal write for a provider outcome: the payment's final state,
+/// the answer the client receives (and every retry replays), the event.
+pub(crate) fn final_state(
+    state: &AppState,
+    payment_id: &PaymentId,
+    facts: &NewPayment,
+    created_at: crate::domain::UnixMillis,
+    outcome: ChargeOutcome,
+) -> Finish {
     let now = state.clock.now();
     let payment = Payment {
         id: payment_id.clone(),
-        tenant: req.caller.tenant.clone(),
-        account_id: req.command.account_id.clone(),
-        merchant_reference: req.command.merchant_reference.clone(),
-        amount: req.command.amount,
-        channel: req.command.channel,
+        tenant: facts.tenant.clone(),
+        account_id: facts.account_id.clone(),
+        merchant_reference: facts.merchant_reference.clone(),
+        amount: facts.amount,
+        channel: facts.channel,
         status: PaymentStatus::Pending,
         provider_charge_id: None,
         decline_code: None,
         region: state.config.region.clone(),
-        created_at: record.created_at,
+        created_at,
         updated_at: now,
     };
     let schema = state.config.response_schema;
@@ -389,30 +416,81 @@ async fn run(
             )
         }
     };
-    let finish = Finish {
+    Finish {
         status,
-        response: response.clone(),
-        event: Some(event(&payment_id, event_type, req, &update)),
+        response,
+        event: Some(event(payment_id, event_type, facts, &update)),
         payment: Some(update),
         now,
         expires_at: now.plus(state.config.replay_window),
-    };
-    if let Err(e) = state.store.finish(&record, &finish).await {
-        return lost_or_failed(state, &record, e).await;
     }
-    crash_point("after_finish");
-    state.replays.remember(&finished(record, &finish));
-    let outcome = if took_over {
-        Outcome::Recovered
-    } else {
-        Outcome::Executed
+}
+
+/// How long the recovery worker leaves an unknown outcome alone after its
+/// `attempts`-th failed recovery: the worker's interval, doubling, at most
+/// five minutes. A client retry does not wait for it.
+pub fn recovery_backoff(interval: Duration, attempts: i32) -> Duration {
+    let doubled = interval.saturating_mul(1u32 << attempts.clamp(0, 10));
+    doubled.min(Duration::from_secs(300))
+}
+
+/// Finishes an operation whose record the caller has just taken over
+/// (recovery worker, operator tooling): rebuilds the payment from its row
+/// and runs it from the recorded step. Never charges a second time: the
+/// provider is asked by key first.
+#[instrument(name = "recover an operation", skip_all, fields(tenant = %record.scope.tenant, step = %record.step))]
+pub async fn recover(state: &AppState, record: Record) -> Result<Answer, ApiError> {
+    let Some(payment_id) = record.payment_id.clone() else {
+        // Cut off before any payment existed: nothing left the node.
+        let now = state.clock.now();
+        state
+            .store
+            .fail_retryable(
+                &record,
+                "RECOVERED_BEFORE_PAYMENT",
+                now,
+                now.plus(state.config.replay_window),
+            )
+            .await
+            .map_err(store_error)?;
+        return Err(ApiError::Unavailable(anyhow::anyhow!(
+            "operation had not created its payment; retry"
+        )));
     };
-    Ok(Answer::Stored {
-        response,
-        replayed: false,
-        original_trace_id: None,
-        outcome,
-    })
+    let Some(payment) = state
+        .store
+        .payment(&record.scope.tenant, &payment_id)
+        .await
+        .map_err(store_error)?
+    else {
+        // A PostgreSQL claim cut off before its payment row settled: the
+        // provider was never called (the claim had not returned), so the
+        // operation is safe to run again when the client retries.
+        let now = state.clock.now();
+        state
+            .store
+            .fail_retryable(
+                &record,
+                "RECOVERED_BEFORE_PAYMENT",
+                now,
+                now.plus(state.config.replay_window),
+            )
+            .await
+            .map_err(store_error)?;
+        return Err(ApiError::Unavailable(anyhow::anyhow!(
+            "operation had not created its payment; retry"
+        )));
+    };
+    let facts = NewPayment {
+        id: payment.id,
+        tenant: payment.tenant,
+        account_id: payment.account_id,
+        merchant_reference: payment.merchant_reference,
+        amount: payment.amount,
+        channel: payment.channel,
+        region: payment.region,
+    };
+    run(state, record, &facts, true).await
 }
 
 /// The record as `finish` left it in the store.
@@ -441,17 +519,17 @@ fn update_of(payment: &Payment) -> PaymentUpdate {
 fn event(
     payment_id: &PaymentId,
     event_type: &'static str,
-    req: &CreatePaymentRequest,
+    facts: &NewPayment,
     update: &PaymentUpdate,
 ) -> OutboxEvent {
     let payload = serde_json::json!({
         "paymentId": payment_id.as_str(),
-        "tenantId": req.caller.tenant.as_str(),
-        "accountId": req.command.account_id,
-        "merchantReference": req.command.merchant_reference,
-        "amount": req.command.amount.to_decimal_string(),
-        "currency": req.command.amount.currency_code(),
-        "amountMinor": req.command.amount.minor_units(),
+        "tenantId": facts.tenant.as_str(),
+        "accountId": facts.account_id,
+        "merchantReference": facts.merchant_reference,
+        "amount": facts.amount.to_decimal_string(),
+        "currency": facts.amount.currency_code(),
+        "amountMinor": facts.amount.minor_units(),
         "status": update.status.as_str(),
         "declineCode": update.decline_code,
     });
@@ -460,7 +538,7 @@ fn event(
         event_type,
         schema_version: 1,
         aggregate_id: payment_id.to_string(),
-        tenant: req.caller.tenant.clone(),
+        tenant: facts.tenant.clone(),
         payload: payload.to_string(),
     }
 }
@@ -493,5 +571,19 @@ async fn answer_after_losing(state: &AppState, record: &Record) -> Result<Answer
         None => Err(ApiError::Internal(anyhow::anyhow!(
             "record vanished while fenced out"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_backs_off_by_doubling_up_to_five_minutes() {
+        let second = Duration::from_secs(1);
+        assert_eq!(recovery_backoff(second, 0), second);
+        assert_eq!(recovery_backoff(second, 3), Duration::from_secs(8));
+        assert_eq!(recovery_backoff(second, 40), Duration::from_secs(300));
+        assert_eq!(recovery_backoff(second, -1), second);
     }
 }

@@ -80,16 +80,40 @@ pub async fn resume<'e>(
     claim: &Claim,
 ) -> Result<bool, StoreError> {
     let sql = format!(
-        "UPDATE idempotency_requests SET fence = fence + 1, locked_until = $6, updated_at = $7, \
-         trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') \
-         AND locked_until <= $7"
+        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, \
+         updated_at = $7, trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 \
+         AND ((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')"
     );
     let done = bind_scope(sqlx::query(&sql), &seen.scope)
         .bind(seen.fence)
         .bind(claim.now.plus(claim.lease).0)
         .bind(claim.now.0)
         .bind(claim.trace_id.as_deref())
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// A takeover by a caller without the command (recovery, operators): the
+/// same compare-and-set as [`resume`].
+pub async fn take_over<'e>(
+    db: impl Executor<'e, Database = Any>,
+    seen: &Record,
+    now: UnixMillis,
+    lease: std::time::Duration,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, \
+         updated_at = $7, takeovers = takeovers + 1 \
+         WHERE {SCOPE_MATCHES} AND fence = $5 \
+         AND ((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')"
+    );
+    let done = bind_scope(sqlx::query(&sql), &seen.scope)
+        .bind(seen.fence)
+        .bind(now.plus(lease).0)
+        .bind(now.0)
         .execute(db)
         .await
         .map_err(unavailable)?;
@@ -323,6 +347,98 @@ pub async fn purge_batch<'e>(
     Ok(done.rows_affected())
 }
 
+/// Unfinished records whose lease or backoff ran out, oldest first; served
+/// by the partial index on `locked_until`.
+pub async fn due_for_recovery<'e>(
+    db: impl Executor<'e, Database = Any>,
+    now: UnixMillis,
+    limit: i64,
+) -> Result<Vec<Record>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM idempotency_requests \
+         WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') AND locked_until <= $1 \
+         ORDER BY locked_until LIMIT $2"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(now.0)
+        .bind(limit)
+        .fetch_all(db)
+        .await
+        .map_err(unavailable)?;
+    rows.iter().map(decode_any).collect()
+}
+
+pub async fn with_status<'e>(
+    db: impl Executor<'e, Database = Any>,
+    status: Status,
+    limit: i64,
+) -> Result<Vec<Record>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM idempotency_requests WHERE status = $1 ORDER BY created_at LIMIT $2"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(status.as_str())
+        .bind(limit)
+        .fetch_all(db)
+        .await
+        .map_err(unavailable)?;
+    rows.iter().map(decode_any).collect()
+}
+
+pub async fn by_tenant_and_key<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant: &str,
+    key: &str,
+) -> Result<Vec<Record>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM idempotency_requests WHERE tenant_id = $1 AND idempotency_key = $2 ORDER BY principal_id"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(tenant)
+        .bind(key)
+        .fetch_all(db)
+        .await
+        .map_err(unavailable)?;
+    rows.iter().map(decode_any).collect()
+}
+
+pub async fn count_with_status<'e>(
+    db: impl Executor<'e, Database = Any>,
+    status: Status,
+) -> Result<i64, StoreError> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM idempotency_requests WHERE status = $1")
+        .bind(status.as_str())
+        .fetch_one(db)
+        .await
+        .map_err(unavailable)?;
+    row.try_get("n").map_err(unavailable)
+}
+
+pub async fn insert_resolution<'e>(
+    db: impl Executor<'e, Database = Any>,
+    record: &Record,
+    resolution: &crate::idempotency::Resolution,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO record_resolutions (id, tenant_id, principal_id, operation, idempotency_key, payment_id, \
+         outcome, reason, actor, resolved_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(format!("res_{}", uuid::Uuid::now_v7().simple()))
+    .bind(record.scope.tenant.as_str())
+    .bind(record.scope.principal.as_str())
+    .bind(record.scope.operation)
+    .bind(record.scope.key.as_str())
+    .bind(record.payment_id.as_ref().map(PaymentId::as_str))
+    .bind(resolution.outcome.as_str())
+    .bind(&resolution.reason)
+    .bind(&resolution.actor)
+    .bind(resolution.at.0)
+    .execute(db)
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
 pub async fn oldest_unfinished<'e>(
     db: impl Executor<'e, Database = Any>,
 ) -> Result<Option<UnixMillis>, StoreError> {
@@ -339,6 +455,14 @@ pub async fn oldest_unfinished<'e>(
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
+}
+
+/// Decodes a row whose operation is read from the row itself.
+fn decode_any(row: &AnyRow) -> Result<Record, StoreError> {
+    let operation: String = row.try_get("operation").map_err(unavailable)?;
+    let operation = crate::idempotency::record::known_operation(&operation)
+        .ok_or_else(|| corrupt(format!("operation {operation}")))?;
+    decode(row, operation)
 }
 
 fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {

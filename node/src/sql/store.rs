@@ -12,6 +12,7 @@ use super::db::Dialect;
 use super::records::unavailable;
 use super::{outbox, payments, records, single_statement};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
+use crate::idempotency::Resolution;
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::idempotency::store::{
     Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError,
@@ -332,6 +333,98 @@ impl IdempotencyStore for SqlStore {
     async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
         let _writer = self.writer().await;
         records::purge_batch(&self.db.pool, now, limit).await
+    }
+
+    async fn unknown_count(&self) -> Result<i64, StoreError> {
+        records::count_with_status(&self.db.pool, Status::UnknownRequiresRecovery).await
+    }
+
+    async fn take_over(
+        &self,
+        seen: &Record,
+        now: UnixMillis,
+        lease: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        let _writer = self.writer().await;
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        if !records::take_over(&mut *tx, seen, now, lease).await? {
+            tx.rollback().await.map_err(unavailable)?;
+            return Ok(None);
+        }
+        let record = records::select(&mut *tx, &seen.scope).await?;
+        tx.commit().await.map_err(unavailable)?;
+        Ok(record)
+    }
+
+    async fn due_for_recovery(
+        &self,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<Vec<Record>, StoreError> {
+        records::due_for_recovery(&self.db.pool, now, limit).await
+    }
+
+    async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
+        records::with_status(&self.db.pool, status, limit).await
+    }
+
+    async fn find(&self, tenant: &TenantId, key: &str) -> Result<Vec<Record>, StoreError> {
+        records::by_tenant_and_key(&self.db.pool, tenant.as_str(), key).await
+    }
+
+    async fn resolve(
+        &self,
+        owner: &Record,
+        finish: Option<&Finish>,
+        audit: &Resolution,
+    ) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        let owned = match finish {
+            Some(f) => {
+                let owned = records::finish(
+                    &mut *tx,
+                    &owner.scope,
+                    owner.fence,
+                    f.status,
+                    Step::Completed,
+                    Some(&f.response),
+                    None,
+                    f.now,
+                    f.expires_at,
+                )
+                .await?;
+                if owned {
+                    if let Some(update) = &f.payment {
+                        payments::apply_update(&mut *tx, update, f.now).await?;
+                    }
+                    if let Some(event) = &f.event {
+                        outbox::append(&mut *tx, event, f.now).await?;
+                    }
+                }
+                owned
+            }
+            None => {
+                records::finish(
+                    &mut *tx,
+                    &owner.scope,
+                    owner.fence,
+                    Status::FailedRetryable,
+                    owner.step,
+                    None,
+                    Some("RESOLVED_NOT_CHARGED"),
+                    audit.at,
+                    audit.expires_at,
+                )
+                .await?
+            }
+        };
+        if !owned {
+            tx.rollback().await.map_err(unavailable)?;
+            return Err(StoreError::Fenced);
+        }
+        records::insert_resolution(&mut *tx, owner, audit).await?;
+        tx.commit().await.map_err(unavailable)
     }
 
     async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError> {

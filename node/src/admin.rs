@@ -1,0 +1,303 @@
+//! Operator endpoints, behind their own bearer token (`--admin-token`):
+//! list and show idempotency records, and resolve by hand an operation whose
+//! provider outcome stayed unknown. Every resolution is written with an
+//! audit entry (who, when, why) in the same transaction. The `once records`
+//! command is the client.
+//!
+//! | route | |
+//! |---|---|
+//! | `GET /admin/records?status=unknown&limit=N` | records in a status |
+//! | `GET /admin/records/{tenant}/{key}` | every principal's record for a key |
+//! | `POST /admin/records/{tenant}/{principal}/{key}/resolve` | `{outcome, reason, actor}` |
+//!
+//! Stored response bodies are sensitive data: they are shown only here.
+
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use crate::domain::{IdempotencyKey, PrincipalId, TenantId};
+use crate::error::ApiError;
+use crate::idempotency::{Record, Resolution, ResolvedOutcome, Scope, Status, StoreError};
+use crate::payments::execute::{OPERATION, final_state};
+use crate::payments::model::NewPayment;
+use crate::provider::ChargeOutcome;
+use crate::state::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/records", get(list))
+        .route("/admin/records/{tenant}/{key}", get(show))
+        .route(
+            "/admin/records/{tenant}/{principal}/{key}/resolve",
+            post(resolve),
+        )
+}
+
+/// Proof that the caller presented the admin token.
+#[derive(Debug)]
+pub struct Operator;
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        // Disabled unless configured: indistinguishable from a missing route.
+        let expected = state
+            .config
+            .admin_token
+            .as_deref()
+            .ok_or(ApiError::NotFound)?;
+        let presented = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(ApiError::Unauthorized)?;
+        let same = crate::auth::digest(presented).ct_eq(&crate::auth::digest(expected));
+        if bool::from(same) {
+            Ok(Operator)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
+
+/// A record as operators see it.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordView {
+    pub tenant: String,
+    pub principal: String,
+    pub operation: String,
+    pub key: String,
+    pub status: String,
+    pub step: String,
+    pub fence: i64,
+    pub locked_until: i64,
+    pub payment_id: Option<String>,
+    pub provider_key: Option<String>,
+    pub response_status: Option<u16>,
+    pub response_body: Option<String>,
+    pub response_schema_version: Option<i32>,
+    pub error_code: Option<String>,
+    pub trace_id: Option<String>,
+    pub region: String,
+    pub takeovers: i32,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub expires_at: Option<i64>,
+}
+
+impl From<&Record> for RecordView {
+    fn from(r: &Record) -> Self {
+        Self {
+            tenant: r.scope.tenant.to_string(),
+            principal: r.scope.principal.to_string(),
+            operation: r.scope.operation.to_owned(),
+            key: r.scope.key.to_string(),
+            status: r.status.to_string(),
+            step: r.step.to_string(),
+            fence: r.fence,
+            locked_until: r.locked_until.0,
+            payment_id: r.payment_id.as_ref().map(ToString::to_string),
+            provider_key: r.provider_key.clone(),
+            response_status: r.response.as_ref().map(|x| x.status),
+            response_body: r
+                .response
+                .as_ref()
+                .map(|x| String::from_utf8_lossy(&x.body).into_owned()),
+            response_schema_version: r.response.as_ref().map(|x| x.schema_version),
+            error_code: r.error_code.clone(),
+            trace_id: r.trace_id.clone(),
+            region: r.region.clone(),
+            takeovers: r.takeovers,
+            created_at: r.created_at.0,
+            updated_at: r.updated_at.0,
+            expires_at: r.expires_at.map(|t| t.0),
+        }
+    }
+}
+
+fn unavailable(e: StoreError) -> ApiError {
+    ApiError::Unavailable(e.into())
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    /// `unknown`, `in_progress`, `completed`, … or the stored spelling.
+    pub status: String,
+    #[serde(default = "default_limit")]
+    pub limit: i64,
+}
+
+fn default_limit() -> i64 {
+    100
+}
+
+pub fn parse_status(s: &str) -> Option<Status> {
+    let upper = s.to_ascii_uppercase().replace('-', "_");
+    match upper.as_str() {
+        "UNKNOWN" => Some(Status::UnknownRequiresRecovery),
+        other => other.parse().ok(),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    _: Operator,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<RecordView>>, ApiError> {
+    let status = parse_status(&q.status).ok_or_else(|| {
+        ApiError::InvalidCommand(format!("status: unknown status {:?}", q.status))
+    })?;
+    let records = state
+        .store
+        .list(status, q.limit.clamp(1, 1000))
+        .await
+        .map_err(unavailable)?;
+    Ok(Json(records.iter().map(RecordView::from).collect()))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    _: Operator,
+    Path((tenant, key)): Path<(String, String)>,
+) -> Result<Json<Vec<RecordView>>, ApiError> {
+    let tenant = TenantId::parse(&tenant).ok_or(ApiError::NotFound)?;
+    let records = state.store.find(&tenant, &key).await.map_err(unavailable)?;
+    if records.is_empty() {
+        return Err(ApiError::NotFound);
+    }
+    Ok(Json(records.iter().map(RecordView::from).collect()))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ResolveRequest {
+    /// `charged` or `not-charged`.
+    pub outcome: String,
+    pub reason: String,
+    pub actor: String,
+}
+
+async fn resolve(
+    State(state): State<AppState>,
+    _: Operator,
+    Path((tenant, principal, key)): Path<(String, String, String)>,
+    Json(req): Json<ResolveRequest>,
+) -> Result<Json<RecordView>, ApiError> {
+    let outcome = match req.outcome.as_str() {
+        "charged" => ResolvedOutcome::Charged,
+        "not-charged" => ResolvedOutcome::NotCharged,
+        other => {
+            return Err(ApiError::InvalidCommand(format!(
+                "outcome: expected charged or not-charged, got {other:?}"
+            )));
+        }
+    };
+    if req.reason.trim().is_empty() || req.actor.trim().is_empty() {
+        return Err(ApiError::InvalidCommand(
+            "reason and actor are required: the audit trail needs both".into(),
+        ));
+    }
+    let scope = Scope {
+        tenant: TenantId::parse(&tenant).ok_or(ApiError::NotFound)?,
+        principal: PrincipalId::parse(&principal).ok_or(ApiError::NotFound)?,
+        operation: OPERATION,
+        key: IdempotencyKey::parse(key.as_bytes()).map_err(|_| ApiError::NotFound)?,
+    };
+    let now = state.clock.now();
+    let seen = state
+        .store
+        .load(&scope)
+        .await
+        .map_err(unavailable)?
+        .ok_or(ApiError::NotFound)?;
+    let awaiting = seen.status == Status::UnknownRequiresRecovery
+        || (seen.status == Status::InProgress && seen.lease_expired(now));
+    if !awaiting {
+        return Err(ApiError::InvalidCommand(format!(
+            "record is {} and not awaiting resolution (only UNKNOWN_REQUIRES_RECOVERY or an abandoned IN_PROGRESS)",
+            seen.status
+        )));
+    }
+    let owner = state
+        .store
+        .take_over(&seen, now, state.config.lease)
+        .await
+        .map_err(unavailable)?
+        .ok_or(ApiError::InProgress {
+            retry_after: state.config.lease,
+        })?;
+    let audit = Resolution {
+        outcome,
+        reason: req.reason,
+        actor: req.actor,
+        at: now,
+        expires_at: now.plus(state.config.replay_window),
+    };
+    let finish = match outcome {
+        ResolvedOutcome::NotCharged => None,
+        ResolvedOutcome::Charged => {
+            let payment_id = owner.payment_id.clone().ok_or_else(|| {
+                ApiError::InvalidCommand(
+                    "the operation never created a payment: it cannot have charged".into(),
+                )
+            })?;
+            let payment = state
+                .store
+                .payment(&scope.tenant, &payment_id)
+                .await
+                .map_err(unavailable)?
+                .ok_or_else(|| {
+                    ApiError::InvalidCommand(
+                        "the operation's payment row does not exist: it cannot have charged".into(),
+                    )
+                })?;
+            let facts = NewPayment {
+                id: payment.id.clone(),
+                tenant: payment.tenant,
+                account_id: payment.account_id,
+                merchant_reference: payment.merchant_reference,
+                amount: payment.amount,
+                channel: payment.channel,
+                region: payment.region,
+            };
+            let charge_id = format!(
+                "manual:{}",
+                owner
+                    .provider_key
+                    .clone()
+                    .unwrap_or_else(|| payment_id.provider_key())
+            );
+            Some(final_state(
+                &state,
+                &payment_id,
+                &facts,
+                owner.created_at,
+                ChargeOutcome::Approved { charge_id },
+            ))
+        }
+    };
+    match state.store.resolve(&owner, finish.as_ref(), &audit).await {
+        Ok(()) => {}
+        Err(StoreError::Fenced) => {
+            return Err(ApiError::InProgress {
+                retry_after: state.config.lease,
+            });
+        }
+        Err(e) => return Err(unavailable(e)),
+    }
+    tracing::warn!(tenant = %scope.tenant, key = %scope.key, outcome = outcome.as_str(), actor = %audit.actor, "operation resolved by hand");
+    let after = state
+        .store
+        .load(&scope)
+        .await
+        .map_err(unavailable)?
+        .ok_or(ApiError::NotFound)?;
+    Ok(Json(RecordView::from(&after)))
+}

@@ -1,0 +1,84 @@
+//! The recovery worker: every node looks for operations nobody is finishing
+//! — `IN_PROGRESS` records whose owner's lease ran out (a crash, a kill, a
+//! lost region) and `UNKNOWN_REQUIRES_RECOVERY` records whose backoff
+//! passed — takes each over with a fenced compare-and-set, and finishes it
+//! from its recorded step (`payments::execute::recover`): the provider is
+//! asked by key before anything is charged (I5).
+//!
+//! Several nodes may run it against one database: the takeover decides who
+//! recovers a record, the others skip it. When the provider still cannot
+//! answer, the record goes back to `UNKNOWN_REQUIRES_RECOVERY` with a
+//! backoff that doubles per attempt (at most five minutes).
+
+use futures::StreamExt;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::payments::execute::{Answer, recover};
+use crate::state::AppState;
+
+/// How many records one pass recovers at once.
+const CONCURRENCY: usize = 8;
+
+/// One pass: takes over and finishes every due record (up to the batch).
+/// Returns how many this node took over.
+pub async fn recover_due(state: &AppState) -> anyhow::Result<usize> {
+    let now = state.clock.now();
+    let due = state
+        .store
+        .due_for_recovery(now, state.config.recovery_batch)
+        .await?;
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let taken = futures::stream::iter(due)
+        .map(|seen| async move {
+            let owned = match state
+                .store
+                .take_over(&seen, state.clock.now(), state.config.lease)
+                .await
+            {
+                Ok(Some(owned)) => owned,
+                Ok(None) => return 0,
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "recovery takeover failed");
+                    return 0;
+                }
+            };
+            state.metrics.takeovers.inc();
+            let key = owned.scope.key.clone();
+            match recover(state, owned).await {
+                Ok(Answer::Stored { response, .. }) => {
+                    info!(%key, status = response.status, "recovered an operation")
+                }
+                Ok(Answer::Pending { retry_after, .. }) => {
+                    info!(%key, ?retry_after, "provider outcome still unknown; will retry")
+                }
+                Err(e) => {
+                    warn!(%key, error = %format!("{e:#}"), "recovery did not finish the operation")
+                }
+            }
+            1
+        })
+        .buffer_unordered(CONCURRENCY)
+        .fold(0, |n, taken| async move { n + taken })
+        .await;
+    Ok(taken)
+}
+
+/// Runs [`recover_due`] every `recovery_interval` until `shutdown` flips.
+pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(state.config.recovery_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        match recover_due(&state).await {
+            Ok(0) => {}
+            Ok(n) => debug!(n, "recovery pass took over records"),
+            Err(e) => warn!(error = %format!("{e:#}"), "recovery pass failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! A payment-provider simulator: the one fake in `once`, standing in for
+//! what is outside the system. It behaves like a real provider, failures
+//! included, so the node's provider client and recovery paths are exercised
+//! against the behaviour they will meet in production.
+//!
+//! # Layout
+//!
+//! - [`ledger`]: charges by provider idempotency key; the same key never
+//!   charges twice and replays its first answer; a different body under the
+//!   same key is rejected.
+//! - [`faults`]: faults armed at run time for the next N charges.
+//! - [`api`]: the HTTP surface.
+//!
+//! # HTTP
+//!
+//! | route | |
+//! |---|---|
+//! | `POST /charges` + `Idempotency-Key` | charge once per key |
+//! | `GET /charges/{key}` | the charge made under `key`, or 404 |
+//! | `GET /charges` | the whole ledger |
+//! | `POST /faults` `{"mode", "count", "ms"?}` / `DELETE /faults` | arm / clear faults |
+//!
+//! Fault modes: `latency` (answer after `ms`), `error_before_charge` (503,
+//! nothing charged), `timeout_after_charge` (charge recorded, no answer ever:
+//! the connection hangs until the caller gives up), `reset_after_charge`
+//! (charge recorded, connection cut mid-answer), `decline` (402). Accounts
+//! whose id starts with `acc_nofunds` are always declined.
+
+pub mod api;
+pub mod faults;
+pub mod ledger;
+
+use std::net::SocketAddr;
+
+pub use api::{ChargeBody, ChargeRecord, Simulator};
+
+/// Binds `listen` and serves until `shutdown` resolves. Returns the bound
+/// address through `on_bound` before serving.
+pub async fn serve(
+    listen: SocketAddr,
+    on_bound: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    on_bound(listener.local_addr()?);
+    axum::serve(listener, Simulator::default().router())
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! `once records`: the operator's view of idempotency records, through a
+//! node's admin endpoints (`--admin-token` on the node).
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use once_node::admin::{RecordView, ResolveRequest};
+
+#[derive(Debug, Args)]
+pub struct RecordsArgs {
+    /// A node's base URL.
+    #[arg(
+        long,
+        env = "ONCE_NODE_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub node: String,
+    /// The node's admin token.
+    #[arg(long, env = "ONCE_ADMIN_TOKEN", global = true, hide_env_values = true)]
+    pub admin_token: Option<String>,
+    #[command(subcommand)]
+    pub command: RecordsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RecordsCommand {
+    /// Records in a status: unknown, in_progress, completed, failed_retryable, …
+    List {
+        #[arg(long, default_value = "unknown")]
+        status: String,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Every principal's record for one key of a tenant.
+    Show {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        key: String,
+    },
+    /// Resolve an operation whose provider outcome is unknown, by hand.
+    Resolve {
+        #[arg(long)]
+        tenant: String,
+        /// Needed when several principals used the key (see `show`).
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        key: String,
+        #[arg(long, value_parser = ["charged", "not-charged"])]
+        outcome: String,
+        /// Why: goes into the audit entry.
+        #[arg(long)]
+        reason: String,
+        /// Who: defaults to $USER.
+        #[arg(long, env = "USER")]
+        actor: Option<String>,
+    },
+}
+
+fn segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn checked(response: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let body = response.text().await.unwrap_or_default();
+    anyhow::bail!("node answered {status}: {body}")
+}
+
+fn print_records(records: &[RecordView]) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(records)?);
+    Ok(())
+}
+
+pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
+    let token = args
+        .admin_token
+        .clone()
+        .context("--admin-token (or ONCE_ADMIN_TOKEN) is required")?;
+    let client = reqwest::Client::new();
+    let base = args.node.trim_end_matches('/');
+    match args.command {
+        RecordsCommand::List { status, limit } => {
+            let response = client
+                .get(format!("{base}/admin/records"))
+                .query(&[("status", status.as_str()), ("limit", &limit.to_string())])
+                .bearer_auth(&token)
+                .send()
+                .await?;
+            let records: Vec<RecordView> = checked(response).await?.json().await?;
+            print_records(&records)
+        }
+        RecordsCommand::Show { tenant, key } => {
+            let url = format!(
+                "{base}/admin/records/{}/{}",
+                segment(&tenant),
+                segment(&key)
+            );
+            let records: Vec<RecordView> =
+                checked(client.get(url).bearer_auth(&token).send().await?)
+                    .await?
+                    .json()
+                    .await?;
+            print_records(&records)
+        }
+        RecordsCommand::Resolve {
+            tenant,
+            principal,
+            key,
+            outcome,
+            reason,
+            actor,
+        } => {
+            let principal = match principal {
+                Some(p) => p,
+                None => {
+                    let url = format!(
+                        "{base}/admin/records/{}/{}",
+                        segment(&tenant),
+                        segment(&key)
+                    );
+                    let records: Vec<RecordView> =
+                        checked(client.get(url).bearer_auth(&token).send().await?)
+                            .await?
+                            .json()
+                            .await?;
+                    match records.as_slice() {
+                        [one] => one.principal.clone(),
+                        _ => anyhow::bail!(
+                            "{} principals used this key; pass --principal",
+                            records.len()
+                        ),
+                    }
+                }
+            };
+            let actor = actor.context("--actor is required when $USER is unset")?;
+            let url = format!(
+                "{base}/admin/records/{}/{}/{}/resolve",
+                segment(&tenant),
+                segment(&principal),
+                segment(&key)
+            );
+            let request = ResolveRequest {
+                outcome,
+                reason,
+                actor,
+            };
+            let record: RecordView = checked(
+                client
+                    .post(url)
+                    .bearer_auth(&token)
+                    .json(&request)
+                    .send()
+                    .await?,
+            )
+            .await?
+            .json()
+            .await?;
+            print_records(&[record])
+        }
+    }
+}
