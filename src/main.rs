@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
-mod telemetry;
 
 #[derive(Debug, Parser)]
 #[command(name = "once", version, about = "Exactly-once payments API")]
@@ -35,6 +34,21 @@ enum Command {
     Bench(once_loadgen::BenchArgs),
 }
 
+impl Command {
+    /// Who this process is, for telemetry's resource attributes.
+    fn role(&self) -> once_telemetry::Role {
+        let (service, region) = match self {
+            Command::Up(_) => ("once-up", None),
+            Command::Node(args) => ("once-node", Some(args.region.clone())),
+            Command::ProviderSim(_) => ("once-provider-sim", None),
+            Command::Migrate(_) | Command::Keys(_) | Command::Records(_) | Command::Bench(_) => {
+                ("once-cli", None)
+            }
+        };
+        once_telemetry::Role { service, region }
+    }
+}
+
 /// Exit code for invalid configuration (sysexits' EX_CONFIG is 78, EX_USAGE
 /// 64): the process stops before binding anything.
 const EXIT_CONFIG: u8 = 64;
@@ -42,7 +56,6 @@ const EXIT_CONFIG: u8 = 64;
 fn main() -> ExitCode {
     once_node::failpoints::arm_from_env();
     let cli = Cli::parse();
-    telemetry::init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -54,6 +67,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
+        // Telemetry starts inside the runtime (its exporters run on it) and
+        // is dropped, flushing spans, before the runtime shuts down.
+        let _telemetry = once_telemetry::init(&cli.command.role()).map_err(|e| {
+            eprintln!("error: starting telemetry: {e:#}");
+            e
+        })?;
         match cli.command {
             Command::Up(args) => commands::up::run(args).await,
             Command::Node(args) => commands::node::run(args).await,

@@ -55,12 +55,34 @@ impl Simulator {
             .route("/charges/{key}", get(lookup))
             .route("/faults", post(arm).delete(clear))
             .route("/healthz", get(|| async { "ok" }))
+            .layer(axum::middleware::from_fn(server_span))
             .with_state(self)
     }
 
     pub fn ledger(&self) -> Vec<ChargeRecord> {
         self.ledger.all()
     }
+}
+
+/// A server span per request, continuing the caller's trace.
+async fn server_span(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument;
+    let name = format!(
+        "{} {}",
+        request.method(),
+        request
+            .uri()
+            .path()
+            .split('/')
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("/")
+    );
+    let span = tracing::info_span!("provider request", otel.name = %name, otel.kind = "server", http.response.status_code = tracing::field::Empty);
+    once_telemetry::context::set_remote_parent(&span, request.headers());
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 async fn charge(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {

@@ -350,6 +350,9 @@ impl NodeProcess {
             .env("ONCE_API_KEYS", API_KEYS)
             .env("RUST_LOG", "warn")
             .env_remove("FAILPOINTS")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
@@ -375,6 +378,11 @@ impl NodeProcess {
             url: format!("http://{addr}"),
             child,
         }
+    }
+
+    /// SIGTERM, then wait for a clean exit (flushing telemetry on the way).
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        terminate(&mut self.child).await
     }
 
     /// Waits for the process to exit on its own (a failpoint abort).
@@ -444,9 +452,15 @@ impl ProviderSim {
     /// Starts on a fixed address (to bring a killed simulator back where
     /// the node expects it).
     pub async fn start_on(listen: &str) -> Self {
+        Self::start_with(listen, &[]).await
+    }
+
+    pub async fn start_with(listen: &str, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
             .args(["provider-sim", "--listen", listen])
             .env("RUST_LOG", "warn")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -510,4 +524,16 @@ pub fn provider_key_of(answer: &Answer) -> String {
         .or_else(|| json["paymentId"].as_str())
         .map(str::to_owned);
     format!("provider_payment_{}", id.expect("answer names its payment"))
+}
+
+/// Sends SIGTERM and waits for the process to exit.
+pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(child.id().expect("running child") as i32);
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .expect("wait")
 }

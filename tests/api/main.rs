@@ -9,4 +9,5 @@ mod helpers;
 mod isolation;
 mod ops;
 mod provider;
+mod telemetry;
 mod validation;

@@ -8,6 +8,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::command::CreatePayment;
 use super::execute::{Answer, CreatePaymentRequest, create_payment};
@@ -15,7 +17,7 @@ use super::response::{self, PendingBody};
 use crate::auth::Caller;
 use crate::domain::{IdempotencyKey, PaymentId};
 use crate::error::{ApiError, ErrorBody};
-use crate::http::TraceId;
+use crate::http::TraceContext;
 use crate::metrics::Outcome;
 use crate::state::AppState;
 
@@ -103,10 +105,11 @@ async fn read_body(
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    trace: TraceId,
+    trace: TraceContext,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    tracing::Span::current().record("tenant", caller.tenant.as_str());
     let result = async {
         let key = idempotency_key(&headers)?;
         let api_version = api_version(&headers)?;
@@ -117,11 +120,11 @@ pub async fn create(
             key,
             api_version,
             command,
-            trace_id: Some(trace.0),
+            trace_id: Some(trace.traceparent),
         };
         // Detached: a client that hangs up must not cancel a payment halfway
         // (it would sit IN_PROGRESS until its lease ran out).
-        tokio::spawn(create_payment(state.clone(), request))
+        tokio::spawn(create_payment(state.clone(), request).in_current_span())
             .await
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("payment task failed: {e}")))?
     }
@@ -164,8 +167,17 @@ fn answer_response(answer: Answer) -> Response {
             }
             if replayed {
                 headers.insert(REPLAYED, HeaderValue::from_static("true"));
-                if let Some(v) = original_trace_id.and_then(|t| HeaderValue::try_from(t).ok()) {
-                    headers.insert(ORIGINAL_TRACE, v);
+                if let Some(original) = original_trace_id {
+                    // The replay's server span links to the execution it
+                    // replays, so the trace view leads from one to the other.
+                    if let Some(link) = once_telemetry::context::parse_traceparent(&original) {
+                        tracing::Span::current().add_link(link);
+                    }
+                    if let Ok(v) =
+                        HeaderValue::try_from(once_telemetry::context::trace_id_of(&original))
+                    {
+                        headers.insert(ORIGINAL_TRACE, v);
+                    }
                 }
             }
             response.extensions_mut().insert(outcome);

@@ -124,9 +124,12 @@ impl HttpProvider {
             currency: request.amount.currency_code(),
             merchant_reference: &request.merchant_reference,
         };
+        let mut trace = http::HeaderMap::new();
+        once_telemetry::context::inject_current(&mut trace);
         let response = self
             .client
             .post(format!("{}/charges", self.config.base_url))
+            .headers(trace)
             .header("idempotency-key", provider_key)
             .json(&body)
             .send()
@@ -158,7 +161,7 @@ fn classify(e: reqwest::Error) -> Attempt {
 
 #[async_trait]
 impl PaymentProvider for HttpProvider {
-    #[instrument(name = "charge at the provider", skip_all, fields(provider_key))]
+    #[instrument(name = "charge at the provider", skip_all, fields(otel.kind = "client", provider_key = %provider_key))]
     async fn charge(
         &self,
         provider_key: &str,
@@ -196,9 +199,12 @@ impl PaymentProvider for HttpProvider {
         fields(provider_key)
     )]
     async fn lookup(&self, provider_key: &str) -> Result<Option<ChargeOutcome>, ProviderError> {
+        let mut trace = http::HeaderMap::new();
+        once_telemetry::context::inject_current(&mut trace);
         let response = self
             .client
             .get(format!("{}/charges/{provider_key}", self.config.base_url))
+            .headers(trace)
             .send()
             .await
             .map_err(|e| ProviderError::Unknown(format!("lookup failed: {e:#}")))?;

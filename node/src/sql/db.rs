@@ -84,6 +84,14 @@ impl Database {
         Ok(Self { pool, dialect })
     }
 
+    /// The OpenTelemetry `db.system` name of the dialect.
+    pub fn system(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgresql",
+        }
+    }
+
     /// Applies pending migrations. Safe to run from several processes at
     /// once: sqlx serializes them with a lock on PostgreSQL, and SQLite's
     /// single writer does the same.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tracing::instrument;
 
 use super::db::Database;
 use super::db::Dialect;
@@ -157,6 +158,7 @@ impl SqlStore {
 
 #[async_trait]
 impl IdempotencyStore for SqlStore {
+    #[instrument(name = "claim the key", skip_all, fields(db.system = %self.db.system()))]
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         if self.db.dialect == Dialect::Postgres {
             return self.claim_in_one_statement(claim).await;
@@ -174,6 +176,7 @@ impl IdempotencyStore for SqlStore {
         Ok(outcome)
     }
 
+    #[instrument(name = "take over the record", skip_all, fields(db.system = %self.db.system()))]
     async fn reclaim(
         &self,
         seen: &Record,
@@ -228,15 +231,18 @@ impl IdempotencyStore for SqlStore {
         Ok(Some(outcome))
     }
 
+    #[instrument(name = "load the record", skip_all, fields(db.system = %self.db.system()))]
     async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError> {
         records::select(&self.db.pool, scope).await
     }
 
+    #[instrument(name = "record a recovery point", skip_all, fields(db.system = %self.db.system()))]
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
         let _writer = self.writer().await;
         fenced_unless(records::set_step(&self.db.pool, &owner.scope, owner.fence, step, now).await?)
     }
 
+    #[instrument(name = "finish the operation", skip_all, fields(db.system = %self.db.system()))]
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         if self.db.dialect == Dialect::Postgres {
             return fenced_unless(
@@ -277,6 +283,7 @@ impl IdempotencyStore for SqlStore {
         tx.commit().await.map_err(unavailable)
     }
 
+    #[instrument(name = "mark the operation retryable", skip_all, fields(db.system = %self.db.system()))]
     async fn fail_retryable(
         &self,
         owner: &Record,
@@ -300,6 +307,7 @@ impl IdempotencyStore for SqlStore {
         fenced_unless(owned)
     }
 
+    #[instrument(name = "mark the outcome unknown", skip_all, fields(db.system = %self.db.system()))]
     async fn mark_unknown(
         &self,
         owner: &Record,
@@ -312,6 +320,7 @@ impl IdempotencyStore for SqlStore {
         )
     }
 
+    #[instrument(name = "load the payment", skip_all, fields(db.system = %self.db.system()))]
     async fn payment(
         &self,
         tenant: &TenantId,
@@ -339,6 +348,7 @@ impl IdempotencyStore for SqlStore {
         records::count_with_status(&self.db.pool, Status::UnknownRequiresRecovery).await
     }
 
+    #[instrument(name = "take over for recovery", skip_all, fields(db.system = %self.db.system()))]
     async fn take_over(
         &self,
         seen: &Record,
@@ -372,6 +382,7 @@ impl IdempotencyStore for SqlStore {
         records::by_tenant_and_key(&self.db.pool, tenant.as_str(), key).await
     }
 
+    #[instrument(name = "apply an operator resolution", skip_all, fields(db.system = %self.db.system()))]
     async fn resolve(
         &self,
         owner: &Record,
