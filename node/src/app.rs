@@ -80,6 +80,7 @@ impl Builder {
             clock: self.clock,
             metrics: Metrics::new(),
         }));
+        state.metrics.export_over_otlp();
         Ok(Application { listener, state })
     }
 }

@@ -104,6 +104,18 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
     if let Some(InternalCause(cause)) = response.extensions().get::<InternalCause>() {
         span.in_scope(|| error!(error = %format!("{cause:#}"), status, "request failed"));
     }
+    let elapsed = started.elapsed().as_secs_f64();
+    if let Some(histogram) = state.metrics.otel_request_duration.get() {
+        histogram.record(
+            elapsed,
+            &[
+                opentelemetry::KeyValue::new("http.request.method", method.clone()),
+                opentelemetry::KeyValue::new("http.route", route.clone()),
+                opentelemetry::KeyValue::new("http.response.status_code", i64::from(status)),
+                opentelemetry::KeyValue::new("idempotency.outcome", outcome.as_str()),
+            ],
+        );
+    }
     state
         .metrics
         .request_duration
@@ -113,7 +125,7 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
             status,
             outcome: outcome.as_str().to_owned(),
         })
-        .observe(started.elapsed().as_secs_f64());
+        .observe(elapsed);
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::try_from(trace.trace_id()) {
         headers.insert(X_TRACE_ID, v);

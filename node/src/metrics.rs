@@ -4,6 +4,13 @@
 //! DESIGN names use dots (`idempotency.replay.count`); Prometheus names use
 //! underscores, and counters get the `_total` suffix
 //! (`idempotency_replay_count_total`).
+//!
+//! The registry here is the source of truth. When OTLP export is configured
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`), [`Metrics::export_over_otlp`] registers
+//! OpenTelemetry observable instruments that read the same counters and
+//! gauges under their DESIGN names, and the request histogram is recorded
+//! into an OpenTelemetry histogram as well. Without an endpoint the global
+//! meter is a no-op and costs nothing.
 
 use std::sync::atomic::AtomicU64;
 
@@ -63,7 +70,6 @@ pub struct RequestLabels {
     pub outcome: String,
 }
 
-#[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     pub replays: Counter,
@@ -76,6 +82,18 @@ pub struct Metrics {
     pub expired_records: Counter,
     pub purged_records: Counter,
     pub request_duration: Family<RequestLabels, Histogram>,
+    /// The OpenTelemetry twin of `request_duration`, set only when exporting.
+    pub otel_request_duration: std::sync::OnceLock<opentelemetry::metrics::Histogram<f64>>,
+    /// Observable instruments stay registered while these live.
+    otel_observers: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
@@ -162,7 +180,65 @@ impl Metrics {
             expired_records,
             purged_records,
             request_duration,
+            otel_request_duration: std::sync::OnceLock::new(),
+            otel_observers: std::sync::Mutex::default(),
         }
+    }
+
+    /// Publishes the counters and gauges through the global OpenTelemetry
+    /// meter, under the names DESIGN §8 uses.
+    pub fn export_over_otlp(&self) {
+        if !once_telemetry::exporting() {
+            return;
+        }
+        let meter = opentelemetry::global::meter("once-node");
+        let _ = self.otel_request_duration.set(
+            meter
+                .f64_histogram("http.server.request.duration")
+                .with_unit("s")
+                .with_description("Request latency by route and outcome")
+                .build(),
+        );
+        let mut observers = self
+            .otel_observers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let counters: [(&'static str, &Counter); 7] = [
+            ("idempotency.replay.count", &self.replays),
+            (
+                "idempotency.conflict.different_request.count",
+                &self.conflicts_different_request,
+            ),
+            ("idempotency.expired_retry.count", &self.expired_retries),
+            ("idempotency.takeover.count", &self.takeovers),
+            ("idempotency.unknown_state.count", &self.unknown_state),
+            ("idempotency.expired_records.count", &self.expired_records),
+            ("idempotency.purged_records.count", &self.purged_records),
+        ];
+        for (name, counter) in counters {
+            let counter = counter.clone();
+            observers.push(Box::new(
+                meter
+                    .u64_observable_counter(name)
+                    .with_callback(move |o| o.observe(counter.get(), &[]))
+                    .build(),
+            ));
+        }
+        let age = self.in_progress_age_max.clone();
+        observers.push(Box::new(
+            meter
+                .f64_observable_gauge("idempotency.in_progress.age.max")
+                .with_unit("s")
+                .with_callback(move |o| o.observe(age.get(), &[]))
+                .build(),
+        ));
+        let unknown = self.unknown_records.clone();
+        observers.push(Box::new(
+            meter
+                .i64_observable_gauge("idempotency.unknown_state.records")
+                .with_callback(move |o| o.observe(unknown.get(), &[]))
+                .build(),
+        ));
     }
 
     /// Prometheus text exposition.

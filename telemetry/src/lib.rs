@@ -81,6 +81,13 @@ fn resource(role: &Role) -> Resource {
         .build()
 }
 
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process exports over OTLP (so metric twins are worth keeping).
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Installs logging, tracing and (when configured) OTLP export for `role`.
 /// Call once, inside the Tokio runtime, before serving anything.
 pub fn init(role: &Role) -> anyhow::Result<Telemetry> {
@@ -123,6 +130,7 @@ pub fn init(role: &Role) -> anyhow::Result<Telemetry> {
         .try_init()
         .map_err(|e| anyhow::anyhow!("installing the tracing subscriber: {e}"))?;
 
+    EXPORTING.store(export.is_some(), std::sync::atomic::Ordering::Relaxed);
     Ok(Telemetry {
         tracer_provider,
         meter_provider,

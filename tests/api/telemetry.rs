@@ -153,6 +153,20 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
         "the provider's span is a child of the node's call"
     );
 
+    // Metrics went out over OTLP too, under DESIGN's names.
+    let exported = collector.exported_metrics(1, Duration::from_secs(20)).await;
+    let names: Vec<&str> = exported
+        .iter()
+        .flat_map(|e| e.metrics.iter().map(|m| m.name.as_str()))
+        .collect();
+    for name in [
+        "idempotency.replay.count",
+        "idempotency.conflict.different_request.count",
+        "http.server.request.duration",
+    ] {
+        assert!(names.contains(&name), "{name} not exported: {names:?}");
+    }
+
     let replay_server = named("POST /payments", &replay_trace);
     assert_eq!(attr(replay_server, "idempotency.outcome"), "replayed");
     assert!(
