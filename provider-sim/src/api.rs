@@ -53,7 +53,7 @@ impl Simulator {
         Router::new()
             .route("/charges", post(charge).get(ledger))
             .route("/charges/{key}", get(lookup))
-            .route("/faults", post(arm).delete(clear))
+            .route("/faults", post(arm).delete(clear).get(armed))
             .route("/healthz", get(|| async { "ok" }))
             .layer(axum::middleware::from_fn(server_span))
             .with_state(self)
@@ -206,6 +206,12 @@ async fn arm(
     tracing::info!(?spec, "fault armed");
     sim.faults.arm(spec);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The faults still armed: a test can tell that a charge has arrived by
+/// watching its fault get consumed.
+async fn armed(State(sim): State<Simulator>) -> Json<Vec<FaultSpec>> {
+    Json(sim.faults.armed())
 }
 
 async fn clear(State(sim): State<Simulator>) -> StatusCode {

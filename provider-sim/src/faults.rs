@@ -44,6 +44,10 @@ impl Faults {
             .push(spec);
     }
 
+    pub fn armed(&self) -> Vec<FaultSpec> {
+        self.armed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn clear(&self) {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }

@@ -19,6 +19,7 @@
 //! | `GET /charges/{key}` | the charge made under `key`, or 404 |
 //! | `GET /charges` | the whole ledger |
 //! | `POST /faults` `{"mode", "count", "ms"?}` / `DELETE /faults` | arm / clear faults |
+//! | `GET /faults` | the faults still armed (each charge consumes one) |
 //!
 //! Fault modes: `latency` (answer after `ms`), `error_before_charge` (503,
 //! nothing charged), `timeout_after_charge` (charge recorded, no answer ever:

@@ -500,6 +500,20 @@ impl ProviderSim {
         assert!(r.status().is_success());
     }
 
+    /// How many faults are still armed (each arriving charge consumes one).
+    pub async fn armed_faults(&self) -> usize {
+        let armed: Vec<serde_json::Value> = self
+            .client
+            .get(format!("{}/faults", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        armed.len()
+    }
+
     pub async fn ledger(&self) -> Vec<LedgerCharge> {
         self.client
             .get(format!("{}/charges", self.url))

@@ -186,32 +186,16 @@ async fn a_charge_whose_answer_never_comes_becomes_unknown_then_recovered_by_key
 }
 
 /// Sends a payment while the simulator stalls, kills the simulator with the
-/// charge in flight, and returns the node's answer (the record is then
-/// UNKNOWN_REQUIRES_RECOVERY: the request left, nobody knows what came of it).
-async fn leave_unknown(
-    db: &TestDb,
-    node: &NodeProcess,
-    sim: &mut ProviderSim,
-    key: &str,
-    body: &str,
-) -> Answer {
+/// charge in flight (received, not yet answered), and returns the node's
+/// answer. The record is then UNKNOWN_REQUIRES_RECOVERY: the request left,
+/// and nobody knows what came of it.
+async fn leave_unknown(node: &NodeProcess, sim: &mut ProviderSim, key: &str, body: &str) -> Answer {
     sim.arm("latency", 1, 30_000).await;
     let client = reqwest::Client::new();
     let in_flight = tokio::spawn(send(post(&client, &node.url, ACME_KEY, Some(key), body)));
-    let probe = db.pool().await;
-    eventually(Duration::from_secs(10), || {
-        let pool = probe.pool.clone();
-        let key = key.to_owned();
-        async move {
-            let row: Option<(String,)> =
-                sqlx::query_as("SELECT step FROM idempotency_requests WHERE idempotency_key = $1")
-                    .bind(key)
-                    .fetch_optional(&pool)
-                    .await
-                    .unwrap();
-            row.filter(|(step,)| step == "PROVIDER_REQUEST_SENT")
-                .map(|_| ())
-        }
+    // The charge has reached the provider once its fault is consumed.
+    eventually(Duration::from_secs(10), || async {
+        (sim.armed_faults().await == 0).then_some(())
     })
     .await;
     sim.kill().await;
@@ -232,7 +216,7 @@ async fn a_provider_unreachable_past_the_lease_is_recovered_by_the_worker_when_i
     let mut sim = ProviderSim::start().await;
     let node = node_with(&db, &provider_args(&sim.url), &[]).await;
     let body = payment_body("acc_1", "9.00", "down-1");
-    leave_unknown(&db, &node, &mut sim, "k-down", &body).await;
+    leave_unknown(&node, &mut sim, "k-down", &body).await;
     assert_eq!(
         db.count(
             "SELECT COUNT(*) FROM idempotency_requests WHERE status = 'UNKNOWN_REQUIRES_RECOVERY'"
@@ -373,10 +357,10 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
     let node = node_with(&db, &args, &[]).await;
     let charged_body = payment_body("acc_1", "9.00", "op-1");
     let not_charged_body = payment_body("acc_1", "9.00", "op-2");
-    leave_unknown(&db, &node, &mut sim, "k-op-charged", &charged_body).await;
+    leave_unknown(&node, &mut sim, "k-op-charged", &charged_body).await;
     let sim = ProviderSim::start_on(&sim.addr()).await;
     let mut sim = sim;
-    leave_unknown(&db, &node, &mut sim, "k-op-not-charged", &not_charged_body).await;
+    leave_unknown(&node, &mut sim, "k-op-not-charged", &not_charged_body).await;
 
     let records = |args: &[&str]| {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_once"));

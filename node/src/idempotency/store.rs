@@ -87,6 +87,9 @@ pub struct OutboxEvent {
     pub aggregate_id: String,
     pub tenant: TenantId,
     pub payload: String,
+    /// The W3C `traceparent` of the span that wrote the event; the publisher
+    /// sends it as a message header so consumers join the same trace.
+    pub traceparent: Option<String>,
 }
 
 /// Who resolved an operation by hand, when, why, and how.

@@ -540,6 +540,7 @@ fn event(
         aggregate_id: payment_id.to_string(),
         tenant: facts.tenant.clone(),
         payload: payload.to_string(),
+        traceparent: once_telemetry::context::current_traceparent(),
     }
 }
 

@@ -13,8 +13,8 @@ pub async fn append<'e>(
     now: UnixMillis,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, \
+         traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(&event.event_id)
     .bind(event.event_type)
@@ -23,6 +23,7 @@ pub async fn append<'e>(
     .bind(event.tenant.as_str())
     .bind(&event.payload)
     .bind(now.0)
+    .bind(event.traceparent.as_deref())
     .execute(db)
     .await
     .map_err(unavailable)?;

@@ -95,8 +95,10 @@ pub async fn finish<'e>(
            UPDATE payments SET status = $13, provider_charge_id = $14, decline_code = $15, updated_at = $11 \
            WHERE id = $16 AND EXISTS (SELECT 1 FROM rec) RETURNING 1 \
          ), evt AS ( \
-           INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at) \
-           SELECT $17, $18, $19, $20, $1, $21, $11 WHERE $17 IS NOT NULL AND EXISTS (SELECT 1 FROM rec) RETURNING 1 \
+           INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, \
+             traceparent) \
+           SELECT $17, $18, $19, $20, $1, $21, $11, $22 WHERE $17 IS NOT NULL AND EXISTS (SELECT 1 FROM rec) \
+           RETURNING 1 \
          ) \
          SELECT (SELECT COUNT(*) FROM rec) AS owned, (SELECT COUNT(*) FROM pay) AS paid",
     )
@@ -121,6 +123,7 @@ pub async fn finish<'e>(
     .bind(event.map(|e| i64::from(e.schema_version)))
     .bind(event.map(|e| e.aggregate_id.clone()))
     .bind(event.map(|e| e.payload.clone()))
+    .bind(event.and_then(|e| e.traceparent.clone()))
     .fetch_one(db)
     .await
     .map_err(unavailable)?;
