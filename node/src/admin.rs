@@ -258,15 +258,7 @@ async fn resolve(
                         "the operation's payment row does not exist: it cannot have charged".into(),
                     )
                 })?;
-            let facts = NewPayment {
-                id: payment.id.clone(),
-                tenant: payment.tenant,
-                account_id: payment.account_id,
-                merchant_reference: payment.merchant_reference,
-                amount: payment.amount,
-                channel: payment.channel,
-                region: payment.region,
-            };
+            let facts = NewPayment::from(payment);
             let charge_id = format!(
                 "manual:{}",
                 owner

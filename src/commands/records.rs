@@ -84,6 +84,21 @@ fn print_records(records: &[RecordView]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every principal's record for one key of a tenant.
+async fn records_for_key(
+    client: &reqwest::Client,
+    base: &str,
+    token: &str,
+    tenant: &str,
+    key: &str,
+) -> anyhow::Result<Vec<RecordView>> {
+    let url = format!("{base}/admin/records/{}/{}", segment(tenant), segment(key));
+    Ok(checked(client.get(url).bearer_auth(token).send().await?)
+        .await?
+        .json()
+        .await?)
+}
+
 pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
     let token = args
         .admin_token
@@ -103,17 +118,7 @@ pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
             print_records(&records)
         }
         RecordsCommand::Show { tenant, key } => {
-            let url = format!(
-                "{base}/admin/records/{}/{}",
-                segment(&tenant),
-                segment(&key)
-            );
-            let records: Vec<RecordView> =
-                checked(client.get(url).bearer_auth(&token).send().await?)
-                    .await?
-                    .json()
-                    .await?;
-            print_records(&records)
+            print_records(&records_for_key(&client, base, &token, &tenant, &key).await?)
         }
         RecordsCommand::Resolve {
             tenant,
@@ -126,16 +131,7 @@ pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
             let principal = match principal {
                 Some(p) => p,
                 None => {
-                    let url = format!(
-                        "{base}/admin/records/{}/{}",
-                        segment(&tenant),
-                        segment(&key)
-                    );
-                    let records: Vec<RecordView> =
-                        checked(client.get(url).bearer_auth(&token).send().await?)
-                            .await?
-                            .json()
-                            .await?;
+                    let records = records_for_key(&client, base, &token, &tenant, &key).await?;
                     match records.as_slice() {
                         [one] => one.principal.clone(),
                         _ => anyhow::bail!(

@@ -3,9 +3,6 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
 use crate::helpers::*;
 use crate::on_every_backend;
 
@@ -89,23 +86,37 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
 
 async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let mut node = NodeProcess::start(&db.url, &[], &[]).await;
-    let ok = send(post(
-        &reqwest::Client::new(),
+    let sim = ProviderSim::start().await;
+    let node = NodeProcess::start(&db.url, &["--provider-url", &sim.url], &[]).await;
+    // A payment is mid-flight at the provider when SIGTERM arrives ...
+    sim.arm("latency", 1, 1_000).await;
+    let client = reqwest::Client::new();
+    let in_flight = tokio::spawn(send(post(
+        &client,
         &node.url,
         ACME_KEY,
         Some("k-term"),
         &payment_body("acc_1", "1.00", "t"),
-    ))
+    )));
+    eventually(Duration::from_secs(10), || async {
+        (sim.armed_faults().await == 0).then_some(())
+    })
     .await;
-    assert_eq!(ok.status, 201);
-    let pid = Pid::from_raw(node.child.id().unwrap() as i32);
-    kill(pid, Signal::SIGTERM).unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(15), node.child.wait())
-        .await
-        .expect("exits within the drain")
-        .unwrap();
+    let status = node.terminate().await;
+    // ... and the drain lets it finish before the process exits cleanly.
+    let answer = in_flight.await.unwrap();
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
     assert!(status.success(), "{status:?}");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM idempotency_requests WHERE status = 'COMPLETED'")
+            .await,
+        1
+    );
 }
 
 #[tokio::test]

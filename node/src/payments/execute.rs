@@ -440,8 +440,18 @@ pub fn recovery_backoff(interval: Duration, attempts: i32) -> Duration {
 /// provider is asked by key first.
 #[instrument(name = "recover an operation", skip_all, fields(tenant = %record.scope.tenant, step = %record.step))]
 pub async fn recover(state: &AppState, record: Record) -> Result<Answer, ApiError> {
-    let Some(payment_id) = record.payment_id.clone() else {
-        // Cut off before any payment existed: nothing left the node.
+    let payment = match &record.payment_id {
+        Some(id) => state
+            .store
+            .payment(&record.scope.tenant, id)
+            .await
+            .map_err(store_error)?,
+        None => None,
+    };
+    let Some(payment) = payment else {
+        // Cut off before its payment existed (no payment id yet, or a
+        // PostgreSQL claim whose payment row never settled): the provider
+        // was never called, so the client's retry may safely run it again.
         let now = state.clock.now();
         state
             .store
@@ -457,40 +467,7 @@ pub async fn recover(state: &AppState, record: Record) -> Result<Answer, ApiErro
             "operation had not created its payment; retry"
         )));
     };
-    let Some(payment) = state
-        .store
-        .payment(&record.scope.tenant, &payment_id)
-        .await
-        .map_err(store_error)?
-    else {
-        // A PostgreSQL claim cut off before its payment row settled: the
-        // provider was never called (the claim had not returned), so the
-        // operation is safe to run again when the client retries.
-        let now = state.clock.now();
-        state
-            .store
-            .fail_retryable(
-                &record,
-                "RECOVERED_BEFORE_PAYMENT",
-                now,
-                now.plus(state.config.replay_window),
-            )
-            .await
-            .map_err(store_error)?;
-        return Err(ApiError::Unavailable(anyhow::anyhow!(
-            "operation had not created its payment; retry"
-        )));
-    };
-    let facts = NewPayment {
-        id: payment.id,
-        tenant: payment.tenant,
-        account_id: payment.account_id,
-        merchant_reference: payment.merchant_reference,
-        amount: payment.amount,
-        channel: payment.channel,
-        region: payment.region,
-    };
-    run(state, record, &facts, true).await
+    run(state, record, &NewPayment::from(payment), true).await
 }
 
 /// The record as `finish` left it in the store.

@@ -66,3 +66,18 @@ pub struct Payment {
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
 }
+
+/// The facts a run needs, rebuilt from a stored payment (recovery, operators).
+impl From<Payment> for NewPayment {
+    fn from(p: Payment) -> Self {
+        Self {
+            id: p.id,
+            tenant: p.tenant,
+            account_id: p.account_id,
+            merchant_reference: p.merchant_reference,
+            amount: p.amount,
+            channel: p.channel,
+            region: p.region,
+        }
+    }
+}

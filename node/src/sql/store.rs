@@ -105,6 +105,16 @@ impl SqlStore {
             };
             return Ok(ClaimOutcome::Claimed(record));
         }
+        Self::business_key_taken(tx, record, claim).await
+    }
+
+    /// The claim's business key belongs to another payment: the record we
+    /// own keeps no payment, and the answer names the one that holds the key.
+    async fn business_key_taken(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        record: Record,
+        claim: &Claim,
+    ) -> Result<ClaimOutcome, StoreError> {
         let existing = payments::id_by_business_key(&mut **tx, &claim.payment)
             .await?
             .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
@@ -141,18 +151,9 @@ impl SqlStore {
         // Rare: the business key is taken. We own the record; record that it
         // has no payment, and find the one that holds the key.
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        let existing = payments::id_by_business_key(&mut *tx, &claim.payment)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
-        fenced_unless(records::forget_payment(&mut *tx, &record.scope, record.fence).await?)?;
+        let outcome = Self::business_key_taken(&mut tx, record, claim).await?;
         tx.commit().await.map_err(unavailable)?;
-        let record = Record {
-            step: Step::Received,
-            payment_id: None,
-            provider_key: None,
-            ..record
-        };
-        Ok(ClaimOutcome::BusinessKeyTaken { record, existing })
+        Ok(outcome)
     }
 }
 
