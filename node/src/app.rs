@@ -31,6 +31,7 @@ use crate::{http, ops, payments, sweeper};
 pub struct Application {
     listener: TcpListener,
     state: AppState,
+    events: crate::events::Events,
 }
 
 /// What a node is built from besides its config. Tests swap the clock and
@@ -41,9 +42,30 @@ pub struct Builder {
     api_keys: ApiKeys,
     clock: Arc<dyn Clock>,
     provider: Arc<dyn PaymentProvider>,
+    events: crate::events::runtime::Overrides,
 }
 
 impl Builder {
+    /// Replaces the broker the config would pick (tests: a stream of their own).
+    pub fn event_broker(mut self, broker: Arc<dyn crate::events::Broker>) -> Self {
+        self.events.broker = Some(broker);
+        self
+    }
+
+    pub fn email_sender(
+        mut self,
+        sender: Arc<dyn crate::events::email_sender::EmailSender>,
+    ) -> Self {
+        self.events.email_sender = Some(sender);
+        self
+    }
+
+    /// Replaces the default consumers (ledger, receipt email).
+    pub fn consumers(mut self, consumers: Vec<Arc<dyn crate::events::consumer::Consumer>>) -> Self {
+        self.events.consumers = Some(consumers);
+        self
+    }
+
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -63,6 +85,15 @@ impl Builder {
         let db =
             Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
         db.migrate().await?;
+        let metrics = Metrics::new();
+        let events = crate::events::Events::connect(
+            db.clone(),
+            &self.config.events,
+            self.clock.clone(),
+            metrics.events.clone(),
+            self.events,
+        )
+        .await?;
         let store: Arc<dyn IdempotencyStore> = Arc::new(SqlStore::new(db));
         let listener = TcpListener::bind(self.config.listen)
             .await
@@ -74,9 +105,13 @@ impl Builder {
             store,
             provider: self.provider,
             clock: self.clock,
-            metrics: Metrics::new(),
+            metrics,
         }));
-        Ok(Application { listener, state })
+        Ok(Application {
+            listener,
+            state,
+            events,
+        })
     }
 }
 
@@ -87,6 +122,7 @@ impl Application {
             api_keys,
             clock: Arc::new(SystemClock),
             provider: Arc::new(InProcessProvider::default()),
+            events: Default::default(),
         }
     }
 
@@ -101,6 +137,11 @@ impl Application {
         &self.state
     }
 
+    /// The node's event path (its database, broker and email sender).
+    pub fn events(&self) -> &crate::events::Events {
+        &self.events
+    }
+
     /// Serves until `shutdown` resolves, then gives in-flight requests up to
     /// `drain_timeout` to finish. Work cut off by the drain deadline is safe:
     /// its record stays `IN_PROGRESS` and is taken over after its lease.
@@ -108,10 +149,15 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Application { listener, state } = self;
+        let Application {
+            listener,
+            state,
+            events,
+        } = self;
         let drain = state.config.drain_timeout;
         let (stop_workers, workers_stopped) = watch::channel(false);
-        let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped));
+        let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped.clone()));
+        let event_workers = events.spawn(workers_stopped).await;
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
@@ -135,6 +181,7 @@ impl Application {
         }
         let _ = stop_workers.send(true);
         let _ = sweeper.await;
+        event_workers.join(drain).await;
         info!("node stopped");
         Ok(())
     }

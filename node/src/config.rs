@@ -35,6 +35,8 @@ pub struct NodeConfig {
     pub replay_cache_bytes: u64,
     /// Requests served at once before new ones are shed with 503.
     pub concurrency_limit: usize,
+    /// The event path: broker, consumers, email sender.
+    pub events: crate::events::EventsConfig,
 }
 
 impl NodeConfig {
@@ -59,6 +61,7 @@ impl NodeConfig {
             drain_timeout: Duration::from_secs(10),
             concurrency_limit: 2048,
             replay_cache_bytes: 32 * 1024 * 1024,
+            events: crate::events::EventsConfig::default(),
         }
     }
 
@@ -77,6 +80,7 @@ impl NodeConfig {
             self.max_db_connections > 0,
             "need at least one database connection"
         );
+        self.events.validate()?;
         Ok(())
     }
 }

@@ -14,6 +14,8 @@
 //! - [`payments`]: the command, the execution engine, responses, handlers.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
+//! - [`events`]: outbox publisher, broker (NATS JetStream or in-process),
+//!   deduplicating consumers (ledger, receipt email), dead letters.
 //! - [`http`], [`ops`], [`openapi`], [`metrics`], [`error`]: the HTTP edges.
 //! - [`failpoints`]: crash injection for recovery tests (test builds only).
 //!
@@ -30,6 +32,7 @@ pub mod auth;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod failpoints;
 pub mod http;
 pub mod idempotency;
