@@ -27,6 +27,8 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::keys::KeysCommand),
+    /// Inspect the event path: dead letters, redrive.
+    Events(commands::events::EventsArgs),
     /// Drive load at a running node and report throughput and latency.
     Bench(once_loadgen::BenchArgs),
 }
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
             Command::Node(args) => commands::node::run(args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
+            Command::Events(args) => commands::events::run(args).await,
             Command::Bench(args) => once_loadgen::run(args).await,
         }
     });

@@ -45,6 +45,29 @@ pub struct NodeArgs {
     /// How long in-flight requests may finish after SIGTERM.
     #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// NATS server for events (JetStream); unset: the in-process bus.
+    #[arg(long, env = "ONCE_NATS_URL")]
+    pub nats_url: Option<String>,
+    /// JetStream stream for events (created if absent).
+    #[arg(long, env = "ONCE_EVENTS_STREAM", default_value = "ONCE_EVENTS")]
+    pub events_stream: String,
+    /// Events are published on `<prefix>.<event type>`.
+    #[arg(
+        long,
+        env = "ONCE_EVENTS_SUBJECT_PREFIX",
+        default_value = "once.events"
+    )]
+    pub events_subject_prefix: String,
+    /// Deliveries of one message before it is dead-lettered.
+    #[arg(long, env = "ONCE_CONSUMER_MAX_ATTEMPTS", default_value_t = 5)]
+    pub consumer_max_attempts: u32,
+    /// How long the broker waits for a consumer's ack before redelivering.
+    #[arg(long, env = "ONCE_CONSUMER_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub consumer_ack_wait: Duration,
+    /// Email service endpoint for receipts (deduplicates on `Idempotency-Key`);
+    /// unset: an in-memory fake sender.
+    #[arg(long, env = "ONCE_EMAIL_SINK_URL")]
+    pub email_sink_url: Option<String>,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
@@ -74,6 +97,12 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.metadata_retention = args.metadata_retention;
     config.sweep_interval = args.sweep_interval;
     config.drain_timeout = args.drain_timeout;
+    config.events.nats_url = args.nats_url.clone();
+    config.events.stream = args.events_stream.clone();
+    config.events.subject_prefix = args.events_subject_prefix.clone();
+    config.events.max_attempts = args.consumer_max_attempts;
+    config.events.ack_wait = args.consumer_ack_wait;
+    config.events.email_sink_url = args.email_sink_url.clone();
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
@@ -113,6 +142,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "sweepInterval": humantime::format_duration(config.sweep_interval).to_string(),
                 "responseSchema": config.response_schema.version(),
                 "drainTimeout": humantime::format_duration(config.drain_timeout).to_string(),
+                "events": {
+                    "broker": if config.events.nats_url.is_some() { "nats" } else { "in-process" },
+                    "stream": config.events.stream,
+                    "subjectPrefix": config.events.subject_prefix,
+                    "maxAttempts": config.events.max_attempts,
+                    "emailSender": if config.events.email_sink_url.is_some() { "http" } else { "fake" },
+                },
             })
         );
         return Ok(());
