@@ -201,10 +201,11 @@ async fn deliver(config: &EventsConfig, events: &Events, message: &EventMessage,
             let client = async_nats::connect(url).await.expect("connect to NATS");
             let js = async_nats::jetstream::new(client);
             let subject = format!("{}.{}", config.subject_prefix, message.event_type);
+            let round = uuid::Uuid::new_v4().simple();
             let mut acks = Vec::new();
             for i in 0..times {
                 let publish = async_nats::jetstream::context::Publish::build()
-                    .message_id(format!("{}#copy{i}", message.event_id))
+                    .message_id(format!("{}#copy-{round}-{i}", message.event_id))
                     .payload(message.to_bytes().into());
                 acks.push(
                     js.send_publish(subject.clone(), publish)
