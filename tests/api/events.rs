@@ -703,6 +703,102 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
     delete_stream(&config).await;
 }
 
+/// A broker that only records what is published to it, in order.
+#[derive(Debug, Default)]
+struct RecordingBroker {
+    published: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl once_node::events::Broker for RecordingBroker {
+    async fn publish(&self, batch: &[EventMessage]) -> Result<(), once_node::events::BrokerError> {
+        let mut published = self.published.lock().unwrap();
+        published.extend(batch.iter().map(|m| m.event_id.clone()));
+        Ok(())
+    }
+    async fn subscribe(
+        &self,
+        _consumer: &str,
+    ) -> Result<Box<dyn once_node::events::broker::Subscription>, once_node::events::BrokerError>
+    {
+        Err(once_node::events::BrokerError::Refused(
+            "this broker only records publishes".into(),
+        ))
+    }
+    fn kind(&self) -> &'static str {
+        "recording"
+    }
+}
+
+crate::on_every_backend!(publishers_publish_every_outbox_row_once_and_in_order);
+
+/// PostgreSQL: two publisher replicas racing over 300 rows publish each row
+/// exactly once (`FOR UPDATE SKIP LOCKED`). SQLite: its one publisher
+/// publishes every row, in `seq` order.
+async fn publishers_publish_every_outbox_row_once_and_in_order(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let database = Database::connect(&db.url, 8).await.unwrap();
+    database.migrate().await.unwrap();
+    for i in 0..300 {
+        sqlx::query(
+            "INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at) \
+             VALUES ($1, 'payment.succeeded', 1, $2, 'acme', '{}', 0)",
+        )
+        .bind(format!("evt_{i:04}"))
+        .bind(format!("pay_{i:04}"))
+        .execute(&database.pool)
+        .await
+        .unwrap();
+    }
+    let broker = Arc::new(RecordingBroker::default());
+    let config = EventsConfig {
+        publish_batch: 16,
+        ..EventsConfig::default()
+    };
+    let replicas = if backend == Backend::Postgres { 2 } else { 1 };
+    let rounds = (0..replicas).map(|_| {
+        let publisher = once_node::events::outbox::Publisher::new(
+            database.clone(),
+            broker.clone(),
+            Arc::new(SystemClock),
+            EventMetrics::unregistered(),
+            &config,
+        );
+        tokio::spawn(async move {
+            let mut published = 0;
+            loop {
+                match publisher.publish_round().await.expect("round") {
+                    0 => return published,
+                    n => published += n,
+                }
+            }
+        })
+    });
+    let per_replica: Vec<usize> = futures::future::join_all(rounds)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(per_replica.iter().sum::<usize>(), 300, "{per_replica:?}");
+    let published = broker.published.lock().unwrap().clone();
+    let distinct: HashSet<&String> = published.iter().collect();
+    assert_eq!(published.len(), 300, "no row published twice");
+    assert_eq!(distinct.len(), 300);
+    if replicas == 1 {
+        let mut sorted = published.clone();
+        sorted.sort();
+        assert_eq!(published, sorted, "one publisher keeps seq order");
+    }
+    let unpublished: i64 = sqlx::query("SELECT COUNT(*) FROM outbox WHERE published_at IS NULL")
+        .fetch_one(&database.pool)
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(unpublished, 0);
+    database.pool.close().await;
+}
+
 /// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
 async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
     let text = client
