@@ -26,8 +26,14 @@ PORT=18092
 cargo build --release -q
 BIN=${CARGO_TARGET_DIR:-target}/release/once
 WORK=$(mktemp -d)
-NODE=
-trap '[ -n "$NODE" ] && kill $NODE 2>/dev/null; rm -rf "$WORK"' EXIT
+NODE=; DB=; STREAM=
+cleanup() {
+  [ -n "$NODE" ] && kill "$NODE" 2>/dev/null
+  [ -n "$DB" ] && psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
+  [ -n "$STREAM" ] && delete_stream "$STREAM"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 
 start_node() { # database-url broker stream
   local extra=()
@@ -48,8 +54,8 @@ wait_for() { # sql expected-value timeout-seconds
 delete_stream() {
   local hostport=${NATS#nats://}
   exec 3<>"/dev/tcp/${hostport%:*}/${hostport#*:}"
-  printf 'CONNECT {"verbose":false}\r\nPUB $JS.API.STREAM.DELETE.%s 0\r\n\r\nPING\r\n' "$1" >&3
-  timeout 5 grep -q -m1 PONG <&3 || true
+  printf 'CONNECT {"verbose":false}\r\nSUB _INBOX.bench 1\r\nPUB $JS.API.STREAM.DELETE.%s _INBOX.bench 0\r\n\r\n' "$1" >&3
+  timeout 5 grep -q -m1 '^MSG _INBOX.bench' <&3 || true
   exec 3>&-
 }
 
@@ -57,14 +63,14 @@ rows=()
 : > "$OUT/events.txt"
 for broker in nats in-process; do
   DB=bench_events_$$_${broker//-/_}
-  STREAM=BENCH_$$_${broker//-/_}
+  STREAM=; [ $broker = nats ] && STREAM=BENCH_$$_${broker//-/_}
   psql "$PG/postgres" -qc "CREATE DATABASE $DB"
 
   # 1. Steady load.
   start_node "$PG/$DB" $broker $STREAM
   $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 64 \
     --rate 500 --duration "$SECS" --warmup 2 --label "events-$broker" > "$WORK/bench.json" 2>/dev/null
-  paid=$(q "SELECT count(*) FROM payments WHERE status = 'SUCCEEDED'")
+  paid=$(q "SELECT count(*) FROM payments WHERE status = 'succeeded'")
   wait_for "SELECT count(*) FROM ledger_entries" "$paid" 60
   lag=$(q "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l.created_at - o.created_at),
                   percentile_cont(0.99) WITHIN GROUP (ORDER BY l.created_at - o.created_at),
@@ -82,7 +88,7 @@ for broker in nats in-process; do
      SELECT 'evt_drain_' || g, 'payment.succeeded', 1, 'pay_drain_' || g, 'bench',
             json_build_object('paymentId', 'pay_drain_' || g, 'tenantId', 'bench', 'accountId', 'acc_drain',
               'merchantReference', 'drain-' || g, 'amount', '10.00', 'currency', 'EUR', 'amountMinor', 1000,
-              'status', 'SUCCEEDED', 'declineCode', null)::text,
+              'status', 'succeeded', 'declineCode', null)::text,
             (extract(epoch from clock_timestamp()) * 1000)::bigint
      FROM generate_series(1, $BACKLOG) g" > /dev/null
   start_node "$PG/$DB" $broker $STREAM
@@ -94,8 +100,8 @@ for broker in nats in-process; do
   rows+=("| $broker | drain a backlog of $BACKLOG | $BACKLOG | $drain | – | – | – | API idle |")
   stop_node
 
-  psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"
-  [ $broker = nats ] && delete_stream "$STREAM"
+  psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
+  if [ $broker = nats ]; then delete_stream "$STREAM"; fi; STREAM=
 done
 
 echo "| broker | load | events | ledger entries/s | lag p50 ms | lag p99 ms | lag max ms | API (once bench) |"

@@ -117,11 +117,30 @@ pub fn events_config(broker: BrokerKind) -> EventsConfig {
     }
 }
 
-async fn delete_stream(config: &EventsConfig) {
-    if let Some(url) = &config.nats_url {
-        let client = async_nats::connect(url).await.expect("connect to NATS");
-        let js = async_nats::jetstream::new(client);
-        let _ = js.delete_stream(&config.stream).await;
+/// Deletes the test's JetStream stream when the test ends, passed or failed.
+struct StreamGuard(EventsConfig);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let Some(url) = self.0.nats_url.clone() else {
+            return;
+        };
+        let stream = self.0.stream.clone();
+        // Drop runs outside any runtime guarantee: use a small one of our own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                if let Ok(client) = async_nats::connect(url).await {
+                    let _ = async_nats::jetstream::new(client)
+                        .delete_stream(&stream)
+                        .await;
+                }
+            });
+        })
+        .join();
     }
 }
 
@@ -185,7 +204,7 @@ fn succeeded(payment_id: &str) -> EventMessage {
         data: serde_json::json!({
             "paymentId": payment_id, "tenantId": "acme", "accountId": "acc_1",
             "merchantReference": format!("ref-{payment_id}"), "amount": "25.00",
-            "currency": "EUR", "amountMinor": 2500, "status": "SUCCEEDED", "declineCode": null
+            "currency": "EUR", "amountMinor": 2500, "status": "succeeded", "declineCode": null
         }),
     }
 }
@@ -286,6 +305,7 @@ async fn the_same_event_delivered_twice_then_ten_times_has_one_effect(
 ) {
     let db = TestDb::new(backend).await;
     let config = events_config(broker);
+    let _stream = StreamGuard(config.clone());
     let sender = FakeEmailSender::new();
     let harness = EventHarness::start(
         &db,
@@ -331,7 +351,6 @@ async fn the_same_event_delivered_twice_then_ten_times_has_one_effect(
         [dedupe_key("pay_dup_1")]
     );
     harness.stop().await;
-    delete_stream(&config).await;
 }
 
 async fn the_same_event_raced_by_two_consumer_instances_has_one_effect(
@@ -340,6 +359,7 @@ async fn the_same_event_raced_by_two_consumer_instances_has_one_effect(
 ) {
     let db = TestDb::new(backend).await;
     let config = events_config(broker);
+    let _stream = StreamGuard(config.clone());
     // One email service behind both instances, like production.
     let sender = FakeEmailSender::new();
     let shared_bus: Arc<dyn once_node::events::Broker> =
@@ -405,7 +425,6 @@ async fn the_same_event_raced_by_two_consumer_instances_has_one_effect(
     );
     a.stop().await;
     b.stop().await;
-    delete_stream(&config).await;
 }
 
 /// The real ledger consumer, except that payments listed in `broken` fail —
@@ -473,6 +492,7 @@ async fn a_poison_message_is_dead_lettered_while_others_flow_and_redrives_once_f
 ) {
     let db = TestDb::new(backend).await;
     let config = events_config(broker);
+    let _stream = StreamGuard(config.clone());
     let ledger = BuggyLedger::default();
     ledger.broken.lock().unwrap().insert("pay_poison".into());
     let harness = EventHarness::start(
@@ -566,7 +586,6 @@ async fn a_poison_message_is_dead_lettered_while_others_flow_and_redrives_once_f
     .await;
     assert_eq!(ledger_entries(&db, "pay_poison").await, 1);
     harness.stop().await;
-    delete_stream(&config).await;
 }
 
 /// A node in this process, built with the test's event settings.
@@ -616,6 +635,7 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
 ) {
     let db = TestDb::new(backend).await;
     let config = events_config(broker);
+    let _stream = StreamGuard(config.clone());
     let sender = FakeEmailSender::new();
     let node = EventNode::spawn(&db, &config, sender.clone()).await;
 
@@ -700,7 +720,6 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
         2.0
     );
     node.stop().await;
-    delete_stream(&config).await;
 }
 
 /// A broker that only records what is published to it, in order.
@@ -903,6 +922,7 @@ mod crashes {
     ) {
         let db = TestDb::new(backend).await;
         let config = events_config(broker);
+        let _stream = StreamGuard(config.clone());
         let args = node_args(&config);
         let payment_id = pay_then_crash(&db, &args, "after_consume=return").await;
         let event_id = event_id_of(&db, &payment_id).await;
@@ -935,7 +955,6 @@ mod crashes {
             "after the restart only a consumer that had not committed wrote anything"
         );
         node.kill().await;
-        delete_stream(&config).await;
     }
 
     async fn a_publisher_killed_between_publish_and_mark_changes_nothing_downstream(
@@ -944,6 +963,7 @@ mod crashes {
     ) {
         let db = TestDb::new(backend).await;
         let config = events_config(broker);
+        let _stream = StreamGuard(config.clone());
         let args = node_args(&config);
         let payment_id = pay_then_crash(&db, &args, "after_publish=return").await;
         let event_id = event_id_of(&db, &payment_id).await;
@@ -992,7 +1012,6 @@ mod crashes {
             }
         }
         node.kill().await;
-        delete_stream(&config).await;
     }
 
     async fn an_email_sender_killed_after_sending_resends_under_the_same_key_only(
@@ -1001,6 +1020,7 @@ mod crashes {
     ) {
         let db = TestDb::new(backend).await;
         let config = events_config(broker);
+        let _stream = StreamGuard(config.clone());
         let sink = EmailSink::start("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -1038,6 +1058,5 @@ mod crashes {
         assert_eq!(sink.delivered().len(), 1, "one email reached the customer");
         node.kill().await;
         sink.stop();
-        delete_stream(&config).await;
     }
 }

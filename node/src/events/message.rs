@@ -77,7 +77,7 @@ pub struct PaymentEventV1 {
     pub amount: String,
     pub currency: String,
     pub amount_minor: i64,
-    /// `SUCCEEDED` or `DECLINED`.
+    /// `succeeded` or `declined`.
     pub status: String,
     pub decline_code: Option<String>,
 }
@@ -98,7 +98,7 @@ mod tests {
             data: serde_json::json!({
                 "paymentId": "pay_1", "tenantId": "acme", "accountId": "acc_1",
                 "merchantReference": "o-1", "amount": "10.00", "currency": "EUR",
-                "amountMinor": 1000, "status": "SUCCEEDED", "declineCode": null
+                "amountMinor": 1000, "status": "succeeded", "declineCode": null
             }),
         };
         let back = EventMessage::from_bytes(&message.to_bytes()).unwrap();
