@@ -23,6 +23,8 @@ NATS=${NATS_URL:-nats://127.0.0.1:4222}
 OUT=bench/out; mkdir -p "$OUT"
 KEY=sk_bench_0000000000000001
 PORT=18092
+BROKERS=${BROKERS:-nats in-process}   # which brokers to measure
+INSTANCES=${CONSUMER_INSTANCES:-16}     # delivery loops per consumer
 cargo build --release -q
 BIN=${CARGO_TARGET_DIR:-target}/release/once
 WORK=$(mktemp -d)
@@ -39,7 +41,7 @@ start_node() { # database-url broker stream
   local extra=()
   if [ "$2" = nats ]; then extra=(--nats-url "$NATS" --events-stream "$3" --events-subject-prefix "$3.events"); fi
   ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn $BIN node --listen 127.0.0.1:$PORT \
-    --max-db-connections 32 --database-url "$1" "${extra[@]}" > "$WORK/node.out" 2> "$WORK/node.err" &
+    --max-db-connections 32 --consumer-instances "$INSTANCES" --database-url "$1" "${extra[@]}" > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && return; sleep 0.1; done
   echo "node did not start" >&2; cat "$WORK/node.err" >&2; exit 1
@@ -61,7 +63,7 @@ delete_stream() {
 
 rows=()
 : > "$OUT/events.txt"
-for broker in nats in-process; do
+for broker in $BROKERS; do
   DB=bench_events_$$_${broker//-/_}
   STREAM=; [ $broker = nats ] && STREAM=BENCH_$$_${broker//-/_}
   psql "$PG/postgres" -qc "CREATE DATABASE $DB"
@@ -104,6 +106,7 @@ for broker in nats in-process; do
   if [ $broker = nats ]; then delete_stream "$STREAM"; fi; STREAM=
 done
 
+echo "consumer instances: $INSTANCES"
 echo "| broker | load | events | ledger entries/s | lag p50 ms | lag p99 ms | lag max ms | API (once bench) |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -86,8 +86,10 @@ impl Builder {
             Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
         db.migrate().await?;
         let metrics = Metrics::new();
+        let events_db =
+            Database::connect(&self.config.database_url, self.config.events.pool_size()).await?;
         let events = crate::events::Events::connect(
-            db.clone(),
+            events_db,
             &self.config.events,
             self.clock.clone(),
             metrics.events.clone(),

@@ -64,6 +64,9 @@ pub struct NodeArgs {
     /// How long the broker waits for a consumer's ack before redelivering.
     #[arg(long, env = "ONCE_CONSUMER_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub consumer_ack_wait: Duration,
+    /// Delivery loops per consumer in this node (deliveries handled at once).
+    #[arg(long, env = "ONCE_CONSUMER_INSTANCES", default_value_t = 16)]
+    pub consumer_instances: usize,
     /// Email service endpoint for receipts (deduplicates on `Idempotency-Key`);
     /// unset: an in-memory fake sender.
     #[arg(long, env = "ONCE_EMAIL_SINK_URL")]
@@ -103,6 +106,7 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.events.max_attempts = args.consumer_max_attempts;
     config.events.ack_wait = args.consumer_ack_wait;
     config.events.email_sink_url = args.email_sink_url.clone();
+    config.events.consumer_instances = args.consumer_instances;
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;

@@ -113,6 +113,7 @@ pub fn events_config(broker: BrokerKind) -> EventsConfig {
         retry_backoff: Duration::from_millis(20),
         publish_interval: Duration::from_millis(10),
         poll_interval: Duration::from_millis(50),
+        consumer_instances: 4,
         ..EventsConfig::default()
     }
 }
@@ -854,6 +855,8 @@ mod crashes {
             config.subject_prefix.clone(),
             "--consumer-ack-wait".to_owned(),
             "1s".to_owned(),
+            "--consumer-instances".to_owned(),
+            "4".to_owned(),
         ];
         if let Some(url) = &config.nats_url {
             args.extend(["--nats-url".to_owned(), url.clone()]);

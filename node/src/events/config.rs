@@ -48,13 +48,23 @@ impl Default for EventsConfig {
             publish_interval: Duration::from_millis(20),
             publish_batch: 256,
             poll_interval: Duration::from_millis(200),
-            consumer_instances: 4,
+            // Each delivery loop waits on its own commit; 16 keep enough
+            // commits in flight for PostgreSQL's group commit (at 500
+            // payments/s on NATS: p50 lag 154 ms with 4 loops, 16 ms with 16).
+            consumer_instances: 16,
             email_sink_url: None,
         }
     }
 }
 
 impl EventsConfig {
+    /// Connections of the event path's own pool: one per delivery loop of
+    /// the two built-in consumers, plus publisher, sender and redrivers. A
+    /// pool of its own, so a backlog never starves the API of connections.
+    pub fn pool_size(&self) -> u32 {
+        u32::try_from(self.consumer_instances * 2 + 4).unwrap_or(u32::MAX)
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.max_attempts >= 1, "max attempts must be at least 1");
         anyhow::ensure!(
