@@ -74,8 +74,8 @@ for broker in $BROKERS; do
     --rate 500 --duration "$SECS" --warmup 2 --label "events-$broker" > "$WORK/bench.json" 2>/dev/null
   paid=$(q "SELECT count(*) FROM payments WHERE status = 'succeeded'")
   wait_for "SELECT count(*) FROM ledger_entries" "$paid" 60
-  lag=$(q "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l.created_at - o.created_at),
-                  percentile_cont(0.99) WITHIN GROUP (ORDER BY l.created_at - o.created_at),
+  lag=$(q "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY l.created_at - o.created_at)::numeric),
+                  round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l.created_at - o.created_at)::numeric),
                   max(l.created_at - o.created_at),
                   round(count(*) * 1000.0 / greatest(max(l.created_at) - min(l.created_at), 1))
            FROM ledger_entries l JOIN outbox o ON o.event_id = l.source_event_id")
