@@ -20,7 +20,7 @@ enum Command {
     /// Run the whole system locally on embedded storage.
     Up(commands::up::UpArgs),
     /// Run a node: the payments API of one region.
-    Node(commands::node::NodeArgs),
+    Node(Box<commands::node::NodeArgs>),
     /// Apply database migrations and exit.
     Migrate(commands::migrate::MigrateArgs),
     /// Manage API keys.
@@ -30,6 +30,8 @@ enum Command {
     ProviderSim(commands::provider_sim::ProviderSimArgs),
     /// Inspect and resolve idempotency records through a node's admin API.
     Records(commands::records::RecordsArgs),
+    /// Inspect the event path: dead letters, redrive.
+    Events(commands::events::EventsArgs),
     /// Drive load at a running node and report throughput and latency.
     Bench(once_loadgen::BenchArgs),
 }
@@ -41,9 +43,11 @@ impl Command {
             Command::Up(_) => ("once-up", None),
             Command::Node(args) => ("once-node", Some(args.region.clone())),
             Command::ProviderSim(_) => ("once-provider-sim", None),
-            Command::Migrate(_) | Command::Keys(_) | Command::Records(_) | Command::Bench(_) => {
-                ("once-cli", None)
-            }
+            Command::Migrate(_)
+            | Command::Keys(_)
+            | Command::Records(_)
+            | Command::Events(_)
+            | Command::Bench(_) => ("once-cli", None),
         };
         once_telemetry::Role { service, region }
     }
@@ -75,11 +79,12 @@ fn main() -> ExitCode {
         })?;
         match cli.command {
             Command::Up(args) => commands::up::run(args).await,
-            Command::Node(args) => commands::node::run(args).await,
+            Command::Node(args) => commands::node::run(*args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
             Command::ProviderSim(args) => commands::provider_sim::run(args).await,
             Command::Records(args) => commands::records::run(args).await,
+            Command::Events(args) => commands::events::run(args).await,
             Command::Bench(args) => once_loadgen::run(args).await,
         }
     });

@@ -31,6 +31,7 @@ use crate::{admin, http, ops, payments, recovery, sweeper};
 pub struct Application {
     listener: TcpListener,
     state: AppState,
+    events: crate::events::Events,
 }
 
 /// What a node is built from besides its config. Tests swap the clock and
@@ -41,9 +42,30 @@ pub struct Builder {
     api_keys: ApiKeys,
     clock: Arc<dyn Clock>,
     provider: Arc<dyn PaymentProvider>,
+    events: crate::events::runtime::Overrides,
 }
 
 impl Builder {
+    /// Replaces the broker the config would pick (tests: a stream of their own).
+    pub fn event_broker(mut self, broker: Arc<dyn crate::events::Broker>) -> Self {
+        self.events.broker = Some(broker);
+        self
+    }
+
+    pub fn email_sender(
+        mut self,
+        sender: Arc<dyn crate::events::email_sender::EmailSender>,
+    ) -> Self {
+        self.events.email_sender = Some(sender);
+        self
+    }
+
+    /// Replaces the default consumers (ledger, receipt email).
+    pub fn consumers(mut self, consumers: Vec<Arc<dyn crate::events::consumer::Consumer>>) -> Self {
+        self.events.consumers = Some(consumers);
+        self
+    }
+
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -63,6 +85,17 @@ impl Builder {
         let db =
             Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
         db.migrate().await?;
+        let metrics = Metrics::new();
+        let events_db =
+            Database::connect(&self.config.database_url, self.config.events.pool_size()).await?;
+        let events = crate::events::Events::connect(
+            events_db,
+            &self.config.events,
+            self.clock.clone(),
+            metrics.events.clone(),
+            self.events,
+        )
+        .await?;
         let store: Arc<dyn IdempotencyStore> = Arc::new(SqlStore::new(db));
         let provider: Arc<dyn PaymentProvider> = match (&self.config.provider, self.provider) {
             (Some(http), _) => Arc::new(HttpProvider::new(http.clone())?),
@@ -78,10 +111,14 @@ impl Builder {
             store,
             provider,
             clock: self.clock,
-            metrics: Metrics::new(),
+            metrics,
         }));
         state.metrics.export_over_otlp();
-        Ok(Application { listener, state })
+        Ok(Application {
+            listener,
+            state,
+            events,
+        })
     }
 }
 
@@ -92,6 +129,7 @@ impl Application {
             api_keys,
             clock: Arc::new(SystemClock),
             provider: Arc::new(InProcessProvider::default()),
+            events: Default::default(),
         }
     }
 
@@ -106,6 +144,11 @@ impl Application {
         &self.state
     }
 
+    /// The node's event path (its database, broker and email sender).
+    pub fn events(&self) -> &crate::events::Events {
+        &self.events
+    }
+
     /// Serves until `shutdown` resolves, then gives in-flight requests up to
     /// `drain_timeout` to finish. Work cut off by the drain deadline is safe:
     /// its record stays `IN_PROGRESS` and is taken over after its lease.
@@ -113,11 +156,16 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Application { listener, state } = self;
+        let Application {
+            listener,
+            state,
+            events,
+        } = self;
         let drain = state.config.drain_timeout;
         let (stop_workers, workers_stopped) = watch::channel(false);
         let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped.clone()));
-        let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped));
+        let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped.clone()));
+        let event_workers = events.spawn(workers_stopped).await;
 
         let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
         let signal = async move {
@@ -142,6 +190,7 @@ impl Application {
         let _ = stop_workers.send(true);
         let _ = sweeper.await;
         let _ = recovery.await;
+        event_workers.join(drain).await;
         info!("node stopped");
         Ok(())
     }

@@ -43,6 +43,8 @@ pub struct NodeConfig {
     pub replay_cache_bytes: u64,
     /// Requests served at once before new ones are shed with 503.
     pub concurrency_limit: usize,
+    /// The event path: broker, consumers, email sender.
+    pub events: crate::events::EventsConfig,
 }
 
 impl NodeConfig {
@@ -71,6 +73,7 @@ impl NodeConfig {
             recovery_batch: 100,
             provider: None,
             admin_token: None,
+            events: crate::events::EventsConfig::default(),
         }
     }
 
@@ -89,6 +92,7 @@ impl NodeConfig {
             self.max_db_connections > 0,
             "need at least one database connection"
         );
+        self.events.validate()?;
         Ok(())
     }
 }

@@ -6,7 +6,8 @@
 //! as SIGKILL, no destructors, no flush — when it reaches that point.
 //!
 //! Points, in execution order: `after_claim`, `after_provider_request_sent`,
-//! `after_provider_charge`, `after_finish`.
+//! `after_provider_charge`, `after_finish`; on the event path
+//! `after_publish`, `after_consume`, `after_email_send` (see `crate::events`).
 
 /// Aborts the process here if the failpoint `name` is armed.
 #[inline]

@@ -16,6 +16,8 @@
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
 //! - [`admin`]: operator endpoints (list, show, resolve records), own token.
+//! - [`events`]: outbox publisher, broker (NATS JetStream or in-process),
+//!   deduplicating consumers (ledger, receipt email), dead letters.
 //! - [`http`], [`ops`], [`openapi`], [`metrics`], [`error`]: the HTTP edges.
 //! - [`failpoints`]: crash injection for recovery tests (test builds only).
 //!
@@ -33,6 +35,7 @@ pub mod auth;
 pub mod config;
 pub mod domain;
 pub mod error;
+pub mod events;
 pub mod failpoints;
 pub mod http;
 pub mod idempotency;

@@ -61,6 +61,32 @@ pub struct NodeArgs {
     /// Bearer token of the admin endpoints (`once records`); unset disables them.
     #[arg(long, env = "ONCE_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// NATS server for events (JetStream); unset: the in-process bus.
+    #[arg(long, env = "ONCE_NATS_URL")]
+    pub nats_url: Option<String>,
+    /// JetStream stream for events (created if absent).
+    #[arg(long, env = "ONCE_EVENTS_STREAM", default_value = "ONCE_EVENTS")]
+    pub events_stream: String,
+    /// Events are published on `<prefix>.<event type>`.
+    #[arg(
+        long,
+        env = "ONCE_EVENTS_SUBJECT_PREFIX",
+        default_value = "once.events"
+    )]
+    pub events_subject_prefix: String,
+    /// Deliveries of one message before it is dead-lettered.
+    #[arg(long, env = "ONCE_CONSUMER_MAX_ATTEMPTS", default_value_t = 5)]
+    pub consumer_max_attempts: u32,
+    /// How long the broker waits for a consumer's ack before redelivering.
+    #[arg(long, env = "ONCE_CONSUMER_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub consumer_ack_wait: Duration,
+    /// Delivery loops per consumer in this node (deliveries handled at once).
+    #[arg(long, env = "ONCE_CONSUMER_INSTANCES", default_value_t = 16)]
+    pub consumer_instances: usize,
+    /// Email service endpoint for receipts (deduplicates on `Idempotency-Key`);
+    /// unset: an in-memory fake sender.
+    #[arg(long, env = "ONCE_EMAIL_SINK_URL")]
+    pub email_sink_url: Option<String>,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
@@ -98,6 +124,13 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
         provider.connect_timeout = args.provider_connect_timeout;
         provider
     });
+    config.events.nats_url = args.nats_url.clone();
+    config.events.stream = args.events_stream.clone();
+    config.events.subject_prefix = args.events_subject_prefix.clone();
+    config.events.max_attempts = args.consumer_max_attempts;
+    config.events.ack_wait = args.consumer_ack_wait;
+    config.events.email_sink_url = args.email_sink_url.clone();
+    config.events.consumer_instances = args.consumer_instances;
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
@@ -140,6 +173,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "provider": config.provider.as_ref().map_or("in-process".to_owned(), |p| p.base_url.clone()),
                 "recoveryInterval": humantime::format_duration(config.recovery_interval).to_string(),
                 "adminEndpoints": config.admin_token.is_some(),
+                "events": {
+                    "broker": if config.events.nats_url.is_some() { "nats" } else { "in-process" },
+                    "stream": config.events.stream,
+                    "subjectPrefix": config.events.subject_prefix,
+                    "maxAttempts": config.events.max_attempts,
+                    "emailSender": if config.events.email_sink_url.is_some() { "http" } else { "fake" },
+                },
             })
         );
         return Ok(());

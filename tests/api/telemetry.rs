@@ -81,6 +81,12 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
         "a replay is its own request, with its own trace"
     );
 
+    // The event path runs too: wait for the ledger consumer's effect.
+    eventually(Duration::from_secs(20), || async {
+        (db.count("SELECT COUNT(*) FROM ledger_entries").await == 1).then_some(())
+    })
+    .await;
+
     // Clean shutdowns flush what is batched.
     assert!(node.terminate().await.success());
     assert!(terminate(&mut sim.child).await.success());
@@ -152,6 +158,13 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
         provider_server.parent_span_id, provider_call.span_id,
         "the provider's span is a child of the node's call"
     );
+
+    // The consumer continued the trace of the request that wrote the event.
+    let consumed = spans
+        .iter()
+        .find(|s| s.name == "consume an event" && s.trace_id == trace_id)
+        .expect("the event's consumer span joins the payment's trace");
+    assert_eq!(consumed.kind, "SPAN_KIND_CONSUMER");
 
     // Metrics went out over OTLP too, under DESIGN's names.
     let exported = collector.exported_metrics(1, Duration::from_secs(20)).await;

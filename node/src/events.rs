@@ -1,0 +1,66 @@
+//! The event path of DESIGN §7: what happens after a payment commits.
+//!
+//! The finish of a payment writes an outbox row in the payment's own
+//! transaction (`payments::execute`). From there:
+//!
+//! ```text
+//!  outbox ──► publisher ──► Broker (NATS JetStream | in-process bus) ──► consumer runner ─┬─► ledger_entries
+//!  (rows)     claims rows,   dedupes on the event id                      inbox row + effect └─► email_notifications ─► sender ─► EmailSender
+//!             marks published (Nats-Msg-Id)                               in one transaction,                          (token = dedupe key)
+//!                                                                         then ack
+//! ```
+//!
+//! Each hop is at-least-once and each receiver dedupes, so a crash anywhere
+//! repeats work but never doubles an effect:
+//!
+//! - the publisher marks a row published only after the broker stored it; a
+//!   crash in between publishes it again under the same event id, which the
+//!   broker (JetStream's duplicate window) and then the inbox drop;
+//! - a consumer writes its inbox row and its effect in one transaction and
+//!   acknowledges only after that commits; a redelivery finds the inbox row;
+//! - the effects themselves sit behind unique keys (`(entry_type,
+//!   source_payment_id)`, `dedupe_key`), so even a second event for the same
+//!   payment changes nothing;
+//! - the email sender marks a notification sent only after the send, and
+//!   every send carries the notification's dedupe key as its idempotency
+//!   token, so a resend is the same email, deduplicated by the receiver.
+//!
+//! # Layout
+//!
+//! - [`config`]: the settings of the event path (part of `NodeConfig`).
+//! - [`message`]: the versioned wire envelope and the payment event data.
+//! - [`broker`]: the [`broker::Broker`] trait; [`nats`] and [`bus`] implement it.
+//! - [`outbox`]: the publisher.
+//! - [`inbox`]: the `consumer_inbox` table.
+//! - [`consumer`]: the [`consumer::Consumer`] trait and the runner that
+//!   receives, applies, retries, dead-letters and acknowledges.
+//! - [`ledger`], [`email`]: the two consumers, and the email sender worker.
+//! - [`email_sender`]: the [`email_sender::EmailSender`] trait, its HTTP
+//!   client and the fake; [`email_sink`]: an HTTP sink that records and
+//!   dedupes what it receives (tests, demos).
+//! - [`dead_letters`]: parked messages, listing and redrive.
+//! - [`runtime`]: wiring all of it into a node.
+//!
+//! The SQL of these tables lives next to the code that owns it rather than in
+//! `crate::sql`: each query serves exactly one worker here, over the same
+//! `Any` pool and `$n` placeholders.
+
+pub mod broker;
+pub mod bus;
+pub mod config;
+pub mod consumer;
+pub mod dead_letters;
+pub mod email;
+pub mod email_sender;
+pub mod email_sink;
+pub mod inbox;
+pub mod ledger;
+pub mod message;
+pub mod nats;
+pub mod outbox;
+pub mod runtime;
+
+pub use broker::{Broker, BrokerError};
+pub use config::EventsConfig;
+pub use message::EventMessage;
+pub use runtime::{EventWorkers, Events};

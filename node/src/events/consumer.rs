@@ -1,0 +1,403 @@
+//! Consumers and the runner that feeds them.
+//!
+//! A [`Consumer`] only says which events it wants and how to write its
+//! effect inside a transaction. The [`ConsumerRunner`] owns the protocol
+//! that makes that effect happen once:
+//!
+//! 1. begin; insert the inbox row `(consumer, event id)` — if it is there
+//!    already, this is a duplicate: roll back and acknowledge;
+//! 2. write the effect (itself behind a unique key);
+//! 3. commit, then acknowledge. A crash between commit and ack means a
+//!    redelivery, which step 1 turns into a no-op.
+//!
+//! A failed attempt rolls back (no inbox row, no effect) and asks the broker
+//! to redeliver after a backoff. After `max_attempts` deliveries — or at once
+//! for a message no attempt can process (an undecodable body, an unknown
+//! schema version) — it is parked in `dead_letters` together with an inbox
+//! row `DEAD_LETTERED`, in one transaction, and acknowledged so the messages
+//! behind it keep flowing. Errors reaching the database itself (connection
+//! lost, pool exhausted) never count towards dead-lettering: the message is
+//! fine, the node is not.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tracing::{Instrument, debug, info, info_span, instrument, warn};
+
+use super::broker::{Broker, BrokerError, Delivery, Subscription};
+use super::config::EventsConfig;
+use super::dead_letters::{self, DeadLetter};
+use super::inbox;
+use super::message::{EventMessage, MessageError};
+use super::outbox::error_chain;
+use crate::domain::{Clock, UnixMillis};
+use crate::failpoints::crash_point;
+use crate::metrics::{ConsumerName, EventMetrics};
+use crate::sql::Database;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumeError {
+    /// No attempt can succeed: dead-letter now.
+    #[error("unprocessable message")]
+    Poison(#[from] MessageError),
+    /// The effect was refused (by the consumer or a database constraint);
+    /// retried, then dead-lettered.
+    #[error("effect failed: {0}")]
+    Effect(String),
+    /// The database could not be reached: retried without limit.
+    #[error("database unavailable")]
+    Unavailable(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for ConsumeError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            // The database answered and said no: a property of the message.
+            sqlx::Error::Database(db) => Self::Effect(db.to_string()),
+            other => Self::Unavailable(other),
+        }
+    }
+}
+
+impl ConsumeError {
+    /// The stable code stored with a dead letter.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Poison(_) => "UNPROCESSABLE_MESSAGE",
+            Self::Effect(_) => "EFFECT_FAILED",
+            Self::Unavailable(_) => "DATABASE_UNAVAILABLE",
+        }
+    }
+}
+
+/// One consumer: which events it wants and the effect it writes.
+#[async_trait]
+pub trait Consumer: Send + Sync + std::fmt::Debug + 'static {
+    /// Its name in `consumer_inbox`, `dead_letters` and the broker (a
+    /// JetStream durable name: no dots or spaces).
+    fn name(&self) -> &str;
+
+    /// Events of other types are acknowledged untouched.
+    fn handles(&self, event_type: &str) -> bool;
+
+    /// Writes the effect of `message` on `tx`, the transaction that also
+    /// holds the inbox row. The effect must sit behind a unique key.
+    async fn apply(
+        &self,
+        tx: &mut sqlx::AnyConnection,
+        message: &EventMessage,
+        now: UnixMillis,
+    ) -> Result<(), ConsumeError>;
+}
+
+/// What became of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The effect was written now.
+    Processed,
+    /// The inbox already had the message: nothing written.
+    Duplicate,
+    /// Not an event this consumer handles.
+    Ignored,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerRunner {
+    consumer: Arc<dyn Consumer>,
+    db: Database,
+    broker: Arc<dyn Broker>,
+    clock: Arc<dyn Clock>,
+    metrics: EventMetrics,
+    max_attempts: u32,
+    backoff: Duration,
+}
+
+impl ConsumerRunner {
+    pub fn new(
+        consumer: Arc<dyn Consumer>,
+        db: Database,
+        broker: Arc<dyn Broker>,
+        clock: Arc<dyn Clock>,
+        metrics: EventMetrics,
+        config: &EventsConfig,
+    ) -> Self {
+        Self {
+            consumer,
+            db,
+            broker,
+            clock,
+            metrics,
+            max_attempts: config.max_attempts,
+            backoff: config.retry_backoff,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.consumer.name()
+    }
+
+    /// Inbox row and effect in one transaction. Public so tests can race
+    /// it directly, without a broker in between.
+    pub async fn process(&self, message: &EventMessage) -> Result<Outcome, ConsumeError> {
+        if !self.consumer.handles(&message.event_type) {
+            return Ok(Outcome::Ignored);
+        }
+        let now = self.clock.now();
+        let mut tx = self
+            .db
+            .pool
+            .begin()
+            .await
+            .map_err(ConsumeError::Unavailable)?;
+        let fresh = inbox::record(
+            &mut *tx,
+            self.consumer.name(),
+            &message.event_id,
+            inbox::PROCESSED,
+            None,
+            now,
+        )
+        .await?;
+        if !fresh {
+            tx.rollback().await.map_err(ConsumeError::Unavailable)?;
+            return Ok(Outcome::Duplicate);
+        }
+        self.consumer.apply(&mut tx, message, now).await?;
+        tx.commit().await.map_err(ConsumeError::Unavailable)?;
+        self.metrics
+            .consume_lag
+            .get_or_create(&ConsumerName {
+                consumer: self.consumer.name().to_owned(),
+            })
+            .observe((self.clock.now().0 - message.occurred_at).max(0) as f64 / 1000.0);
+        Ok(Outcome::Processed)
+    }
+
+    /// Processes one delivery and settles it: ack after the effect (or
+    /// after parking it), retry otherwise.
+    pub async fn handle(&self, delivery: Delivery) {
+        let span = info_span!(
+            "consume an event",
+            consumer = self.consumer.name(),
+            message_id = delivery.message_id.as_deref().unwrap_or(""),
+            attempt = delivery.attempt,
+            otel.kind = "consumer",
+        );
+        // Continue the trace of the request that wrote the event.
+        if let Some(parent) = delivery
+            .message()
+            .ok()
+            .and_then(|m| m.traceparent)
+            .and_then(|t| once_telemetry::context::parse_traceparent(&t))
+        {
+            use opentelemetry::trace::TraceContextExt as _;
+            use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+            let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+        }
+        self.handle_in_span(delivery).instrument(span).await
+    }
+
+    async fn handle_in_span(&self, delivery: Delivery) {
+        let name = self.consumer.name();
+        let message = match delivery.message() {
+            Ok(message) => message,
+            Err(e) => {
+                let raw = String::from_utf8_lossy(&delivery.payload).into_owned();
+                let id = delivery.message_id.clone().unwrap_or_else(|| {
+                    format!(
+                        "undecodable_{}",
+                        hex::encode(Sha256::digest(&delivery.payload))
+                    )
+                });
+                let error = ConsumeError::Poison(e);
+                self.park(&delivery, &id, "unknown", &raw, &error).await;
+                return;
+            }
+        };
+        match self.process(&message).await {
+            Ok(outcome) => {
+                if outcome == Outcome::Processed {
+                    // The crash a consumer must survive: effect committed,
+                    // not yet acknowledged.
+                    crash_point("after_consume");
+                }
+                self.metrics.consumed(
+                    name,
+                    match outcome {
+                        Outcome::Processed => "processed",
+                        Outcome::Duplicate => "duplicate",
+                        Outcome::Ignored => "ignored",
+                    },
+                );
+                debug!(?outcome, "consumed");
+                settle_logged(delivery.settle.ack().await);
+            }
+            Err(e @ ConsumeError::Unavailable(_)) => {
+                warn!(error = %error_chain(&e), "database unavailable; will redeliver");
+                settle_logged(delivery.settle.retry(self.delay(delivery.attempt)).await);
+            }
+            Err(e)
+                if matches!(e, ConsumeError::Poison(_))
+                    || delivery.attempt >= self.max_attempts =>
+            {
+                let raw = String::from_utf8_lossy(&delivery.payload).into_owned();
+                self.park(&delivery, &message.event_id, &message.event_type, &raw, &e)
+                    .await;
+            }
+            Err(e) => {
+                self.metrics.consumed(name, "retried");
+                warn!(error = %error_chain(&e), max_attempts = self.max_attempts, "attempt failed; will redeliver");
+                settle_logged(delivery.settle.retry(self.delay(delivery.attempt)).await);
+            }
+        }
+    }
+
+    /// Dead-letters the message and acknowledges it; if even that fails the
+    /// message is redelivered and parked next time.
+    async fn park(
+        &self,
+        delivery: &Delivery,
+        message_id: &str,
+        event_type: &str,
+        raw: &str,
+        error: &ConsumeError,
+    ) {
+        let letter = DeadLetter::new(
+            self.consumer.name(),
+            message_id,
+            event_type,
+            raw,
+            i64::from(delivery.attempt),
+            &error_chain(error),
+            self.clock.now(),
+        );
+        match dead_letters::park(&self.db, &letter, error.code()).await {
+            Ok(()) => {
+                self.metrics.consumed(self.consumer.name(), "dead_lettered");
+                warn!(error = %letter.last_error, attempts = delivery.attempt, "message dead-lettered");
+                settle_logged(delivery.settle.ack().await);
+            }
+            Err(e) => {
+                warn!(error = %error_chain(&e), "dead-lettering failed; will redeliver");
+                settle_logged(delivery.settle.retry(self.delay(delivery.attempt)).await);
+            }
+        }
+    }
+
+    fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32 << attempt.saturating_sub(1).min(6);
+        (self.backoff * factor).min(Duration::from_secs(30))
+    }
+
+    /// Receives and handles deliveries until `shutdown` flips, subscribing
+    /// again whenever the subscription breaks.
+    /// `first` is a subscription made before the publisher started (the
+    /// in-process bus only delivers to groups that exist when it publishes).
+    pub async fn run(
+        self,
+        mut first: Option<Box<dyn Subscription>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let name = self.consumer.name().to_owned();
+        loop {
+            let mut subscription = if let Some(s) = first.take() {
+                s
+            } else {
+                tokio::select! {
+                    s = self.broker.subscribe(&name) => match s {
+                        Ok(s) => s,
+                        Err(e) => {
+                            warn!(consumer = %name, error = %e, "subscribing failed; will retry");
+                            tokio::select! {
+                                _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                                _ = shutdown.changed() => return,
+                            }
+                        }
+                    },
+                    _ = shutdown.changed() => return,
+                }
+            };
+            loop {
+                let delivery = tokio::select! {
+                    d = subscription.next() => d,
+                    _ = shutdown.changed() => return,
+                };
+                match delivery {
+                    Ok(delivery) => self.handle(delivery).await,
+                    Err(BrokerError::Closed) if *shutdown.borrow() => return,
+                    Err(e) => {
+                        warn!(consumer = %name, error = %e, "subscription broke; subscribing again");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the dead letters an operator asked to redrive (`once events
+    /// redrive ID`), every `interval`, until `shutdown` flips.
+    pub async fn run_redrives(self, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+            if let Err(e) = self.redrive_requested().await {
+                warn!(consumer = self.consumer.name(), error = %error_chain(&e), "redrive round failed");
+            }
+        }
+    }
+
+    /// Processes every dead letter of this consumer whose redrive was
+    /// requested: effect, inbox row revived and the letter marked redriven
+    /// in one transaction; a failure puts the letter back as dead with the
+    /// new error. Returns how many were redriven.
+    #[instrument(name = "redrive dead letters", skip_all, fields(consumer = self.consumer.name()))]
+    pub async fn redrive_requested(&self) -> Result<usize, sqlx::Error> {
+        let letters = dead_letters::redrive_requested(&self.db, self.consumer.name()).await?;
+        let mut redriven = 0;
+        for letter in letters {
+            match self.redrive(&letter).await {
+                Ok(()) => {
+                    redriven += 1;
+                    self.metrics.consumed(self.consumer.name(), "redriven");
+                    info!(id = letter.id, message_id = %letter.message_id, "dead letter redriven");
+                }
+                Err(e) => {
+                    warn!(id = letter.id, error = %error_chain(&e), "redrive failed; back to dead");
+                    dead_letters::redrive_failed(&self.db, letter.id, &error_chain(&e)).await?;
+                }
+            }
+        }
+        Ok(redriven)
+    }
+
+    async fn redrive(&self, letter: &DeadLetter) -> Result<(), ConsumeError> {
+        let message = EventMessage::from_bytes(letter.message.as_bytes())?;
+        let now = self.clock.now();
+        let mut tx = self
+            .db
+            .pool
+            .begin()
+            .await
+            .map_err(ConsumeError::Unavailable)?;
+        // Only the first redrive writes the effect; a racing one (another
+        // node) finds the inbox row already revived.
+        if inbox::revive(&mut *tx, self.consumer.name(), &message.event_id, now).await? {
+            self.consumer.apply(&mut tx, &message, now).await?;
+        }
+        dead_letters::mark_redriven(&mut *tx, letter.id, now).await?;
+        tx.commit().await.map_err(ConsumeError::Unavailable)?;
+        Ok(())
+    }
+}
+
+fn settle_logged(result: Result<(), BrokerError>) {
+    if let Err(e) = result {
+        // The broker will redeliver; the inbox makes that harmless.
+        warn!(error = %e, "settling a delivery failed");
+    }
+}
