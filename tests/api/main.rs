@@ -5,6 +5,7 @@
 mod concurrency;
 mod contract;
 mod crash;
+mod deploy;
 mod helpers;
 mod isolation;
 mod ops;
