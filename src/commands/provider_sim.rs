@@ -12,9 +12,23 @@ pub struct ProviderSimArgs {
         default_value = "127.0.0.1:8090"
     )]
     pub listen: SocketAddr,
+    /// Print the effective configuration as JSON and exit without binding:
+    /// CI runs the manifests' flags through this.
+    #[arg(long)]
+    pub check_config: bool,
 }
 
 pub async fn run(args: ProviderSimArgs) -> anyhow::Result<()> {
+    if args.check_config {
+        println!(
+            "{}",
+            serde_json::json!({
+                "role": "provider-sim",
+                "listen": args.listen.to_string(),
+            })
+        );
+        return Ok(());
+    }
     once_provider_sim::serve(
         args.listen,
         |addr| {

@@ -5,6 +5,7 @@
 mod concurrency;
 mod contract;
 mod crash;
+mod deploy;
 mod events;
 mod helpers;
 mod isolation;
