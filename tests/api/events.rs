@@ -951,8 +951,12 @@ mod crashes {
             (notifications(&db, &payment_id, "SENT").await == 1).then_some(())
         })
         .await;
-        assert_eq!(ledger_entries(&db, &payment_id).await, 1);
-        assert_eq!(inbox_rows(&db, &event_id).await, 2, "one per consumer");
+        // The two consumers are independent: wait for both effects.
+        eventually(WAIT, || async {
+            (ledger_entries(&db, &payment_id).await == 1 && inbox_rows(&db, &event_id).await == 2)
+                .then_some(())
+        })
+        .await;
         assert_eq!(
             consumed_total(&client, &node.url, "processed").await,
             (2 - committed) as f64,
@@ -998,8 +1002,12 @@ mod crashes {
             (notifications(&db, &payment_id, "SENT").await == 1).then_some(())
         })
         .await;
-        assert_eq!(ledger_entries(&db, &payment_id).await, 1);
-        assert_eq!(inbox_rows(&db, &event_id).await, 2);
+        // The two consumers are independent: wait for the ledger's effect too.
+        eventually(WAIT, || async {
+            (ledger_entries(&db, &payment_id).await == 1 && inbox_rows(&db, &event_id).await == 2)
+                .then_some(())
+        })
+        .await;
         let client = reqwest::Client::new();
         match &config.nats_url {
             Some(url) => {
