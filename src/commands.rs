@@ -3,6 +3,7 @@
 pub mod keys;
 pub mod migrate;
 pub mod node;
+pub mod store;
 pub mod up;
 
 /// Marks an error as bad configuration: `main` exits with code 64 before

@@ -24,6 +24,8 @@ enum Command {
     Node(commands::node::NodeArgs),
     /// Apply database migrations and exit.
     Migrate(commands::migrate::MigrateArgs),
+    /// Run a raft-store member, or administer a cluster.
+    Store(commands::store::StoreArgs),
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::keys::KeysCommand),
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
             Command::Up(args) => commands::up::run(args).await,
             Command::Node(args) => commands::node::run(args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
+            Command::Store(args) => commands::store::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
             Command::Bench(args) => once_loadgen::run(args).await,
         }

@@ -1,8 +1,10 @@
 //! raft-store (docs written below once the crate stands).
 
+pub mod admin;
 pub mod api_service;
 pub mod apply;
 pub mod command;
+pub mod client;
 pub mod config;
 pub mod group_commit;
 pub mod log_store;
