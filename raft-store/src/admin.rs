@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::protocol::{
-    ADD_LEARNER_PATH, AddLearner, CHANGE_MEMBERSHIP_PATH, ChangeMembership, SNAPSHOT_PATH,
-    STATUS_PATH, Status,
+    ADD_LEARNER_PATH, AddLearner, CHANGE_MEMBERSHIP_PATH, ChangeMembership, ELECT_PATH,
+    SNAPSHOT_PATH, STATUS_PATH, Status,
 };
 use crate::types::NodeId;
 
@@ -56,7 +56,9 @@ pub async fn status(endpoint: &str) -> Result<Status, AdminError> {
             url: url.clone(),
             source,
         })?;
-    r.json().await.map_err(|source| AdminError::Http { url, source })
+    r.json()
+        .await
+        .map_err(|source| AdminError::Http { url, source })
 }
 
 /// The endpoint (among `endpoints`) of the member that reports itself leader.
@@ -92,7 +94,11 @@ async fn post<T: Serialize>(endpoint: &str, path: &str, body: &T) -> Result<(), 
 
 /// Adds `id` as a learner and waits until it has caught up with the log
 /// (or received a snapshot).
-pub async fn add_learner(endpoints: &[String], id: NodeId, raft_addr: &str) -> Result<(), AdminError> {
+pub async fn add_learner(
+    endpoints: &[String],
+    id: NodeId,
+    raft_addr: &str,
+) -> Result<(), AdminError> {
     let leader = leader_endpoint(endpoints).await?;
     post(
         &leader,
@@ -107,12 +113,25 @@ pub async fn add_learner(endpoints: &[String], id: NodeId, raft_addr: &str) -> R
 
 /// Makes `voters` the voting members (learners not listed stay learners;
 /// members in neither are removed).
-pub async fn change_membership(endpoints: &[String], voters: Vec<NodeId>) -> Result<(), AdminError> {
+pub async fn change_membership(
+    endpoints: &[String],
+    voters: Vec<NodeId>,
+) -> Result<(), AdminError> {
     let leader = leader_endpoint(endpoints).await?;
-    post(&leader, CHANGE_MEMBERSHIP_PATH, &ChangeMembership { voters }).await
+    post(
+        &leader,
+        CHANGE_MEMBERSHIP_PATH,
+        &ChangeMembership { voters },
+    )
+    .await
 }
 
 /// Builds a snapshot on the member at `endpoint` now.
 pub async fn snapshot(endpoint: &str) -> Result<(), AdminError> {
     post(endpoint, SNAPSHOT_PATH, &()).await
+}
+
+/// Starts an election on the member at `endpoint`.
+pub async fn elect(endpoint: &str) -> Result<(), AdminError> {
+    post(endpoint, ELECT_PATH, &()).await
 }

@@ -22,8 +22,8 @@ use crate::command::Record;
 use crate::group_commit::GroupCommit;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
-    READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH, Status,
-    WRITE_PATH, WriteAnswer, WriteRequest,
+    ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
+    Status, WRITE_PATH, WriteAnswer, WriteRequest,
 };
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
@@ -45,7 +45,9 @@ pub struct ApiState {
 
 impl std::fmt::Debug for ApiState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiState").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("ApiState")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -58,6 +60,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(ADD_LEARNER_PATH, post(add_learner))
         .route(CHANGE_MEMBERSHIP_PATH, post(change_membership))
         .route(SNAPSHOT_PATH, post(snapshot))
+        .route(ELECT_PATH, post(elect))
         .with_state(state)
 }
 
@@ -68,7 +71,10 @@ async fn write(
     Postcard(state.group_commit.submit(request).await)
 }
 
-async fn read(State(state): State<Arc<ApiState>>, Postcard(read): Postcard<Read>) -> Postcard<ReadAnswer> {
+async fn read(
+    State(state): State<Arc<ApiState>>,
+    Postcard(read): Postcard<Read>,
+) -> Postcard<ReadAnswer> {
     Postcard(serve_read(&state, read).await)
 }
 
@@ -125,12 +131,7 @@ pub fn status_of(state: &ApiState) -> Status {
         .unwrap_or_default();
     // Committed: on the leader, the quorum-acknowledged index; elsewhere
     // the best this member knows is what it applied.
-    let committed_index = state
-        .raft
-        .metrics()
-        .borrow()
-        .last_applied
-        .map(|l| l.index);
+    let committed_index = state.raft.metrics().borrow().last_applied.map(|l| l.index);
     Status {
         id: state.id,
         raft_addr: state.raft_addr.clone(),
@@ -195,6 +196,15 @@ async fn change_membership(
 /// Builds a snapshot now (and purges the log behind it per configuration).
 async fn snapshot(State(state): State<Arc<ApiState>>) -> Response {
     match state.raft.trigger().snapshot().await {
+        Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+/// Starts an election on this member now (to move leadership to a region
+/// before maintenance elsewhere). It wins if its log is up to date.
+async fn elect(State(state): State<Arc<ApiState>>) -> Response {
+    match state.raft.trigger().elect().await {
         Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }

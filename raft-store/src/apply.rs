@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::command::{
-    BusinessKey, ClientRequest, Millis, NewClaim, Op, Placement, Record, Reply, Scope, Status, Step,
-    TakeOverKind,
+    BusinessKey, ClientRequest, Millis, NewClaim, Op, Placement, Record, Reply, Scope, Status,
+    Step, TakeOverKind,
 };
 
 type Bytes = &'static [u8];
@@ -20,7 +20,8 @@ type Bytes = &'static [u8];
 /// Scope (postcard) → `Record` (postcard).
 pub(crate) const RECORDS: TableDefinition<Bytes, Bytes> = TableDefinition::new("records");
 /// Business key (postcard) → `Reservation` (postcard).
-pub(crate) const BUSINESS_KEYS: TableDefinition<Bytes, Bytes> = TableDefinition::new("business_keys");
+pub(crate) const BUSINESS_KEYS: TableDefinition<Bytes, Bytes> =
+    TableDefinition::new("business_keys");
 /// Tenant → `Placement`.
 pub(crate) const PLACEMENTS: TableDefinition<Bytes, Bytes> = TableDefinition::new("placements");
 /// Region → `RegionStatus`.
@@ -31,8 +32,14 @@ pub(crate) const SESSIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new(
 pub(crate) const FLOORS: TableDefinition<Bytes, Bytes> = TableDefinition::new("session_floors");
 
 /// Every table a snapshot carries, in a fixed order.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 6] =
-    [RECORDS, BUSINESS_KEYS, PLACEMENTS, REGIONS, SESSIONS, FLOORS];
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 6] = [
+    RECORDS,
+    BUSINESS_KEYS,
+    PLACEMENTS,
+    REGIONS,
+    SESSIONS,
+    FLOORS,
+];
 
 /// Who holds a business key.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -107,8 +114,10 @@ impl<'txn> Tables<'txn> {
     }
 
     fn put_record(&mut self, record: &Record) -> Result<(), ApplyError> {
-        self.records
-            .insert(encode(&record.scope)?.as_slice(), encode(record)?.as_slice())?;
+        self.records.insert(
+            encode(&record.scope)?.as_slice(),
+            encode(record)?.as_slice(),
+        )?;
         Ok(())
     }
 
@@ -131,7 +140,8 @@ impl<'txn> Tables<'txn> {
             return Ok(stored);
         }
         let reply = self.execute(req.now, &req.op)?;
-        self.sessions.insert(key.as_slice(), encode(&reply)?.as_slice())?;
+        self.sessions
+            .insert(key.as_slice(), encode(&reply)?.as_slice())?;
         let new_floor = req.acked_below.min(req.seq);
         if new_floor > floor {
             let from = session_key(req.client, floor);
@@ -261,7 +271,12 @@ impl<'txn> Tables<'txn> {
     /// The placement check: a claim counts only from the tenant's home at
     /// the current epoch. A tenant without a placement may be claimed from
     /// any region (single-region deployments never set one).
-    fn misdirected(&self, tenant: &str, region: &str, epoch: u64) -> Result<Option<Reply>, ApplyError> {
+    fn misdirected(
+        &self,
+        tenant: &str,
+        region: &str,
+        epoch: u64,
+    ) -> Result<Option<Reply>, ApplyError> {
         Ok(self.placement(tenant)?.and_then(|placement| {
             (placement.home != region || placement.epoch != epoch)
                 .then_some(Reply::Misdirected { placement })

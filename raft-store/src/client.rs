@@ -208,7 +208,9 @@ impl StoreClient {
         };
         match self.read(read).await? {
             ReadReply::Record(r) => Ok(r),
-            other => Err(ClientError::Unavailable(format!("unexpected answer {other:?}"))),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
         }
     }
 
@@ -220,7 +222,9 @@ impl StoreClient {
             .await?
         {
             ReadReply::Placement(p) => Ok(p),
-            other => Err(ClientError::Unavailable(format!("unexpected answer {other:?}"))),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
         }
     }
 

@@ -189,7 +189,11 @@ pub enum Op {
         expires_at: Millis,
     },
     /// Record a recovery point. Fenced; steps only move forward.
-    AdvanceStep { scope: Scope, fence: u64, step: Step },
+    AdvanceStep {
+        scope: Scope,
+        fence: u64,
+        step: Step,
+    },
     /// Fenced takeover; bumps the fence and grants a new lease.
     TakeOver {
         scope: Scope,
@@ -201,7 +205,11 @@ pub enum Op {
         renew: Option<NewClaim>,
     },
     /// The provider's answer was lost: nobody resumes before `retry_at`. Fenced.
-    MarkUnknown { scope: Scope, fence: u64, retry_at: Millis },
+    MarkUnknown {
+        scope: Scope,
+        fence: u64,
+        retry_at: Millis,
+    },
     /// Recovery learned the outcome of an unknown operation. Fenced.
     Resolve {
         scope: Scope,
@@ -211,9 +219,14 @@ pub enum Op {
         expires_at: Millis,
     },
     /// Purge stored answers of up to `limit` records past their window.
-    Expire { limit: u32, retention_ms: i64 },
+    Expire {
+        limit: u32,
+        retention_ms: i64,
+    },
     /// Delete up to `limit` expired records past their retention.
-    Purge { limit: u32 },
+    Purge {
+        limit: u32,
+    },
     /// Compare-and-set a tenant's placement on its epoch (`expected_epoch` 0:
     /// the tenant has no placement yet). The new epoch is `expected + 1`.
     SetPlacement {
@@ -222,7 +235,10 @@ pub enum Op {
         home: String,
         standbys: Vec<String>,
     },
-    SetRegionStatus { region: String, status: RegionStatus },
+    SetRegionStatus {
+        region: String,
+        status: RegionStatus,
+    },
 }
 
 /// A client's command: deduplicated at apply by `(client, seq)`, so a
@@ -259,22 +275,33 @@ pub enum Reply {
     /// Someone holds the scoped key: decide from the record.
     Existing(Record),
     /// The business key belongs to another payment; nothing was written.
-    BusinessKeyTaken { payment_id: Option<String>, scope: Scope },
+    BusinessKeyTaken {
+        payment_id: Option<String>,
+        scope: Scope,
+    },
     /// The claiming region is not the tenant's home at the stated epoch.
-    Misdirected { placement: Placement },
+    Misdirected {
+        placement: Placement,
+    },
     /// A fenced write or takeover that applied; the record as it now is.
     Updated(Record),
     /// The fence did not match, or the record is no longer in a state that
     /// allows this write: the caller must stop (I6).
-    Fenced { current: Option<Record> },
+    Fenced {
+        current: Option<Record>,
+    },
     /// Takeover refused: the lease is still valid at the stamped time.
-    LeaseValid { locked_until: Millis },
+    LeaseValid {
+        locked_until: Millis,
+    },
     NotFound,
     /// Expire/purge: how many records.
     Count(u64),
     Placement(Placement),
     /// Placement CAS lost: the current placement.
-    PlacementConflict { current: Option<Placement> },
+    PlacementConflict {
+        current: Option<Placement>,
+    },
     Ok,
     /// This `(client, seq)` was acknowledged and forgotten long ago; a
     /// client never sends it again, so seeing it is a client bug.

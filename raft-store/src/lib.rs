@@ -3,8 +3,8 @@
 pub mod admin;
 pub mod api_service;
 pub mod apply;
-pub mod command;
 pub mod client;
+pub mod command;
 pub mod config;
 pub mod group_commit;
 pub mod log_store;

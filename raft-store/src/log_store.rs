@@ -86,7 +86,11 @@ impl LogStore {
         .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?
     }
 
-    async fn write_meta<T: Serialize>(&self, name: &'static str, value: &T) -> Result<(), redb::Error> {
+    async fn write_meta<T: Serialize>(
+        &self,
+        name: &'static str,
+        value: &T,
+    ) -> Result<(), redb::Error> {
         let bytes = encode(value).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
         self.commit(move |txn| {
             txn.open_table(META)?.insert(name, bytes.as_slice())?;
@@ -96,7 +100,10 @@ impl LogStore {
     }
 
     fn last_entry_id(&self) -> Result<Option<LogId>, StorageIOError> {
-        let txn = self.db.begin_read().map_err(|e| StorageIOError::read_logs(&e))?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| StorageIOError::read_logs(&e))?;
         let table = match txn.open_table(LOG) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
@@ -132,7 +139,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let (start, end) = range_bounds(&range);
-        let txn = self.db.begin_read().map_err(|e| StorageIOError::read_logs(&e))?;
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| StorageIOError::read_logs(&e))?;
         let table = match txn.open_table(LOG) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
@@ -188,7 +198,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.read_meta::<Option<LogId>>(COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -237,7 +251,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let upto = log_id.index;
         self.commit(move |txn| {
             // Same transaction: the purge is recorded no later than it happens.
-            txn.open_table(META)?.insert(LAST_PURGED, bytes.as_slice())?;
+            txn.open_table(META)?
+                .insert(LAST_PURGED, bytes.as_slice())?;
             txn.open_table(LOG)?.retain_in(..=upto, |_, _| false)?;
             Ok(())
         })

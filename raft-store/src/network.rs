@@ -97,9 +97,9 @@ impl Connection {
     {
         let body = wire::encode(request).map_err(|e| RpcError::Network(NetworkError::new(&e)))?;
         if body.len() > self.max_body && entries > 1 {
-            return Err(RpcError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(
-                (entries / 2).max(1),
-            )));
+            return Err(RpcError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint((entries / 2).max(1)),
+            ));
         }
         let timeout = option.hard_ttl();
         let sent = self
@@ -125,9 +125,9 @@ impl Connection {
         };
         let status = response.status();
         if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && entries > 1 {
-            return Err(RpcError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(
-                (entries / 2).max(1),
-            )));
+            return Err(RpcError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint((entries / 2).max(1)),
+            ));
         }
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
@@ -172,7 +172,11 @@ impl RaftNetwork<TypeConfig> for Connection {
             .await
     }
 
-    async fn vote(&mut self, rpc: VoteRequest, option: RPCOption) -> Result<VoteResponse, RpcError> {
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest,
+        option: RPCOption,
+    ) -> Result<VoteResponse, RpcError> {
         self.call(VOTE_PATH, RPCTypes::Vote, &rpc, 0, &option).await
     }
 }

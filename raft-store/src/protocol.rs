@@ -15,6 +15,7 @@ pub const RECORDS_PATH: &str = "/admin/records";
 pub const ADD_LEARNER_PATH: &str = "/admin/add-learner";
 pub const CHANGE_MEMBERSHIP_PATH: &str = "/admin/change-membership";
 pub const SNAPSHOT_PATH: &str = "/admin/snapshot";
+pub const ELECT_PATH: &str = "/admin/elect";
 
 /// How the answer to a write or read came back from one member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,7 +25,9 @@ pub enum Answer<T> {
     /// was proposed by this member for this request *as far as it knows* —
     /// a leader that stepped down mid-write answers this too, which is why
     /// a client retries with the same `(client, seq)`.
-    ForwardToLeader { leader: Option<NodeId> },
+    ForwardToLeader {
+        leader: Option<NodeId>,
+    },
     /// The member could not serve; the request may or may not have applied.
     Unavailable(String),
 }
@@ -40,8 +43,13 @@ pub enum Consistency {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Read {
-    Record { scope: Scope, consistency: Consistency },
-    Placement { tenant: String },
+    Record {
+        scope: Scope,
+        consistency: Consistency,
+    },
+    Placement {
+        tenant: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

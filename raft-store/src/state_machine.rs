@@ -132,10 +132,15 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 }
                 let meta_table = txn.open_table(SM_META).map_err(io)?;
                 let read = |name: &str| -> Result<Option<Vec<u8>>, StorageError> {
-                    Ok(meta_table.get(name).map_err(io)?.map(|v| v.value().to_vec()))
+                    Ok(meta_table
+                        .get(name)
+                        .map_err(io)?
+                        .map(|v| v.value().to_vec()))
                 };
-                let last_applied: Option<LogId> =
-                    read(LAST_APPLIED)?.map(|b| decode(&b)).transpose().map_err(io)?;
+                let last_applied: Option<LogId> = read(LAST_APPLIED)?
+                    .map(|b| decode(&b))
+                    .transpose()
+                    .map_err(io)?;
                 let membership: StoredMembership = read(MEMBERSHIP)?
                     .map(|b| decode(&b))
                     .transpose()
@@ -178,7 +183,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let last_applied = self.meta::<LogId>(LAST_APPLIED)?;
-        let membership = self.meta::<StoredMembership>(MEMBERSHIP)?.unwrap_or_default();
+        let membership = self
+            .meta::<StoredMembership>(MEMBERSHIP)?
+            .unwrap_or_default();
         Ok((last_applied, membership))
     }
 
@@ -217,8 +224,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     replies.push(reply);
                 }
                 let last = entries.last().map(|e| e.log_id);
-                meta.insert(LAST_APPLIED, encode(&last.expect("non-empty")).map_err(wio)?.as_slice())
-                    .map_err(wio)?;
+                meta.insert(
+                    LAST_APPLIED,
+                    encode(&last.expect("non-empty")).map_err(wio)?.as_slice(),
+                )
+                .map_err(wio)?;
             }
             txn.commit().map_err(wio)?;
             Ok(replies)
@@ -266,12 +276,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
                 t.insert(
                     MEMBERSHIP,
-                    encode(&meta.last_membership).map_err(|e| err(&e))?.as_slice(),
+                    encode(&meta.last_membership)
+                        .map_err(|e| err(&e))?
+                        .as_slice(),
                 )
                 .map_err(|e| err(&e))?;
-                t.insert(SNAPSHOT_META, encode(&meta).map_err(|e| err(&e))?.as_slice())
+                t.insert(
+                    SNAPSHOT_META,
+                    encode(&meta).map_err(|e| err(&e))?.as_slice(),
+                )
+                .map_err(|e| err(&e))?;
+                t.insert(SNAPSHOT_DATA, data.as_slice())
                     .map_err(|e| err(&e))?;
-                t.insert(SNAPSHOT_DATA, data.as_slice()).map_err(|e| err(&e))?;
             }
             txn.commit().map_err(|e| err(&e))?;
             Ok(())

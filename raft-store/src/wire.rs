@@ -28,9 +28,9 @@ where
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        postcard::from_bytes(&bytes)
-            .map(Postcard)
-            .map_err(|e| (StatusCode::BAD_REQUEST, format!("undecodable body: {e}")).into_response())
+        postcard::from_bytes(&bytes).map(Postcard).map_err(|e| {
+            (StatusCode::BAD_REQUEST, format!("undecodable body: {e}")).into_response()
+        })
     }
 }
 

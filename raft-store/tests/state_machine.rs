@@ -129,7 +129,9 @@ async fn a_claim_from_a_region_that_is_not_home_at_its_epoch_is_misdirected() {
     };
     assert!(matches!(h.run(T0, set(0, "eu")).await, Reply::Placement(p) if p.epoch == 1));
     // A compare-and-set on a stale epoch loses.
-    assert!(matches!(h.run(T0, set(0, "us")).await, Reply::PlacementConflict { current: Some(p) } if p.home == "eu"));
+    assert!(
+        matches!(h.run(T0, set(0, "us")).await, Reply::PlacementConflict { current: Some(p) } if p.home == "eu")
+    );
     assert!(matches!(
         h.run(T0, Op::Claim(claim("k1", "o1", "us", 1))).await,
         Reply::Misdirected { placement } if placement.home == "eu"
@@ -174,20 +176,42 @@ async fn a_stale_owner_is_fenced_and_a_completion_is_never_overwritten() {
     };
     assert_eq!(taken.fence, 2);
     // A second takeover racing on the same fence loses.
-    assert!(matches!(h.run(T0 + LEASE, take_over(1)).await, Reply::Fenced { .. }));
+    assert!(matches!(
+        h.run(T0 + LEASE, take_over(1)).await,
+        Reply::Fenced { .. }
+    ));
     let complete = |fence| Op::Complete {
         scope: scope("k1"),
         fence,
         response: response(),
         expires_at: T0 + 86_400_000,
     };
-    assert!(matches!(h.run(T0 + LEASE, complete(1)).await, Reply::Fenced { .. }));
-    assert!(matches!(h.run(T0 + LEASE, complete(2)).await, Reply::Updated(r) if r.status == Status::Completed));
-    // Nothing moves a completed record: not its owner, not a takeover.
-    assert!(matches!(h.run(T0 + 10 * LEASE, complete(2)).await, Reply::Fenced { .. }));
-    assert!(matches!(h.run(T0 + 10 * LEASE, take_over(2)).await, Reply::Fenced { .. }));
     assert!(matches!(
-        h.run(T0 + 10 * LEASE, Op::AdvanceStep { scope: scope("k1"), fence: 2, step: Step::ProviderRequestSent }).await,
+        h.run(T0 + LEASE, complete(1)).await,
+        Reply::Fenced { .. }
+    ));
+    assert!(
+        matches!(h.run(T0 + LEASE, complete(2)).await, Reply::Updated(r) if r.status == Status::Completed)
+    );
+    // Nothing moves a completed record: not its owner, not a takeover.
+    assert!(matches!(
+        h.run(T0 + 10 * LEASE, complete(2)).await,
+        Reply::Fenced { .. }
+    ));
+    assert!(matches!(
+        h.run(T0 + 10 * LEASE, take_over(2)).await,
+        Reply::Fenced { .. }
+    ));
+    assert!(matches!(
+        h.run(
+            T0 + 10 * LEASE,
+            Op::AdvanceStep {
+                scope: scope("k1"),
+                fence: 2,
+                step: Step::ProviderRequestSent
+            }
+        )
+        .await,
         Reply::Fenced { .. }
     ));
     let record = h.sm.record(&scope("k1")).unwrap().unwrap();
@@ -266,8 +290,14 @@ async fn expiry_purges_answers_in_batches_and_keeps_unfinished_records() {
     let expired = h.sm.record(&scope("k0")).unwrap().unwrap();
     assert_eq!(expired.status, Status::Expired);
     assert_eq!(expired.response, None);
-    assert_eq!(h.run(T0 + 5_999, Op::Purge { limit: 10 }).await, Reply::Count(0));
-    assert_eq!(h.run(T0 + 6_000, Op::Purge { limit: 10 }).await, Reply::Count(4));
+    assert_eq!(
+        h.run(T0 + 5_999, Op::Purge { limit: 10 }).await,
+        Reply::Count(0)
+    );
+    assert_eq!(
+        h.run(T0 + 6_000, Op::Purge { limit: 10 }).await,
+        Reply::Count(4)
+    );
     // The unfinished record never expires.
     assert_eq!(
         h.sm.record(&scope("k4")).unwrap().unwrap().status,
@@ -275,7 +305,8 @@ async fn expiry_purges_answers_in_batches_and_keeps_unfinished_records() {
     );
     // The business key stays reserved after the record is purged.
     assert!(matches!(
-        h.run(T0 + 7_000, Op::Claim(claim("k9", "k0", "eu", 0))).await,
+        h.run(T0 + 7_000, Op::Claim(claim("k9", "k0", "eu", 0)))
+            .await,
         Reply::BusinessKeyTaken { .. }
     ));
 }
@@ -288,7 +319,8 @@ async fn two_members_applying_the_same_log_reach_the_same_state() {
         for i in 0..20 {
             let key = format!("k{}", i % 7);
             let now = T0 + i * 3_000;
-            h.run(now, Op::Claim(claim(&key, &format!("o{}", i % 5), "eu", 0))).await;
+            h.run(now, Op::Claim(claim(&key, &format!("o{}", i % 5), "eu", 0)))
+                .await;
             h.run(
                 now,
                 Op::TakeOver {

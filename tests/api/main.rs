@@ -8,4 +8,5 @@ mod crash;
 mod helpers;
 mod isolation;
 mod ops;
+mod raft_store;
 mod validation;
