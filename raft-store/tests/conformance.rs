@@ -20,6 +20,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
 }
 
 #[test]
-fn the_redb_store_passes_openraft_conformance_suite() -> Result<(), StorageError> {
-    Suite::test_all(OnDisk)
+fn the_redb_store_passes_openraft_conformance_suite() {
+    if let Err(e) = Suite::test_all(OnDisk) {
+        panic!("conformance: {e}");
+    }
 }
