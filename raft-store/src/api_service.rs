@@ -129,9 +129,26 @@ pub fn status_of(state: &ApiState) -> Status {
                 .collect()
         })
         .unwrap_or_default();
-    // Committed: on the leader, the quorum-acknowledged index; elsewhere
-    // the best this member knows is what it applied.
-    let committed_index = state.raft.metrics().borrow().last_applied.map(|l| l.index);
+    // Committed: on the leader, the highest index a quorum of voters has
+    // matched (computed from replication progress); elsewhere the best this
+    // member knows is what it has applied.
+    let committed_index = match &m.replication {
+        Some(progress) if !voters.is_empty() => {
+            let mut matched: Vec<u64> = voters
+                .iter()
+                .map(|id| {
+                    if *id == m.id {
+                        m.last_log_index.unwrap_or(0)
+                    } else {
+                        progress.get(id).copied().flatten().map_or(0, |l| l.index)
+                    }
+                })
+                .collect();
+            matched.sort_unstable_by(|a, b| b.cmp(a));
+            Some(matched[voters.len() / 2])
+        }
+        _ => m.last_applied.map(|l| l.index),
+    };
     Status {
         id: state.id,
         raft_addr: state.raft_addr.clone(),

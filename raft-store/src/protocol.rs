@@ -78,6 +78,7 @@ pub struct Status {
     pub leader: Option<NodeId>,
     pub term: u64,
     pub last_log_index: Option<u64>,
+    /// On the leader: matched by a quorum of voters. Elsewhere: applied.
     pub committed_index: Option<u64>,
     pub applied_index: Option<u64>,
     pub snapshot_index: Option<u64>,
