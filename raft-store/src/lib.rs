@@ -110,6 +110,7 @@
 pub mod admin;
 pub mod api_service;
 pub mod apply;
+pub mod bench;
 pub mod client;
 pub mod command;
 pub mod config;

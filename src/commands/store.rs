@@ -83,6 +83,15 @@ enum AdminCommand {
         #[arg(long)]
         endpoint: String,
     },
+    /// Closed-loop claim benchmark against a running cluster (JSON report).
+    Bench {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10_000)]
+        requests: usize,
+    },
 }
 
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
@@ -155,6 +164,14 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             admin::change_membership(&endpoints, voters).await?
         }
         AdminCommand::Snapshot { endpoint } => admin::snapshot(&endpoint).await?,
+        AdminCommand::Bench {
+            endpoints,
+            concurrency,
+            requests,
+        } => {
+            let report = once_raft_store::bench::claims(&endpoints, concurrency, requests).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
     }
     Ok(())
 }
