@@ -93,7 +93,7 @@ async fn a_batch_over_the_body_limit_is_payload_too_large_before_or_after_sendin
 async fn a_peer_that_does_not_answer_in_time_is_a_timeout() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let app = Router::new().route(APPEND_PATH, post(|| std::future::pending::<&'static str>()));
+    let app = Router::new().route(APPEND_PATH, post(std::future::pending::<&'static str>));
     tokio::spawn(async move { axum::serve(listener, app).await });
     let mut c = connection_to(addr, 1 << 20).await;
     let err = c
