@@ -85,8 +85,13 @@ enum AdminCommand {
     },
     /// Closed-loop claim benchmark against a running cluster (JSON report).
     Bench {
-        #[arg(long, value_delimiter = ',', required = true)]
+        /// raft-store client API endpoints.
+        #[arg(long, value_delimiter = ',', required_unless_present = "etcd")]
         endpoints: Vec<String>,
+        /// Run the equivalent create-if-absent txn against etcd instead
+        /// (its client URL, e.g. http://127.0.0.1:2379), for comparison.
+        #[arg(long)]
+        etcd: Option<String>,
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
         #[arg(long, default_value_t = 10_000)]
@@ -166,10 +171,16 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::Snapshot { endpoint } => admin::snapshot(&endpoint).await?,
         AdminCommand::Bench {
             endpoints,
+            etcd,
             concurrency,
             requests,
         } => {
-            let report = once_raft_store::bench::claims(&endpoints, concurrency, requests).await?;
+            let report = match etcd {
+                Some(url) => {
+                    once_raft_store::bench::etcd_claims(&url, concurrency, requests).await?
+                }
+                None => once_raft_store::bench::claims(&endpoints, concurrency, requests).await?,
+            };
             println!("{}", serde_json::to_string(&report)?);
         }
     }
