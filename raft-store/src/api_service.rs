@@ -102,6 +102,14 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
             Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
             Answer::Unavailable(e) => Answer::Unavailable(e),
         },
+        Read::Regions => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.regions() {
+                Ok(r) => Answer::Done(ReadReply::Regions(r)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
         Read::Placement { tenant } => match state.read_index.barrier().await {
             Answer::Done(()) => match state.state_machine.placement(&tenant) {
                 Ok(p) => Answer::Done(ReadReply::Placement(p)),

@@ -20,7 +20,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::command::{ClientRequest, Millis, NewClaim, Op, Placement, Record, Reply, Scope};
+use crate::command::{
+    ClientRequest, Millis, NewClaim, Op, Placement, Record, RegionStatus, Reply, Scope,
+};
 use crate::protocol::{
     Answer, Consistency, READ_PATH, Read, ReadAnswer, ReadReply, STATUS_PATH, Status, WRITE_PATH,
     WriteAnswer,
@@ -222,6 +224,16 @@ impl StoreClient {
             .await?
         {
             ReadReply::Placement(p) => Ok(p),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    /// Every region's status, linearizably (the router's view of health).
+    pub async fn regions(&self) -> Result<Vec<(String, RegionStatus)>, ClientError> {
+        match self.read(Read::Regions).await? {
+            ReadReply::Regions(r) => Ok(r),
             other => Err(ClientError::Unavailable(format!(
                 "unexpected answer {other:?}"
             ))),

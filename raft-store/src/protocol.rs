@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{ClientRequest, Placement, Record, Reply, Scope};
+use crate::command::{ClientRequest, Placement, Record, RegionStatus, Reply, Scope};
 use crate::types::NodeId;
 
 pub const WRITE_PATH: &str = "/api/write";
@@ -50,6 +50,8 @@ pub enum Read {
     Placement {
         tenant: String,
     },
+    /// Every region's status (linearizable).
+    Regions,
 }
 
 // A message built once per request and serialized at once: boxing the
@@ -59,6 +61,7 @@ pub enum Read {
 pub enum ReadReply {
     Record(Option<Record>),
     Placement(Option<Placement>),
+    Regions(Vec<(String, RegionStatus)>),
     NotFinalHere,
 }
 

@@ -20,8 +20,8 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, Tables, decode, encode};
-use crate::command::{BatchReply, Placement, Record, Scope};
+use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, REGIONS, Tables, decode, encode};
+use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
 use crate::types::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
     TypeConfig,
@@ -82,6 +82,19 @@ impl StateMachine {
         let table = txn.open_table(PLACEMENTS).map_err(io)?;
         let value = table.get(tenant.as_bytes()).map_err(io)?;
         value.map(|v| decode(v.value()).map_err(io)).transpose()
+    }
+
+    /// Every region's status as last set, by region name.
+    pub fn regions(&self) -> Result<Vec<(String, RegionStatus)>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(REGIONS).map_err(io)?;
+        let mut out = Vec::new();
+        for item in table.iter().map_err(io)? {
+            let (k, v) = item.map_err(io)?;
+            let name = String::from_utf8_lossy(k.value()).into_owned();
+            out.push((name, decode(v.value()).map_err(io)?));
+        }
+        Ok(out)
     }
 
     /// Every record, for invariant checks in tests and `once store` admin.

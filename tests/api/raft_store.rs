@@ -14,7 +14,8 @@ use std::time::Duration;
 use once_raft_store::admin;
 use once_raft_store::client::{ClientError, ClientOptions, StoreClient};
 use once_raft_store::command::{
-    BusinessKey, NewClaim, Op, Record, Reply, Scope, Status, Step, StoredResponse, TakeOverKind,
+    BusinessKey, NewClaim, Op, Record, RegionStatus, Reply, Scope, Status, Step, StoredResponse,
+    TakeOverKind,
 };
 
 use self::cluster::Cluster;
@@ -263,6 +264,31 @@ async fn the_whole_cluster_killed_and_restarted_keeps_every_record() {
         client.claim(claim("k0", "o0", "fp")).await.unwrap(),
         Reply::Existing(r) if r.status == Status::Completed
     ));
+    // Placement and region status survive too, and read back linearizably.
+    assert!(matches!(
+        client
+            .write(Op::SetPlacement {
+                tenant: "acme".into(),
+                expected_epoch: 0,
+                home: "eu".into(),
+                standbys: vec!["us".into()],
+            })
+            .await
+            .unwrap(),
+        Reply::Placement(p) if p.epoch == 1
+    ));
+    client
+        .write(Op::SetRegionStatus {
+            region: "us".into(),
+            status: RegionStatus::Down,
+        })
+        .await
+        .unwrap();
+    assert_eq!(client.placement("acme").await.unwrap().unwrap().home, "eu");
+    assert_eq!(
+        client.regions().await.unwrap(),
+        vec![("us".to_string(), RegionStatus::Down)]
+    );
     cluster.wait_for_convergence(&cluster.ids()).await;
     let after = assert_members_agree(&cluster).await;
     let after_without_new: Vec<Record> = after
