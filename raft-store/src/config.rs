@@ -45,9 +45,10 @@ pub struct StoreConfig {
     pub raft_addr: SocketAddr,
     pub api_addr: SocketAddr,
     pub data_dir: PathBuf,
-    /// The founding voters, this member included. Only a member started
-    /// with peers ever initialises a cluster, and only once (see
-    /// `server::bootstrap`); a member joining later gets none.
+    /// The founding voters, this member included. Only the lowest of them
+    /// initialises a cluster, only once, and only when every founding peer
+    /// says it never belonged to one (see `server::bootstrap`); a member
+    /// joining later gets none.
     pub peers: BTreeMap<NodeId, String>,
     pub timing: Timing,
     /// Largest Raft RPC body (an append batch, a snapshot chunk). Default 16 MiB.

@@ -29,6 +29,8 @@ use crate::wire;
 pub const APPEND_PATH: &str = "/raft/append";
 pub const VOTE_PATH: &str = "/raft/vote";
 pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+/// Whether a member has ever been part of a cluster (bootstrap asks).
+pub const INITIALIZED_PATH: &str = "/raft/initialized";
 
 /// Builds a connection to each peer from one shared HTTP client.
 #[derive(Debug, Clone)]

@@ -4,9 +4,9 @@
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::routing::post;
+use axum::routing::{get, post};
 
-use crate::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
+use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, Raft, RaftError, VoteRequest, VoteResponse,
@@ -20,6 +20,7 @@ pub fn router(raft: Raft, max_body: usize) -> Router {
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
+        .route(INITIALIZED_PATH, get(initialized))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(raft)
 }
@@ -43,4 +44,10 @@ async fn snapshot(
     Postcard(rpc): Postcard<InstallSnapshotRequest>,
 ) -> Postcard<Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>> {
     Postcard(raft.install_snapshot(rpc).await)
+}
+
+/// `true` once this member has a vote or a log; also `true` when it cannot
+/// tell, so a founding member never initialises on a guess.
+async fn initialized(State(raft): State<Raft>) -> Postcard<bool> {
+    Postcard(raft.is_initialized().await.unwrap_or(true))
 }

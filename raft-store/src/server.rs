@@ -14,7 +14,7 @@ use crate::api_service::{self, ApiState};
 use crate::config::StoreConfig;
 use crate::group_commit::GroupCommit;
 use crate::log_store::LogStore;
-use crate::network::Network;
+use crate::network::{INITIALIZED_PATH, Network};
 use crate::raft_service;
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
@@ -132,7 +132,12 @@ impl StoreServer {
         let api_router = api_service::router(api);
         tokio::spawn(async move { axum::serve(api_listener, api_router).await });
 
-        bootstrap(&raft, config.id, &config.peers).await;
+        bootstrap(
+            raft.clone(),
+            config.id,
+            config.peers.clone(),
+            raft_addr.ip(),
+        );
         Ok(Self {
             id: config.id,
             raft,
@@ -156,31 +161,97 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
         .map_err(|source| StartError::Bind { what, addr, source })
 }
 
-/// Initialises a new cluster, idempotently: only when this member has never
-/// been part of one (no vote, no log — openraft's `is_initialized`), only
-/// with founding peers given, and only on the lowest founding id, so three
-/// members started together form one cluster. A restarted member has state
-/// on disk and never initialises again; a member joining an existing
-/// cluster is started without peers and waits to be added as a learner.
-async fn bootstrap(raft: &Raft, id: NodeId, peers: &BTreeMap<NodeId, String>) {
+/// Initialises a new cluster, idempotently and only at birth:
+/// - only a member started with founding peers, and only the lowest id;
+/// - only while it has never been part of a cluster (no vote, no log —
+///   openraft's `is_initialized`), so a restarted member never does;
+/// - only once *every* other founding peer has answered that it, too, has
+///   never been part of one. A formed cluster always has initialised
+///   members, so a founding member whose disk was wiped and that is
+///   restarted with its old `--peers` waits instead of founding a second
+///   cluster (it must be re-added with `add-learner`).
+///
+/// Runs in the background, polling the peers until they have all answered.
+fn bootstrap(raft: Raft, id: NodeId, peers: BTreeMap<NodeId, String>, local: std::net::IpAddr) {
     if peers.keys().next() != Some(&id) {
         return;
     }
-    match raft.is_initialized().await {
-        Ok(true) => return,
-        Ok(false) => {}
-        Err(e) => {
-            tracing::error!(error = %e, "cannot tell whether the cluster is initialised");
-            return;
+    tokio::spawn(async move {
+        let http = match reqwest::Client::builder()
+            .local_address(local)
+            .timeout(std::time::Duration::from_secs(2))
+            .build()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "bootstrap: building the peer client");
+                return;
+            }
+        };
+        let mut warned = false;
+        loop {
+            match raft.is_initialized().await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot tell whether the cluster is initialised");
+                    return;
+                }
+            }
+            match peers_state(&http, id, &peers).await {
+                PeersState::AllBlank => break,
+                PeersState::SomeInitialised(peer) => {
+                    tracing::warn!(
+                        peer,
+                        "a founding peer already belongs to a cluster: not initialising; \
+                         add this member with `once store add-learner`"
+                    );
+                    return;
+                }
+                PeersState::Waiting(peer) => {
+                    if !warned {
+                        tracing::info!(peer, "bootstrap: waiting for every founding peer");
+                        warned = true;
+                    }
+                }
+            }
+            // Polling for a condition (every peer reachable), not a fixed wait.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let members: BTreeMap<NodeId, Node> = peers
+            .iter()
+            .map(|(id, addr)| (*id, Node { addr: addr.clone() }))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(peers = ?peers.keys(), "initialised a new cluster"),
+            // Someone else's vote or log arrived first: the cluster exists.
+            Err(e) => tracing::info!(error = %e, "not initialising"),
+        }
+    });
+}
+
+enum PeersState {
+    AllBlank,
+    SomeInitialised(NodeId),
+    Waiting(NodeId),
+}
+
+async fn peers_state(
+    http: &reqwest::Client,
+    id: NodeId,
+    peers: &BTreeMap<NodeId, String>,
+) -> PeersState {
+    for (peer, addr) in peers.iter().filter(|(p, _)| **p != id) {
+        let url = format!("http://{addr}{INITIALIZED_PATH}");
+        let answer = match http.get(url).send().await {
+            Ok(r) if r.status().is_success() => r.bytes().await.ok(),
+            _ => None,
+        };
+        match answer.and_then(|b| crate::wire::decode::<bool>(&b).ok()) {
+            Some(true) => return PeersState::SomeInitialised(*peer),
+            Some(false) => {}
+            None => return PeersState::Waiting(*peer),
         }
     }
-    let members: BTreeMap<NodeId, Node> = peers
-        .iter()
-        .map(|(id, addr)| (*id, Node { addr: addr.clone() }))
-        .collect();
-    match raft.initialize(members).await {
-        Ok(()) => tracing::info!(peers = ?peers.keys(), "initialised a new cluster"),
-        // Someone else's vote or log arrived first: the cluster exists.
-        Err(e) => tracing::info!(error = %e, "not initialising"),
-    }
+    PeersState::AllBlank
 }
