@@ -6,6 +6,7 @@ pub mod migrate;
 pub mod node;
 pub mod provider_sim;
 pub mod records;
+pub mod store;
 pub mod up;
 
 /// Marks an error as bad configuration: `main` exits with code 64 before

@@ -23,6 +23,8 @@ enum Command {
     Node(Box<commands::node::NodeArgs>),
     /// Apply database migrations and exit.
     Migrate(commands::migrate::MigrateArgs),
+    /// Run a raft-store member, or administer a cluster.
+    Store(commands::store::StoreArgs),
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::keys::KeysCommand),
@@ -43,6 +45,7 @@ impl Command {
             Command::Up(_) => ("once-up", None),
             Command::Node(args) => ("once-node", Some(args.region.clone())),
             Command::ProviderSim(_) => ("once-provider-sim", None),
+            Command::Store(_) => ("once-store", None),
             Command::Migrate(_)
             | Command::Keys(_)
             | Command::Records(_)
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
             Command::Up(args) => commands::up::run(args).await,
             Command::Node(args) => commands::node::run(*args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
+            Command::Store(args) => commands::store::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
             Command::ProviderSim(args) => commands::provider_sim::run(args).await,
             Command::Records(args) => commands::records::run(args).await,

@@ -11,5 +11,6 @@ mod helpers;
 mod isolation;
 mod ops;
 mod provider;
+mod raft_store;
 mod telemetry;
 mod validation;

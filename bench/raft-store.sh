@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Claim throughput and latency of a three-member raft-store on this machine
+# (members on 127.0.0.1–3, data on disk, every commit fsynced), at several
+# concurrencies. Usage: bench/raft-store.sh [REQUESTS]   (default 20000)
+# Needs a release build: cargo build --release -p once
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
+REQUESTS="${1:-20000}"
+DIR=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+PEERS="1=127.0.0.1:27001,2=127.0.0.2:27001,3=127.0.0.3:27001"
+for i in 1 2 3; do
+  RUST_LOG=error "$ONCE" store --id "$i" --raft-addr "127.0.0.$i:27001" --api-addr "127.0.0.$i:27101" \
+    --data-dir "$DIR/m$i" --peers "$PEERS" >"$DIR/out$i" 2>&1 &
+  PIDS+=($!)
+done
+ENDPOINTS="127.0.0.1:27101,127.0.0.2:27101,127.0.0.3:27101"
+# Wait (with a deadline) until a leader is elected.
+leader() { [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *'"state":"Leader"'* ]]; }
+for _ in $(seq 1 100); do leader && break; sleep 0.1; done
+leader || { echo "no leader"; exit 1; }
+
+echo "# $(nproc) cores, $REQUESTS claims per run, binary $ONCE"
+for c in 1 16 64 256; do
+  "$ONCE" store bench --endpoints "$ENDPOINTS" --concurrency "$c" --requests "$REQUESTS"
+done
+
+# raft-store stops before etcd starts: they never share the cores.
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+PIDS=()
+command -v etcd >/dev/null || { echo "# etcd not installed: comparison skipped"; exit 0; }
+CLUSTER="e1=http://127.0.0.1:22380,e2=http://127.0.0.2:22380,e3=http://127.0.0.3:22380"
+for i in 1 2 3; do
+  etcd --name "e$i" --data-dir "$DIR/e$i" \
+    --listen-client-urls "http://127.0.0.$i:22379" --advertise-client-urls "http://127.0.0.$i:22379" \
+    --listen-peer-urls "http://127.0.0.$i:22380" --initial-advertise-peer-urls "http://127.0.0.$i:22380" \
+    --initial-cluster "$CLUSTER" --initial-cluster-state new --initial-cluster-token once-bench \
+    --log-level error >"$DIR/etcd$i" 2>&1 &
+  PIDS+=($!)
+done
+healthy() { [[ "$(curl -s http://127.0.0.1:22379/health)" == *'"health":"true"'* ]]; }
+for _ in $(seq 1 100); do healthy && break; sleep 0.1; done
+healthy || { echo "etcd not healthy"; exit 1; }
+echo "# etcd $(etcd --version | head -1 | awk '{print $3}'): txn create-if-absent of scoped key + business key"
+for c in 1 16 64 256; do
+  "$ONCE" store bench --etcd http://127.0.0.1:22379 --concurrency "$c" --requests "$REQUESTS"
+done

@@ -1,0 +1,137 @@
+//! Operator actions against a running cluster (behind `once store status |
+//! add-learner | change-membership | snapshot`): plain JSON over the client
+//! API listener, following the leader when a member redirects.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::protocol::{
+    ADD_LEARNER_PATH, AddLearner, CHANGE_MEMBERSHIP_PATH, ChangeMembership, ELECT_PATH,
+    SNAPSHOT_PATH, STATUS_PATH, Status,
+};
+use crate::types::NodeId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("request to {url} failed")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url} answered {status}: {body}")]
+    Refused {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("no member among the endpoints is the leader")]
+    NoLeader,
+}
+
+fn base(endpoint: &str) -> String {
+    if endpoint.starts_with("http") {
+        endpoint.trim_end_matches('/').to_owned()
+    } else {
+        format!("http://{endpoint}")
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("static client configuration")
+}
+
+pub async fn status(endpoint: &str) -> Result<Status, AdminError> {
+    let url = format!("{}{STATUS_PATH}", base(endpoint));
+    let r = http()
+        .get(&url)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|source| AdminError::Http {
+            url: url.clone(),
+            source,
+        })?;
+    r.json()
+        .await
+        .map_err(|source| AdminError::Http { url, source })
+}
+
+/// The endpoint (among `endpoints`) of the member that reports itself leader.
+pub async fn leader_endpoint(endpoints: &[String]) -> Result<String, AdminError> {
+    for e in endpoints {
+        if let Ok(s) = status(e).await
+            && s.leader == Some(s.id)
+        {
+            return Ok(e.clone());
+        }
+    }
+    Err(AdminError::NoLeader)
+}
+
+async fn post<T: Serialize>(endpoint: &str, path: &str, body: &T) -> Result<(), AdminError> {
+    let url = format!("{}{path}", base(endpoint));
+    let r = http()
+        .post(&url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|source| AdminError::Http {
+            url: url.clone(),
+            source,
+        })?;
+    let status = r.status().as_u16();
+    if (200..300).contains(&status) {
+        return Ok(());
+    }
+    let body = r.text().await.unwrap_or_default();
+    Err(AdminError::Refused { url, status, body })
+}
+
+/// Adds `id` as a learner and waits until it has caught up with the log
+/// (or received a snapshot).
+pub async fn add_learner(
+    endpoints: &[String],
+    id: NodeId,
+    raft_addr: &str,
+) -> Result<(), AdminError> {
+    let leader = leader_endpoint(endpoints).await?;
+    post(
+        &leader,
+        ADD_LEARNER_PATH,
+        &AddLearner {
+            id,
+            raft_addr: raft_addr.to_owned(),
+        },
+    )
+    .await
+}
+
+/// Makes `voters` the voting members (learners not listed stay learners;
+/// members in neither are removed).
+pub async fn change_membership(
+    endpoints: &[String],
+    voters: Vec<NodeId>,
+) -> Result<(), AdminError> {
+    let leader = leader_endpoint(endpoints).await?;
+    post(
+        &leader,
+        CHANGE_MEMBERSHIP_PATH,
+        &ChangeMembership { voters },
+    )
+    .await
+}
+
+/// Builds a snapshot on the member at `endpoint` now.
+pub async fn snapshot(endpoint: &str) -> Result<(), AdminError> {
+    post(endpoint, SNAPSHOT_PATH, &()).await
+}
+
+/// Starts an election on the member at `endpoint`.
+pub async fn elect(endpoint: &str) -> Result<(), AdminError> {
+    post(endpoint, ELECT_PATH, &()).await
+}

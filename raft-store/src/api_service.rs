@@ -1,0 +1,236 @@
+//! The client API and admin endpoints of one member, on their own listener.
+//!
+//! Writes go through group commit; linearizable reads through the coalesced
+//! read index. A read that only needs a *final* record (`COMPLETED` or
+//! `FAILED_REPLAYABLE`) may be answered from this member's own copy, leader
+//! or not: a final record never changes inside its replay window (owner
+//! writes apply only to unfinished records, takeovers only to unfinished,
+//! retryable or expired ones), so any member that has applied it holds the
+//! same bytes the leader would return. A member that has not applied it yet
+//! answers `NotFinalHere` and the client asks the leader.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use crate::command::Record;
+use crate::group_commit::GroupCommit;
+use crate::protocol::{
+    ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
+    ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
+    Status, WRITE_PATH, WriteAnswer, WriteRequest,
+};
+use crate::read_index::ReadIndex;
+use crate::state_machine::StateMachine;
+use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError};
+use crate::wire::Postcard;
+
+/// What every handler shares.
+pub struct ApiState {
+    pub id: NodeId,
+    pub raft: Raft,
+    /// A clone of the state machine: reads go straight to redb (MVCC read
+    /// transactions never block apply).
+    pub state_machine: StateMachine,
+    pub group_commit: GroupCommit,
+    pub read_index: ReadIndex,
+    pub raft_addr: String,
+    pub api_addr: String,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new()
+        .route(WRITE_PATH, post(write))
+        .route(READ_PATH, post(read))
+        .route(STATUS_PATH, get(status))
+        .route(RECORDS_PATH, get(records))
+        .route(ADD_LEARNER_PATH, post(add_learner))
+        .route(CHANGE_MEMBERSHIP_PATH, post(change_membership))
+        .route(SNAPSHOT_PATH, post(snapshot))
+        .route(ELECT_PATH, post(elect))
+        .with_state(state)
+}
+
+async fn write(
+    State(state): State<Arc<ApiState>>,
+    Postcard(request): Postcard<WriteRequest>,
+) -> Postcard<WriteAnswer> {
+    Postcard(state.group_commit.submit(request).await)
+}
+
+async fn read(
+    State(state): State<Arc<ApiState>>,
+    Postcard(read): Postcard<Read>,
+) -> Postcard<ReadAnswer> {
+    Postcard(serve_read(&state, read).await)
+}
+
+async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
+    let unavailable = |e: &dyn std::fmt::Display| Answer::Unavailable(e.to_string());
+    match read {
+        Read::Record {
+            scope,
+            consistency: Consistency::FinalFromAnyMember,
+        } => match state.state_machine.record(&scope) {
+            Ok(Some(record)) if record.status.is_final() => {
+                Answer::Done(ReadReply::Record(Some(record)))
+            }
+            Ok(_) => Answer::Done(ReadReply::NotFinalHere),
+            Err(e) => unavailable(&e),
+        },
+        Read::Record {
+            scope,
+            consistency: Consistency::Linearizable,
+        } => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.record(&scope) {
+                Ok(r) => Answer::Done(ReadReply::Record(r)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
+        Read::Regions => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.regions() {
+                Ok(r) => Answer::Done(ReadReply::Regions(r)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
+        Read::Placement { tenant } => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.placement(&tenant) {
+                Ok(p) => Answer::Done(ReadReply::Placement(p)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
+    }
+}
+
+pub fn status_of(state: &ApiState) -> Status {
+    let m = state.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let learners: Vec<NodeId> = membership.learner_ids().collect();
+    let last = m.last_log_index.unwrap_or(0);
+    let follower_lag: BTreeMap<NodeId, Option<u64>> = m
+        .replication
+        .as_ref()
+        .map(|r| {
+            r.iter()
+                .filter(|(id, _)| **id != m.id)
+                .map(|(id, matched)| (*id, matched.map(|l| last.saturating_sub(l.index))))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Committed: on the leader, the highest index a quorum of voters has
+    // matched (computed from replication progress); elsewhere the best this
+    // member knows is what it has applied.
+    let committed_index = match &m.replication {
+        Some(progress) if !voters.is_empty() => {
+            let mut matched: Vec<u64> = voters
+                .iter()
+                .map(|id| {
+                    if *id == m.id {
+                        m.last_log_index.unwrap_or(0)
+                    } else {
+                        progress.get(id).copied().flatten().map_or(0, |l| l.index)
+                    }
+                })
+                .collect();
+            matched.sort_unstable_by(|a, b| b.cmp(a));
+            Some(matched[voters.len() / 2])
+        }
+        _ => m.last_applied.map(|l| l.index),
+    };
+    Status {
+        id: state.id,
+        raft_addr: state.raft_addr.clone(),
+        api_addr: state.api_addr.clone(),
+        state: format!("{:?}", m.state),
+        leader: m.current_leader,
+        term: m.current_term,
+        last_log_index: m.last_log_index,
+        committed_index,
+        applied_index: m.last_applied.map(|l| l.index),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        voters: voters.into_iter().collect(),
+        learners,
+        follower_lag,
+    }
+}
+
+async fn status(State(state): State<Arc<ApiState>>) -> Json<Status> {
+    Json(status_of(&state))
+}
+
+/// This member's applied records, for invariant checks after fault tests.
+async fn records(State(state): State<Arc<ApiState>>) -> Response {
+    match state.state_machine.all_records() {
+        Ok(r) => Postcard::<Vec<Record>>(r).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn admin_answer<T>(result: Result<T, RaftError<ClientWriteError>>) -> Response {
+    match result {
+        Ok(_) => Json(serde_json::json!({"ok": true})).into_response(),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => (
+            StatusCode::MISDIRECTED_REQUEST,
+            Json(serde_json::json!({"ok": false, "leader": f.leader_id})),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"ok": false, "error": e.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+async fn add_learner(State(state): State<Arc<ApiState>>, Json(req): Json<AddLearner>) -> Response {
+    let node = Node {
+        addr: req.raft_addr,
+    };
+    admin_answer(state.raft.add_learner(req.id, node, true).await)
+}
+
+async fn change_membership(
+    State(state): State<Arc<ApiState>>,
+    Json(req): Json<ChangeMembership>,
+) -> Response {
+    let voters: BTreeSet<NodeId> = req.voters.into_iter().collect();
+    admin_answer(state.raft.change_membership(voters, false).await)
+}
+
+/// Builds a snapshot now (and purges the log behind it per configuration).
+async fn snapshot(State(state): State<Arc<ApiState>>) -> Response {
+    match state.raft.trigger().snapshot().await {
+        Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+/// Starts an election on this member now (to move leadership to a region
+/// before maintenance elsewhere). It wins if its log is up to date.
+async fn elect(State(state): State<Arc<ApiState>>) -> Response {
+    match state.raft.trigger().elect().await {
+        Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}

@@ -1,0 +1,504 @@
+//! Deterministic apply: one client request against the state-machine tables,
+//! inside the write transaction of the entries being applied.
+//!
+//! Nothing here reads a clock or any state outside the tables: the only
+//! time is `ClientRequest::now`, stamped by the proposer. Every request is
+//! first looked up in the dedup table by `(client, seq)`; a retry of a
+//! command that already applied gets the stored reply and changes nothing.
+
+use redb::{ReadableTable, Table, TableDefinition};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::command::{
+    BusinessKey, ClientRequest, Millis, NewClaim, Op, Placement, Record, Reply, Scope, Status,
+    Step, TakeOverKind,
+};
+
+type Bytes = &'static [u8];
+
+/// Scope (postcard) → `Record` (postcard).
+pub(crate) const RECORDS: TableDefinition<Bytes, Bytes> = TableDefinition::new("records");
+/// Business key (postcard) → `Reservation` (postcard).
+pub(crate) const BUSINESS_KEYS: TableDefinition<Bytes, Bytes> =
+    TableDefinition::new("business_keys");
+/// Tenant → `Placement`.
+pub(crate) const PLACEMENTS: TableDefinition<Bytes, Bytes> = TableDefinition::new("placements");
+/// Region → `RegionStatus`.
+pub(crate) const REGIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("regions");
+/// `client (8 bytes BE) ‖ seq (8 bytes BE)` → `Reply`: the dedup table.
+pub(crate) const SESSIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("sessions");
+/// `client (8 bytes BE)` → lowest seq still remembered (8 bytes BE).
+pub(crate) const FLOORS: TableDefinition<Bytes, Bytes> = TableDefinition::new("session_floors");
+
+/// Every table a snapshot carries, in a fixed order.
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 6] = [
+    RECORDS,
+    BUSINESS_KEYS,
+    PLACEMENTS,
+    REGIONS,
+    SESSIONS,
+    FLOORS,
+];
+
+/// Who holds a business key.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reservation {
+    pub payment_id: Option<String>,
+    pub scope: Scope,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApplyError {
+    #[error(transparent)]
+    Storage(#[from] redb::Error),
+    #[error("encoding: {0}")]
+    Codec(#[from] postcard::Error),
+}
+
+impl From<redb::StorageError> for ApplyError {
+    fn from(e: redb::StorageError) -> Self {
+        Self::Storage(e.into())
+    }
+}
+
+pub(crate) fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, postcard::Error> {
+    postcard::to_allocvec(v)
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
+    postcard::from_bytes(bytes)
+}
+
+fn session_key(client: u64, seq: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&client.to_be_bytes());
+    k[8..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The open tables of one write transaction.
+pub(crate) struct Tables<'txn> {
+    pub records: Table<'txn, Bytes, Bytes>,
+    pub business_keys: Table<'txn, Bytes, Bytes>,
+    pub placements: Table<'txn, Bytes, Bytes>,
+    pub regions: Table<'txn, Bytes, Bytes>,
+    pub sessions: Table<'txn, Bytes, Bytes>,
+    pub floors: Table<'txn, Bytes, Bytes>,
+}
+
+impl<'txn> Tables<'txn> {
+    pub fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, redb::Error> {
+        Ok(Self {
+            records: txn.open_table(RECORDS)?,
+            business_keys: txn.open_table(BUSINESS_KEYS)?,
+            placements: txn.open_table(PLACEMENTS)?,
+            regions: txn.open_table(REGIONS)?,
+            sessions: txn.open_table(SESSIONS)?,
+            floors: txn.open_table(FLOORS)?,
+        })
+    }
+
+    fn get<T: DeserializeOwned>(
+        table: &Table<'txn, Bytes, Bytes>,
+        key: &[u8],
+    ) -> Result<Option<T>, ApplyError> {
+        match table.get(key)? {
+            Some(v) => Ok(Some(decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn record(&self, scope: &Scope) -> Result<Option<Record>, ApplyError> {
+        Self::get(&self.records, &encode(scope)?)
+    }
+
+    fn put_record(&mut self, record: &Record) -> Result<(), ApplyError> {
+        self.records.insert(
+            encode(&record.scope)?.as_slice(),
+            encode(record)?.as_slice(),
+        )?;
+        Ok(())
+    }
+
+    fn placement(&self, tenant: &str) -> Result<Option<Placement>, ApplyError> {
+        Self::get(&self.placements, tenant.as_bytes())
+    }
+
+    /// Applies one client request, exactly once per `(client, seq)`.
+    pub fn apply(&mut self, req: &ClientRequest) -> Result<Reply, ApplyError> {
+        let floor_key = req.client.to_be_bytes();
+        let floor = match self.floors.get(floor_key.as_slice())? {
+            Some(v) => u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8])),
+            None => 0,
+        };
+        if req.seq < floor {
+            return Ok(Reply::StaleSequence);
+        }
+        let key = session_key(req.client, req.seq);
+        if let Some(stored) = Self::get::<Reply>(&self.sessions, &key)? {
+            return Ok(stored);
+        }
+        let reply = self.execute(req.now, &req.op)?;
+        self.sessions
+            .insert(key.as_slice(), encode(&reply)?.as_slice())?;
+        let new_floor = req.acked_below.min(req.seq);
+        if new_floor > floor {
+            let from = session_key(req.client, floor);
+            let to = session_key(req.client, new_floor);
+            self.sessions
+                .retain_in(from.as_slice()..to.as_slice(), |_, _| false)?;
+            self.floors
+                .insert(floor_key.as_slice(), new_floor.to_be_bytes().as_slice())?;
+        }
+        Ok(reply)
+    }
+
+    fn execute(&mut self, now: Millis, op: &Op) -> Result<Reply, ApplyError> {
+        match op {
+            Op::Claim(claim) => self.claim(now, claim),
+            Op::Complete {
+                scope,
+                fence,
+                response,
+                expires_at,
+            } => self.owner_write(scope, *fence, |r| {
+                r.status = Status::Completed;
+                r.step = Step::Completed;
+                r.response = Some(response.clone());
+                r.error_code = None;
+                r.expires_at = Some(*expires_at);
+                r.updated_at = now;
+            }),
+            Op::Fail {
+                scope,
+                fence,
+                replayable,
+                response,
+                error_code,
+                expires_at,
+            } => self.owner_write(scope, *fence, |r| {
+                r.status = if *replayable {
+                    Status::FailedReplayable
+                } else {
+                    Status::FailedRetryable
+                };
+                r.response = response.clone();
+                r.error_code = Some(error_code.clone());
+                r.expires_at = Some(*expires_at);
+                r.updated_at = now;
+            }),
+            Op::AdvanceStep { scope, fence, step } => self.owner_write(scope, *fence, |r| {
+                // Recovery points only move forward.
+                r.step = r.step.max(*step);
+                r.updated_at = now;
+            }),
+            Op::MarkUnknown {
+                scope,
+                fence,
+                retry_at,
+            } => self.owner_write(scope, *fence, |r| {
+                r.status = Status::UnknownRequiresRecovery;
+                r.locked_until = *retry_at;
+                r.updated_at = now;
+            }),
+            Op::Resolve {
+                scope,
+                fence,
+                completed,
+                response,
+                expires_at,
+            } => {
+                match self.record(scope)? {
+                    Some(r) if r.status != Status::UnknownRequiresRecovery => {
+                        return Ok(Reply::Fenced { current: Some(r) });
+                    }
+                    _ => {}
+                }
+                self.owner_write(scope, *fence, |r| {
+                    if *completed {
+                        r.status = Status::Completed;
+                        r.step = Step::Completed;
+                    } else {
+                        r.status = Status::FailedReplayable;
+                    }
+                    r.response = Some(response.clone());
+                    r.expires_at = Some(*expires_at);
+                    r.updated_at = now;
+                })
+            }
+            Op::TakeOver {
+                scope,
+                fence,
+                kind,
+                region,
+                lease_ms,
+                renew,
+            } => self.take_over(now, scope, *fence, *kind, region, *lease_ms, renew.as_ref()),
+            Op::Expire {
+                limit,
+                retention_ms,
+            } => self.expire(now, *limit, *retention_ms),
+            Op::Purge { limit } => self.purge(now, *limit),
+            Op::SetPlacement {
+                tenant,
+                expected_epoch,
+                home,
+                standbys,
+            } => {
+                let current = self.placement(tenant)?;
+                let epoch = current.as_ref().map_or(0, |p| p.epoch);
+                if epoch != *expected_epoch {
+                    return Ok(Reply::PlacementConflict { current });
+                }
+                let placement = Placement {
+                    home: home.clone(),
+                    standbys: standbys.clone(),
+                    epoch: epoch + 1,
+                };
+                self.placements
+                    .insert(tenant.as_bytes(), encode(&placement)?.as_slice())?;
+                Ok(Reply::Placement(placement))
+            }
+            Op::SetRegionStatus { region, status } => {
+                self.regions
+                    .insert(region.as_bytes(), encode(status)?.as_slice())?;
+                Ok(Reply::Ok)
+            }
+        }
+    }
+
+    /// The placement check: a claim counts only from the tenant's home at
+    /// the current epoch. A tenant without a placement may be claimed from
+    /// any region (single-region deployments never set one).
+    fn misdirected(
+        &self,
+        tenant: &str,
+        region: &str,
+        epoch: u64,
+    ) -> Result<Option<Reply>, ApplyError> {
+        Ok(self.placement(tenant)?.and_then(|placement| {
+            (placement.home != region || placement.epoch != epoch)
+                .then_some(Reply::Misdirected { placement })
+        }))
+    }
+
+    /// Reserves `key` for `scope`, or names the payment that holds it.
+    fn reserve(
+        &mut self,
+        key: &BusinessKey,
+        scope: &Scope,
+        payment_id: &Option<String>,
+    ) -> Result<Option<Reply>, ApplyError> {
+        let k = encode(key)?;
+        if let Some(held) = Self::get::<Reservation>(&self.business_keys, &k)? {
+            if held.scope != *scope {
+                return Ok(Some(Reply::BusinessKeyTaken {
+                    payment_id: held.payment_id,
+                    scope: held.scope,
+                }));
+            }
+            return Ok(None);
+        }
+        let reservation = Reservation {
+            payment_id: payment_id.clone(),
+            scope: scope.clone(),
+        };
+        self.business_keys
+            .insert(k.as_slice(), encode(&reservation)?.as_slice())?;
+        Ok(None)
+    }
+
+    fn claim(&mut self, now: Millis, c: &NewClaim) -> Result<Reply, ApplyError> {
+        if let Some(reply) = self.misdirected(&c.scope.tenant, &c.region, c.epoch)? {
+            return Ok(reply);
+        }
+        if let Some(existing) = self.record(&c.scope)? {
+            return Ok(Reply::Existing(existing));
+        }
+        if let Some(key) = &c.business_key
+            && let Some(taken) = self.reserve(key, &c.scope, &c.payment_id)?
+        {
+            return Ok(taken);
+        }
+        let record = Record {
+            scope: c.scope.clone(),
+            fingerprint_version: c.fingerprint_version,
+            fingerprint: c.fingerprint.clone(),
+            status: Status::InProgress,
+            step: c.step,
+            fence: 1,
+            locked_until: now.saturating_add(c.lease_ms),
+            payment_id: c.payment_id.clone(),
+            provider_key: c.provider_key.clone(),
+            business_key: c.business_key.clone(),
+            response: None,
+            error_code: None,
+            trace_id: c.trace_id.clone(),
+            region: c.region.clone(),
+            takeovers: 0,
+            created_at: now,
+            updated_at: now,
+            expires_at: None,
+            purge_after: None,
+        };
+        self.put_record(&record)?;
+        Ok(Reply::Claimed(record))
+    }
+
+    /// A write by the record's owner: applies only if `fence` is the
+    /// record's fence and the record is unfinished, so a stale owner (taken
+    /// over, or racing a completion) changes nothing (I6).
+    fn owner_write(
+        &mut self,
+        scope: &Scope,
+        fence: u64,
+        change: impl FnOnce(&mut Record),
+    ) -> Result<Reply, ApplyError> {
+        let Some(mut record) = self.record(scope)? else {
+            return Ok(Reply::NotFound);
+        };
+        if record.fence != fence || !record.status.is_unfinished() {
+            return Ok(Reply::Fenced {
+                current: Some(record),
+            });
+        }
+        change(&mut record);
+        self.put_record(&record)?;
+        Ok(Reply::Updated(record))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn take_over(
+        &mut self,
+        now: Millis,
+        scope: &Scope,
+        fence: u64,
+        kind: TakeOverKind,
+        region: &str,
+        lease_ms: i64,
+        renew: Option<&NewClaim>,
+    ) -> Result<Reply, ApplyError> {
+        let Some(mut record) = self.record(scope)? else {
+            return Ok(Reply::NotFound);
+        };
+        if record.fence != fence {
+            return Ok(Reply::Fenced {
+                current: Some(record),
+            });
+        }
+        // A renewed key is a new operation: it must come from the home
+        // region. A lease takeover may come from anywhere (after a failover
+        // the new home resumes what the old one left).
+        if let Some(c) = renew
+            && let Some(reply) = self.misdirected(&scope.tenant, &c.region, c.epoch)?
+        {
+            return Ok(reply);
+        }
+        match kind {
+            TakeOverKind::LeaseExpired => {
+                if !record.status.is_unfinished() {
+                    return Ok(Reply::Fenced {
+                        current: Some(record),
+                    });
+                }
+                if !record.lease_expired(now) {
+                    return Ok(Reply::LeaseValid {
+                        locked_until: record.locked_until,
+                    });
+                }
+            }
+            TakeOverKind::Restart => {
+                if record.status != Status::FailedRetryable || record.is_expired(now) {
+                    return Ok(Reply::Fenced {
+                        current: Some(record),
+                    });
+                }
+                record.response = None;
+                record.error_code = None;
+                record.expires_at = None;
+            }
+            TakeOverKind::Renew => {
+                if !record.is_expired(now) {
+                    return Ok(Reply::Fenced {
+                        current: Some(record),
+                    });
+                }
+                if let Some(c) = renew {
+                    if let Some(key) = &c.business_key
+                        && let Some(taken) = self.reserve(key, &c.scope, &c.payment_id)?
+                    {
+                        return Ok(taken);
+                    }
+                    record.fingerprint_version = c.fingerprint_version;
+                    record.fingerprint = c.fingerprint.clone();
+                    record.step = c.step;
+                    record.payment_id = c.payment_id.clone();
+                    record.provider_key = c.provider_key.clone();
+                    record.business_key = c.business_key.clone();
+                    record.trace_id = c.trace_id.clone();
+                    record.created_at = now;
+                }
+                record.response = None;
+                record.error_code = None;
+                record.expires_at = None;
+                record.purge_after = None;
+            }
+        }
+        record.status = Status::InProgress;
+        record.fence += 1;
+        record.takeovers += 1;
+        record.locked_until = now.saturating_add(lease_ms);
+        record.region = region.to_owned();
+        record.updated_at = now;
+        self.put_record(&record)?;
+        Ok(Reply::Claimed(record))
+    }
+
+    /// Purges the stored answers of up to `limit` records past their window.
+    /// A full scan: fine for batches on today's sizes; an expiry index is
+    /// the next step if the table grows large.
+    fn expire(&mut self, now: Millis, limit: u32, retention_ms: i64) -> Result<Reply, ApplyError> {
+        let mut due = Vec::new();
+        for item in self.records.iter()? {
+            if due.len() >= limit as usize {
+                break;
+            }
+            let (_, v) = item?;
+            let record: Record = decode(v.value())?;
+            if record.status != Status::Expired && record.is_expired(now) {
+                due.push(record);
+            }
+        }
+        let n = due.len() as u64;
+        for mut record in due {
+            record.status = Status::Expired;
+            record.response = None;
+            record.purge_after = Some(now.saturating_add(retention_ms));
+            record.updated_at = now;
+            self.put_record(&record)?;
+        }
+        Ok(Reply::Count(n))
+    }
+
+    /// Deletes up to `limit` expired records past their retention. Business
+    /// keys stay reserved: they guard against a duplicate for good.
+    fn purge(&mut self, now: Millis, limit: u32) -> Result<Reply, ApplyError> {
+        let mut due = Vec::new();
+        for item in self.records.iter()? {
+            if due.len() >= limit as usize {
+                break;
+            }
+            let (k, v) = item?;
+            let record: Record = decode(v.value())?;
+            if record.status == Status::Expired && record.purge_after.is_some_and(|at| at <= now) {
+                due.push(k.value().to_vec());
+            }
+        }
+        let n = due.len() as u64;
+        for k in due {
+            self.records.remove(k.as_slice())?;
+        }
+        Ok(Reply::Count(n))
+    }
+}

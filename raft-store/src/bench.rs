@@ -1,0 +1,206 @@
+//! A closed-loop claim benchmark behind `once store bench`: `concurrency`
+//! callers share one client and claim fresh keys (each with a fresh business
+//! key) as fast as the cluster answers; reports throughput and latency.
+//! Closed loop: latency under overload is understated (coordinated
+//! omission), so read the throughput, and the latency at low concurrency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::client::{ClientOptions, StoreClient};
+use crate::command::{BusinessKey, NewClaim, Reply, Scope, Step};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub concurrency: usize,
+    pub requests: usize,
+    pub claimed: usize,
+    pub errors: usize,
+    pub seconds: f64,
+    pub claims_per_second: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+fn fresh_claim(run: u64, n: usize) -> NewClaim {
+    let key = format!("bench-{run:x}-{n}");
+    NewClaim {
+        scope: Scope {
+            tenant: "bench".into(),
+            principal: "bench".into(),
+            operation: "payments.create".into(),
+            key: key.clone(),
+        },
+        fingerprint_version: 1,
+        fingerprint: "0".repeat(64),
+        business_key: Some(BusinessKey {
+            tenant: "bench".into(),
+            account_id: "acc_bench".into(),
+            merchant_reference: key.clone(),
+        }),
+        payment_id: Some(format!("pay_{key}")),
+        provider_key: Some(format!("provider_payment_pay_{key}")),
+        step: Step::LocalPaymentCreated,
+        trace_id: None,
+        region: "bench".into(),
+        epoch: 0,
+        lease_ms: 10_000,
+    }
+}
+
+pub async fn claims(
+    endpoints: &[String],
+    concurrency: usize,
+    requests: usize,
+) -> Result<BenchReport, reqwest::Error> {
+    let client = Arc::new(StoreClient::new(endpoints, ClientOptions::default())?);
+    let run: u64 = rand::random();
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, next) = (client.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let (mut claimed, mut errors) = (0, 0);
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= requests {
+                    return (latencies, claimed, errors);
+                }
+                let t = Instant::now();
+                match client.claim(fresh_claim(run, n)).await {
+                    Ok(Reply::Claimed(_)) => claimed += 1,
+                    _ => errors += 1,
+                }
+                latencies.push(t.elapsed());
+            }
+        }));
+    }
+    let mut latencies: Vec<Duration> = Vec::with_capacity(requests);
+    let (mut claimed, mut errors) = (0, 0);
+    for task in tasks {
+        if let Ok((l, c, e)) = task.await {
+            latencies.extend(l);
+            claimed += c;
+            errors += e;
+        }
+    }
+    Ok(report(
+        concurrency,
+        requests,
+        claimed,
+        errors,
+        started,
+        latencies,
+    ))
+}
+
+/// The same closed loop against etcd (3.4's JSON gateway), for comparison:
+/// one `txn` that puts the scoped key and the business key only if neither
+/// exists (`create_revision == 0`), the create-if-absent a claim is. The
+/// value is a record-sized blob. etcd fsyncs its WAL per batch, like
+/// raft-store.
+pub async fn etcd_claims(
+    endpoint: &str,
+    concurrency: usize,
+    requests: usize,
+) -> Result<BenchReport, reqwest::Error> {
+    use base64::Engine;
+    let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
+    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    let url = format!("{}/v3/kv/txn", endpoint.trim_end_matches('/'));
+    let run: u64 = rand::random();
+    let value = b64(&[b'r'; 300]);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (http, url, next, value) = (http.clone(), url.clone(), next.clone(), value.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let (mut claimed, mut errors) = (0, 0);
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= requests {
+                    return (latencies, claimed, errors);
+                }
+                let scoped = b64(format!("records/bench/bench/payments.create/bench-{run:x}-{n}").as_bytes());
+                let business = b64(format!("business/bench/acc_bench/bench-{run:x}-{n}").as_bytes());
+                let txn = serde_json::json!({
+                    "compare": [
+                        {"key": scoped, "result": "EQUAL", "target": "CREATE", "create_revision": "0"},
+                        {"key": business, "result": "EQUAL", "target": "CREATE", "create_revision": "0"},
+                    ],
+                    "success": [
+                        {"request_put": {"key": scoped, "value": value}},
+                        {"request_put": {"key": business, "value": b64(b"pay")}},
+                    ],
+                });
+                let t = Instant::now();
+                let ok = match http.post(&url).json(&txn).send().await {
+                    Ok(r) => r
+                        .json::<serde_json::Value>()
+                        .await
+                        .is_ok_and(|v| v["succeeded"] == serde_json::Value::Bool(true)),
+                    Err(_) => false,
+                };
+                latencies.push(t.elapsed());
+                if ok {
+                    claimed += 1;
+                } else {
+                    errors += 1;
+                }
+            }
+        }));
+    }
+    let mut latencies: Vec<Duration> = Vec::with_capacity(requests);
+    let (mut claimed, mut errors) = (0, 0);
+    for task in tasks {
+        if let Ok((l, c, e)) = task.await {
+            latencies.extend(l);
+            claimed += c;
+            errors += e;
+        }
+    }
+    Ok(report(
+        concurrency,
+        requests,
+        claimed,
+        errors,
+        started,
+        latencies,
+    ))
+}
+
+fn report(
+    concurrency: usize,
+    requests: usize,
+    claimed: usize,
+    errors: usize,
+    started: Instant,
+    mut latencies: Vec<Duration>,
+) -> BenchReport {
+    let seconds = started.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 * q) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    BenchReport {
+        concurrency,
+        requests,
+        claimed,
+        errors,
+        seconds,
+        claims_per_second: latencies.len() as f64 / seconds,
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        max_ms: at(1.0),
+    }
+}

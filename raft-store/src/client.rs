@@ -1,0 +1,395 @@
+//! The client library node and router use to reach raft-store.
+//!
+//! - **Finding the leader**: the client keeps a leader hint; a member that
+//!   is not the leader answers `ForwardToLeader` with its guess, and the
+//!   client maps member ids to endpoints by asking `/api/status` once.
+//! - **Retrying safely**: every write carries `(client id, seq)`; the state
+//!   machine applies a given pair once and stores its reply, so resending
+//!   the *same* request after a timeout or a leader change is safe and
+//!   returns the first outcome. A new seq is never used for a retry.
+//! - **Ambiguity is reported, not guessed**: when the deadline passes and
+//!   some attempt may have reached a leader (sent, then timed out, or
+//!   refused by a member that may have stepped down mid-write), the answer
+//!   is [`ClientError::Ambiguous`]; only when no attempt can have been
+//!   proposed is it [`ClientError::Unavailable`].
+//! - **Time**: the client stamps `now` into each command from its clock
+//!   (with an optional offset, for skew tests); members never read a clock
+//!   while applying.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::command::{
+    ClientRequest, Millis, NewClaim, Op, Placement, Record, RegionStatus, Reply, Scope,
+};
+use crate::protocol::{
+    Answer, Consistency, READ_PATH, Read, ReadAnswer, ReadReply, STATUS_PATH, Status, WRITE_PATH,
+    WriteAnswer,
+};
+use crate::types::NodeId;
+use crate::wire;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The command may or may not have applied; only a read can tell.
+    #[error("outcome unknown: {0}")]
+    Ambiguous(String),
+    /// No member could take the command; it did not apply.
+    #[error("raft-store unavailable: {0}")]
+    Unavailable(String),
+    /// This seq was forgotten before it applied: it never will.
+    #[error("the command was dropped as stale")]
+    Stale,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// One HTTP attempt. Default 5 s (a write waits for a WAN quorum and fsyncs).
+    pub attempt_timeout: Duration,
+    /// All attempts of one operation. Default 15 s (covers an election).
+    pub deadline: Duration,
+    /// Added to this machine's clock when stamping commands (tests only).
+    pub clock_offset_ms: i64,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            attempt_timeout: Duration::from_secs(5),
+            deadline: Duration::from_secs(15),
+            clock_offset_ms: 0,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Session {
+    next_seq: u64,
+    /// Seqs sent and not yet answered to their caller.
+    outstanding: BTreeSet<u64>,
+    leader: Option<usize>,
+    endpoint_of: HashMap<NodeId, usize>,
+}
+
+/// A raft-store client. Cheap to share (`Arc`); one per process is enough.
+#[derive(Debug)]
+pub struct StoreClient {
+    endpoints: Vec<String>,
+    http: reqwest::Client,
+    client_id: u64,
+    options: ClientOptions,
+    session: Mutex<Session>,
+}
+
+enum Attempt<T> {
+    Done(T),
+    /// Failed after the request may have been delivered.
+    Maybe(String),
+    /// Failed before anything was delivered.
+    NotSent(String),
+}
+
+impl StoreClient {
+    /// `endpoints`: client API addresses (`host:port` or URLs) of the
+    /// members; the first is preferred for reads of final records (put the
+    /// local region's member first).
+    pub fn new(endpoints: &[String], options: ClientOptions) -> reqwest::Result<Self> {
+        let endpoints = endpoints
+            .iter()
+            .map(|e| {
+                if e.starts_with("http") {
+                    e.trim_end_matches('/').to_owned()
+                } else {
+                    format!("http://{e}")
+                }
+            })
+            .collect();
+        Ok(Self {
+            endpoints,
+            http: reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .connect_timeout(Duration::from_secs(1))
+                .build()?,
+            client_id: rand::random(),
+            options,
+            session: Mutex::new(Session {
+                next_seq: 1,
+                ..Session::default()
+            }),
+        })
+    }
+
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
+    /// The time stamped into the next command.
+    pub fn now(&self) -> Millis {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        ms + self.options.clock_offset_ms
+    }
+
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `op` exactly once (stamped with this client's clock) and
+    /// returns its reply.
+    pub async fn write(&self, op: Op) -> Result<Reply, ClientError> {
+        let now = self.now();
+        self.write_at(op, now).await
+    }
+
+    /// As [`Self::write`], with an explicit stamped time.
+    pub async fn write_at(&self, op: Op, now: Millis) -> Result<Reply, ClientError> {
+        let seq = {
+            let mut s = self.session();
+            let seq = s.next_seq;
+            s.next_seq += 1;
+            s.outstanding.insert(seq);
+            seq
+        };
+        let acked_below = self.session().outstanding.first().copied().unwrap_or(seq);
+        let request = ClientRequest {
+            client: self.client_id,
+            seq,
+            acked_below,
+            now,
+            op,
+        };
+        let result = self.send_write(&request).await;
+        self.session().outstanding.remove(&seq);
+        match result {
+            Ok(Reply::StaleSequence) => Err(ClientError::Stale),
+            other => other,
+        }
+    }
+
+    async fn send_write(&self, request: &ClientRequest) -> Result<Reply, ClientError> {
+        let body = wire::encode(request).map_err(|e| ClientError::Unavailable(e.to_string()))?;
+        self.route(WRITE_PATH, body, |bytes| {
+            wire::decode::<WriteAnswer>(bytes).map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    /// Reads a record linearizably (read-index on the leader): it reflects
+    /// every write acknowledged before the call.
+    pub async fn record(&self, scope: &Scope) -> Result<Option<Record>, ClientError> {
+        self.read_record(scope, Consistency::Linearizable).await
+    }
+
+    /// Reads a record for replay: a final record may come from the
+    /// preferred (nearest) member without a leader round trip; anything
+    /// else is read linearizably.
+    pub async fn record_for_replay(&self, scope: &Scope) -> Result<Option<Record>, ClientError> {
+        let read = Read::Record {
+            scope: scope.clone(),
+            consistency: Consistency::FinalFromAnyMember,
+        };
+        if let Ok(body) = wire::encode(&read)
+            && let Attempt::Done(Answer::Done(ReadReply::Record(Some(r)))) =
+                self.attempt::<ReadAnswer>(0, READ_PATH, body).await
+        {
+            return Ok(Some(r));
+        }
+        self.record(scope).await
+    }
+
+    async fn read_record(
+        &self,
+        scope: &Scope,
+        consistency: Consistency,
+    ) -> Result<Option<Record>, ClientError> {
+        let read = Read::Record {
+            scope: scope.clone(),
+            consistency,
+        };
+        match self.read(read).await? {
+            ReadReply::Record(r) => Ok(r),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    pub async fn placement(&self, tenant: &str) -> Result<Option<Placement>, ClientError> {
+        match self
+            .read(Read::Placement {
+                tenant: tenant.to_owned(),
+            })
+            .await?
+        {
+            ReadReply::Placement(p) => Ok(p),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    /// Every region's status, linearizably (the router's view of health).
+    pub async fn regions(&self) -> Result<Vec<(String, RegionStatus)>, ClientError> {
+        match self.read(Read::Regions).await? {
+            ReadReply::Regions(r) => Ok(r),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    async fn read(&self, read: Read) -> Result<ReadReply, ClientError> {
+        let body = wire::encode(&read).map_err(|e| ClientError::Unavailable(e.to_string()))?;
+        // A read changes nothing: an ambiguous read is simply unavailable.
+        self.route(READ_PATH, body, |bytes| {
+            wire::decode::<ReadAnswer>(bytes).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| match e {
+            ClientError::Ambiguous(m) => ClientError::Unavailable(m),
+            other => other,
+        })
+    }
+
+    /// Sends `body` to the leader, following redirects and retrying the
+    /// same bytes until an answer or the deadline.
+    async fn route<T>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        decode: impl Fn(&[u8]) -> Result<Answer<T>, String>,
+    ) -> Result<T, ClientError> {
+        let deadline = tokio::time::Instant::now() + self.options.deadline;
+        let mut maybe_sent = false;
+        let mut last_error: String;
+        let mut target = self.session().leader.unwrap_or(0);
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match self.attempt_raw(target, path, body.clone()).await {
+                Attempt::Done(bytes) => match decode(&bytes) {
+                    Ok(Answer::Done(value)) => {
+                        self.session().leader = Some(target);
+                        return Ok(value);
+                    }
+                    Ok(Answer::ForwardToLeader { leader }) => {
+                        maybe_sent = true;
+                        last_error = format!("member {target} is not the leader");
+                        target = self.endpoint_for(leader, target).await;
+                    }
+                    Ok(Answer::Unavailable(e)) => {
+                        maybe_sent = true;
+                        last_error = e;
+                        target = (target + 1) % self.endpoints.len();
+                    }
+                    Err(e) => {
+                        maybe_sent = true;
+                        last_error = e;
+                        target = (target + 1) % self.endpoints.len();
+                    }
+                },
+                Attempt::Maybe(e) => {
+                    maybe_sent = true;
+                    last_error = e;
+                    target = (target + 1) % self.endpoints.len();
+                }
+                Attempt::NotSent(e) => {
+                    last_error = e;
+                    target = (target + 1) % self.endpoints.len();
+                }
+            }
+            if tokio::time::Instant::now() + backoff >= deadline {
+                return Err(if maybe_sent {
+                    ClientError::Ambiguous(last_error)
+                } else {
+                    ClientError::Unavailable(last_error)
+                });
+            }
+            // Back off between attempts: an election takes a few hundred
+            // milliseconds, and hammering members does not shorten it.
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Where to go after `ForwardToLeader`: the leader's endpoint if known
+    /// (asking every member's status once to learn ids), else the next one.
+    async fn endpoint_for(&self, leader: Option<NodeId>, current: usize) -> usize {
+        let next = (current + 1) % self.endpoints.len();
+        let Some(leader) = leader else { return next };
+        if let Some(i) = self.session().endpoint_of.get(&leader) {
+            return *i;
+        }
+        for i in 0..self.endpoints.len() {
+            if let Ok(status) = self.status_of(i).await {
+                self.session().endpoint_of.insert(status.id, i);
+            }
+        }
+        self.session()
+            .endpoint_of
+            .get(&leader)
+            .copied()
+            .unwrap_or(next)
+    }
+
+    async fn attempt<A: serde::de::DeserializeOwned>(
+        &self,
+        target: usize,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Attempt<A> {
+        match self.attempt_raw(target, path, body).await {
+            Attempt::Done(bytes) => match wire::decode(&bytes) {
+                Ok(a) => Attempt::Done(a),
+                Err(e) => Attempt::Maybe(e.to_string()),
+            },
+            Attempt::Maybe(e) => Attempt::Maybe(e),
+            Attempt::NotSent(e) => Attempt::NotSent(e),
+        }
+    }
+
+    async fn attempt_raw(&self, target: usize, path: &str, body: Vec<u8>) -> Attempt<Vec<u8>> {
+        let url = format!("{}{path}", self.endpoints[target]);
+        let sent = self
+            .http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
+            .timeout(self.options.attempt_timeout)
+            .body(body)
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => match r.bytes().await {
+                Ok(b) => Attempt::Done(b.to_vec()),
+                Err(e) => Attempt::Maybe(e.to_string()),
+            },
+            Ok(r) => Attempt::Maybe(format!("member answered {}", r.status())),
+            // Connection refused: nothing reached the member.
+            Err(e) if e.is_connect() => Attempt::NotSent(e.to_string()),
+            Err(e) => Attempt::Maybe(e.to_string()),
+        }
+    }
+
+    /// The status of the member at `endpoints[i]`.
+    pub async fn status_of(&self, i: usize) -> Result<Status, ClientError> {
+        let url = format!("{}{STATUS_PATH}", self.endpoints[i]);
+        let response = self
+            .http
+            .get(url)
+            .timeout(self.options.attempt_timeout)
+            .send()
+            .await
+            .map_err(|e| ClientError::Unavailable(e.to_string()))?;
+        response
+            .json()
+            .await
+            .map_err(|e| ClientError::Unavailable(e.to_string()))
+    }
+
+    // Commands by name, so callers read like the domain.
+
+    pub async fn claim(&self, claim: NewClaim) -> Result<Reply, ClientError> {
+        self.write(Op::Claim(claim)).await
+    }
+}

@@ -1,0 +1,86 @@
+//! A member's configuration, with defaults chosen for regions about 100 ms
+//! apart (one voter per region).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::types::NodeId;
+
+/// Timeouts and limits of the Raft protocol and its transport.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    /// Leader heartbeat, and the timeout of one append-entries RPC (openraft
+    /// uses the heartbeat interval for both). Default 300 ms: three WAN
+    /// round trips, so a slow link is not mistaken for a dead one.
+    pub heartbeat: Duration,
+    /// A follower that hears no leader for a random time in this range
+    /// starts an election. Default 1.5–3 s: five heartbeats at least, so a
+    /// lost packet or two never triggers an election.
+    pub election_min: Duration,
+    pub election_max: Duration,
+    /// Timeout of one snapshot chunk. Default 30 s: a chunk of
+    /// `snapshot_chunk` bytes over a slow WAN link.
+    pub snapshot_chunk_timeout: Duration,
+    /// Connect timeout of the peer HTTP client. Default 1 s.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            heartbeat: Duration::from_millis(300),
+            election_min: Duration::from_millis(1500),
+            election_max: Duration::from_millis(3000),
+            snapshot_chunk_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub id: NodeId,
+    pub raft_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    /// The founding voters, this member included. Only the lowest of them
+    /// initialises a cluster, only once, and only when every founding peer
+    /// says it never belonged to one (see `server::bootstrap`); a member
+    /// joining later gets none.
+    pub peers: BTreeMap<NodeId, String>,
+    pub timing: Timing,
+    /// Largest Raft RPC body (an append batch, a snapshot chunk). Default 16 MiB.
+    pub max_body: usize,
+    /// Snapshot chunk size; below `max_body`. Default 4 MiB.
+    pub snapshot_chunk: usize,
+    /// Build a snapshot after this many applied entries. Default 10 000.
+    pub snapshot_every: u64,
+    /// Log entries kept after a snapshot, so a briefly lagging follower
+    /// catches up from the log rather than a snapshot. Default 1 000.
+    pub keep_logs_after_snapshot: u64,
+    /// Group commit: most client requests in one raft entry (default 512)
+    /// and most entries proposed at once (default 8).
+    pub max_batch: usize,
+    pub max_inflight_batches: usize,
+}
+
+impl StoreConfig {
+    pub fn new(id: NodeId, raft_addr: SocketAddr, api_addr: SocketAddr, data_dir: PathBuf) -> Self {
+        Self {
+            id,
+            raft_addr,
+            api_addr,
+            data_dir,
+            peers: BTreeMap::new(),
+            timing: Timing::default(),
+            max_body: 16 << 20,
+            snapshot_chunk: 4 << 20,
+            snapshot_every: 10_000,
+            keep_logs_after_snapshot: 1_000,
+            max_batch: 512,
+            max_inflight_batches: 8,
+        }
+    }
+}

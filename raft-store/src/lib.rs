@@ -1,0 +1,126 @@
+//! raft-store: the small, strongly consistent store that holds idempotency
+//! records, business-key reservations and tenant placement across regions
+//! (DESIGN §5, §6). One voter per region, replicated with openraft 0.9
+//! (storage-v2), log and state machine on disk in redb.
+//!
+//! # Layout
+//!
+//! Split like openraft's `raft-kv-rocksdb` example:
+//!
+//! - **types**: [`types`] — the openraft type configuration and aliases.
+//! - **commands**: [`command`] — what the log carries (claim, complete,
+//!   fail, advance step, take over, mark unknown, resolve, expire, purge,
+//!   set placement, region status), the record they act on, and the
+//!   `(client id, seq)` envelope.
+//! - **log store**: [`log_store`] — the Raft log, vote and purge marker in redb.
+//! - **state machine**: [`state_machine`] (storage, snapshots) and
+//!   [`apply`] (the deterministic apply of one command, with dedup).
+//! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping),
+//!   [`raft_service`] (receiving it), [`wire`] (postcard bodies).
+//! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
+//!   (timeouts and limits with WAN defaults), [`api_service`] (client API
+//!   and admin endpoints), [`group_commit`], [`read_index`].
+//! - **client API**: [`client`] (the library node and router use),
+//!   [`protocol`] (its messages), [`admin`] (operator actions).
+//!
+//! ```text
+//!  node / router ── StoreClient ──► member API listener ──► group commit ──► raft.client_write ─┐
+//!                   (leader hint,     (postcard)             (one entry,                        │
+//!                    same seq on                              many requests)                    ▼
+//!                    every retry)                                           leader ── Raft RPC listener ──► followers
+//!                                                                             │        (postcard over HTTP)
+//!                                        apply (deterministic, dedup) ◄───────┘ committed entries
+//! ```
+//!
+//! # Why redb
+//!
+//! redb is an embedded, pure-Rust, ACID key-value store: a commit with the
+//! default `Durability::Immediate` is atomic and fsynced before it returns,
+//! which is exactly the contract openraft needs from `append`, `save_vote`
+//! and `purge`, with no C++ toolchain (RocksDB) and no write-ahead log of
+//! our own to get right. Its MVCC read transactions never block the writer,
+//! so reads and snapshot building run beside apply. The log and the state
+//! machine live in two files (`log.redb`, `state.redb`) so a log append
+//! never waits for an apply commit. The cost: one fsync per append batch
+//! and per apply batch, which group commit amortises.
+//!
+//! # Durability contract
+//!
+//! - `append` fires its `LogFlushed` callback only after its redb commit
+//!   returned; `save_vote` returns only after its commit.
+//! - `truncate(id)` is inclusive; `purge(id)` writes the last purged id in
+//!   the same transaction that deletes the entries.
+//! - `apply` commits the effects of its entries and the new `last_applied`
+//!   in one transaction, so after a crash the state machine is exactly at
+//!   some applied index and openraft replays the rest from the log.
+//! - openraft's storage conformance suite (`Suite::test_all`) runs against
+//!   these files in `tests/conformance.rs`.
+//!
+//! # Exactly once per command
+//!
+//! Every client command carries `(client id, seq)`. Apply stores each reply
+//! under that pair; the same pair applied again (a retry after a timeout or
+//! a leader change, even one that lands in the same batch) returns the
+//! stored reply and changes nothing. The client reports `acked_below`, the
+//! lowest seq it is still waiting on; replies below it are forgotten, and a
+//! copy arriving after that is refused (`StaleSequence`) rather than
+//! applied.
+//!
+//! # Time, leases and clocks
+//!
+//! Apply never reads a clock: every command carries `now`, stamped by the
+//! proposing client (the node, whose clock judges leases in `sql` mode too).
+//! Members' clocks do not matter at all — a member 60 s ahead changes
+//! nothing (tested). A *client* clock ahead by `d` may take over a lease up
+//! to `d` early; that is safe because every owner write is fenced
+//! (`fence` must match and the record must be unfinished), so the early
+//! taker wins and the old owner can write nothing; it only costs a wasted
+//! resume, which asks the provider with the same provider key instead of
+//! charging again. The bound relied on is liveness only: keep clock skew
+//! between nodes well under the lease (10 s default) so healthy owners are
+//! rarely pre-empted. No completion can be overwritten by any clock: a
+//! finished record accepts no owner write and no lease takeover.
+//!
+//! # Reads
+//!
+//! - Linearizable reads use openraft's read index (`ensure_linearizable`),
+//!   coalesced: concurrent readers share one leadership round and one wait
+//!   for apply ([`read_index`]).
+//! - A final record (`COMPLETED`, `FAILED_REPLAYABLE`) may be read from any
+//!   member's local copy: inside its replay window a final record never
+//!   changes (owner writes and lease takeovers only touch unfinished
+//!   records; restart only `FAILED_RETRYABLE`; renew only an expired one),
+//!   so any member that has applied it returns the same bytes the leader
+//!   would. A member that has not applied it yet says so, and the client
+//!   reads from the leader. The one change a final record still undergoes,
+//!   expiry, is decided by the reader from `expires_at` anyway.
+//!
+//! # Throughput
+//!
+//! Group commit ([`group_commit`]) puts every request queued on the leader
+//! into one raft entry (up to 512), with up to 8 entries in flight, so one
+//! append, one replication round trip and one fsync per member serve many
+//! claims; batches grow with load and no timer holds a lone request back.
+
+// openraft's `StorageError` is over 200 bytes and its storage traits return
+// it; our storage helpers return the same type rather than box it and
+// convert at every trait boundary.
+#![allow(clippy::result_large_err)]
+
+pub mod admin;
+pub mod api_service;
+pub mod apply;
+pub mod bench;
+pub mod client;
+pub mod command;
+pub mod config;
+pub mod group_commit;
+pub mod log_store;
+pub mod network;
+pub mod protocol;
+pub mod raft_service;
+pub mod read_index;
+pub mod server;
+pub mod state_machine;
+pub mod types;
+pub mod wire;

@@ -1,0 +1,105 @@
+//! The client API's messages, shared by the server (`api_service`) and the
+//! client library (`client`). Bodies are postcard; status is JSON for humans.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::{ClientRequest, Placement, Record, RegionStatus, Reply, Scope};
+use crate::types::NodeId;
+
+pub const WRITE_PATH: &str = "/api/write";
+pub const READ_PATH: &str = "/api/read";
+pub const STATUS_PATH: &str = "/api/status";
+pub const RECORDS_PATH: &str = "/admin/records";
+pub const ADD_LEARNER_PATH: &str = "/admin/add-learner";
+pub const CHANGE_MEMBERSHIP_PATH: &str = "/admin/change-membership";
+pub const SNAPSHOT_PATH: &str = "/admin/snapshot";
+pub const ELECT_PATH: &str = "/admin/elect";
+
+/// How the answer to a write or read came back from one member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer<T> {
+    Done(T),
+    /// This member is not the leader; `leader` is its best guess. Nothing
+    /// was proposed by this member for this request *as far as it knows* —
+    /// a leader that stepped down mid-write answers this too, which is why
+    /// a client retries with the same `(client, seq)`.
+    ForwardToLeader {
+        leader: Option<NodeId>,
+    },
+    /// The member could not serve; the request may or may not have applied.
+    Unavailable(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Consistency {
+    /// Read-index on the leader: sees every write acknowledged before.
+    Linearizable,
+    /// Any member may answer if its copy is final (`COMPLETED` or
+    /// `FAILED_REPLAYABLE`); otherwise it answers `NotFinalHere`.
+    FinalFromAnyMember,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Read {
+    Record {
+        scope: Scope,
+        consistency: Consistency,
+    },
+    Placement {
+        tenant: String,
+    },
+    /// Every region's status (linearizable).
+    Regions,
+}
+
+// A message built once per request and serialized at once: boxing the
+// record would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadReply {
+    Record(Option<Record>),
+    Placement(Option<Placement>),
+    Regions(Vec<(String, RegionStatus)>),
+    NotFinalHere,
+}
+
+pub type WriteAnswer = Answer<Reply>;
+pub type ReadAnswer = Answer<ReadReply>;
+
+/// One write as sent to a member.
+pub type WriteRequest = ClientRequest;
+
+/// `GET /api/status`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub id: NodeId,
+    pub raft_addr: String,
+    pub api_addr: String,
+    pub state: String,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    /// On the leader: matched by a quorum of voters. Elsewhere: applied.
+    pub committed_index: Option<u64>,
+    pub applied_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    /// On the leader: each follower's lag in entries behind the leader's
+    /// last log index (`null`: nothing matched yet).
+    pub follower_lag: BTreeMap<NodeId, Option<u64>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddLearner {
+    pub id: NodeId,
+    pub raft_addr: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChangeMembership {
+    pub voters: Vec<NodeId>,
+}

@@ -1,0 +1,257 @@
+//! One raft-store member: opens the log and state machine in its data
+//! directory, starts openraft, binds the Raft RPC and client API listeners,
+//! and bootstraps the cluster when it is a founding member of a new one.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use openraft::{Config, SnapshotPolicy};
+use tokio::net::TcpListener;
+
+use crate::api_service::{self, ApiState};
+use crate::config::StoreConfig;
+use crate::group_commit::GroupCommit;
+use crate::log_store::LogStore;
+use crate::network::{INITIALIZED_PATH, Network};
+use crate::raft_service;
+use crate::read_index::ReadIndex;
+use crate::state_machine::StateMachine;
+use crate::types::{Node, NodeId, Raft};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid raft configuration: {0}")]
+    Config(String),
+    #[error("opening the data directory {path}")]
+    DataDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("opening the log")]
+    Log(#[source] redb::DatabaseError),
+    #[error("opening the state machine")]
+    StateMachine(#[source] redb::Error),
+    #[error("binding {what} on {addr}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("building the peer client")]
+    Client(#[source] reqwest::Error),
+    #[error("starting raft")]
+    Raft(#[source] openraft::error::Fatal<NodeId>),
+}
+
+/// A running member. Its servers run on spawned tasks; `shutdown` stops raft.
+pub struct StoreServer {
+    pub id: NodeId,
+    pub raft: Raft,
+    pub state_machine: StateMachine,
+    pub raft_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+}
+
+impl std::fmt::Debug for StoreServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreServer")
+            .field("id", &self.id)
+            .field("raft_addr", &self.raft_addr)
+            .field("api_addr", &self.api_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreServer {
+    pub async fn start(config: StoreConfig) -> Result<Self, StartError> {
+        let t = &config.timing;
+        let raft_config = Config {
+            cluster_name: "once-raft-store".into(),
+            heartbeat_interval: t.heartbeat.as_millis() as u64,
+            election_timeout_min: t.election_min.as_millis() as u64,
+            election_timeout_max: t.election_max.as_millis() as u64,
+            install_snapshot_timeout: t.snapshot_chunk_timeout.as_millis() as u64,
+            snapshot_max_chunk_size: config.snapshot_chunk as u64,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
+            max_payload_entries: 300,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+            path: config.data_dir.display().to_string(),
+            source,
+        })?;
+        let log = LogStore::open(&config.data_dir.join("log.redb")).map_err(StartError::Log)?;
+        let state_machine = StateMachine::open(&config.data_dir.join("state.redb"))
+            .map_err(StartError::StateMachine)?;
+
+        let raft_listener = bind("raft", config.raft_addr).await?;
+        let api_listener = bind("api", config.api_addr).await?;
+        let raft_addr = raft_listener.local_addr().expect("bound");
+        let api_addr = api_listener.local_addr().expect("bound");
+
+        let network = Network::new(
+            config.id,
+            Some(raft_addr.ip()),
+            t.connect_timeout,
+            config.max_body,
+        )
+        .map_err(StartError::Client)?;
+        let raft = Raft::new(
+            config.id,
+            Arc::new(raft_config),
+            network,
+            log,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(StartError::Raft)?;
+
+        let api = Arc::new(ApiState {
+            id: config.id,
+            raft: raft.clone(),
+            state_machine: state_machine.clone(),
+            group_commit: GroupCommit::start(
+                raft.clone(),
+                config.max_batch,
+                config.max_inflight_batches,
+            ),
+            read_index: ReadIndex::start(raft.clone()),
+            raft_addr: raft_addr.to_string(),
+            api_addr: api_addr.to_string(),
+        });
+        let raft_router = raft_service::router(raft.clone(), config.max_body);
+        tokio::spawn(async move { axum::serve(raft_listener, raft_router).await });
+        let api_router = api_service::router(api);
+        tokio::spawn(async move { axum::serve(api_listener, api_router).await });
+
+        bootstrap(
+            raft.clone(),
+            config.id,
+            config.peers.clone(),
+            raft_addr.ip(),
+        );
+        Ok(Self {
+            id: config.id,
+            raft,
+            state_machine,
+            raft_addr,
+            api_addr,
+        })
+    }
+
+    /// Runs until `signal`, then stops raft (the listeners die with the
+    /// process).
+    pub async fn run_until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { what, addr, source })
+}
+
+/// Initialises a new cluster, idempotently and only at birth:
+/// - only a member started with founding peers, and only the lowest id;
+/// - only while it has never been part of a cluster (no vote, no log —
+///   openraft's `is_initialized`), so a restarted member never does;
+/// - only once *every* other founding peer has answered that it, too, has
+///   never been part of one. A formed cluster always has initialised
+///   members, so a founding member whose disk was wiped and that is
+///   restarted with its old `--peers` waits instead of founding a second
+///   cluster (it must be re-added with `add-learner`).
+///
+/// Runs in the background, polling the peers until they have all answered.
+fn bootstrap(raft: Raft, id: NodeId, peers: BTreeMap<NodeId, String>, local: std::net::IpAddr) {
+    if peers.keys().next() != Some(&id) {
+        return;
+    }
+    tokio::spawn(async move {
+        let http = match reqwest::Client::builder()
+            .local_address(local)
+            .timeout(std::time::Duration::from_secs(2))
+            .build()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "bootstrap: building the peer client");
+                return;
+            }
+        };
+        let mut warned = false;
+        loop {
+            match raft.is_initialized().await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot tell whether the cluster is initialised");
+                    return;
+                }
+            }
+            match peers_state(&http, id, &peers).await {
+                PeersState::AllBlank => break,
+                PeersState::SomeInitialised(peer) => {
+                    tracing::warn!(
+                        peer,
+                        "a founding peer already belongs to a cluster: not initialising; \
+                         add this member with `once store add-learner`"
+                    );
+                    return;
+                }
+                PeersState::Waiting(peer) => {
+                    if !warned {
+                        tracing::info!(peer, "bootstrap: waiting for every founding peer");
+                        warned = true;
+                    }
+                }
+            }
+            // Polling for a condition (every peer reachable), not a fixed wait.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        let members: BTreeMap<NodeId, Node> = peers
+            .iter()
+            .map(|(id, addr)| (*id, Node { addr: addr.clone() }))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(peers = ?peers.keys(), "initialised a new cluster"),
+            // Someone else's vote or log arrived first: the cluster exists.
+            Err(e) => tracing::info!(error = %e, "not initialising"),
+        }
+    });
+}
+
+enum PeersState {
+    AllBlank,
+    SomeInitialised(NodeId),
+    Waiting(NodeId),
+}
+
+async fn peers_state(
+    http: &reqwest::Client,
+    id: NodeId,
+    peers: &BTreeMap<NodeId, String>,
+) -> PeersState {
+    for (peer, addr) in peers.iter().filter(|(p, _)| **p != id) {
+        let url = format!("http://{addr}{INITIALIZED_PATH}");
+        let answer = match http.get(url).send().await {
+            Ok(r) if r.status().is_success() => r.bytes().await.ok(),
+            _ => None,
+        };
+        match answer.and_then(|b| crate::wire::decode::<bool>(&b).ok()) {
+            Some(true) => return PeersState::SomeInitialised(*peer),
+            Some(false) => {}
+            None => return PeersState::Waiting(*peer),
+        }
+    }
+    PeersState::AllBlank
+}

@@ -1,0 +1,327 @@
+//! The state machine on disk, in redb: records, business-key reservations,
+//! placements, region status and the dedup table, plus the last applied log
+//! id, the last membership and the current snapshot.
+//!
+//! Each `apply` call commits all of its entries, their effects and the new
+//! `last_applied` in one redb transaction, so the tables never disagree with
+//! `last_applied`, after a crash included. A snapshot is a postcard dump of
+//! every data table taken from one read transaction (a consistent view while
+//! apply goes on); installing one replaces the tables in one transaction.
+//! The snapshot is built in memory, which bounds the state to what fits in
+//! RAM — fine for records within their replay window; streaming is the next
+//! step if it is not.
+
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, REGIONS, Tables, decode, encode};
+use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
+use crate::types::{
+    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
+    TypeConfig,
+};
+
+const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("sm_meta");
+const LAST_APPLIED: &str = "last_applied";
+const MEMBERSHIP: &str = "membership";
+const SNAPSHOT_META: &str = "snapshot_meta";
+const SNAPSHOT_DATA: &str = "snapshot_data";
+
+/// A snapshot's payload: every data table as raw key/value pairs.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct SnapshotBody {
+    tables: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+}
+
+/// The state machine; cheap to clone. Clones share the database: the
+/// snapshot builder and the read path are clones.
+#[derive(Debug, Clone)]
+pub struct StateMachine {
+    db: Arc<Database>,
+}
+
+fn io<E: std::error::Error + 'static>(e: E) -> StorageError {
+    StorageIOError::read_state_machine(&e).into()
+}
+
+fn wio<E: std::error::Error + 'static>(e: E) -> StorageError {
+    StorageIOError::write_state_machine(&e).into()
+}
+
+impl StateMachine {
+    pub fn open(path: &Path) -> Result<Self, redb::Error> {
+        let db = Database::create(path)?;
+        // Create every table up front so readers never meet a missing one.
+        let txn = db.begin_write()?;
+        for table in DATA_TABLES {
+            txn.open_table(table)?;
+        }
+        txn.open_table(SM_META)?;
+        txn.commit()?;
+        Ok(Self { db: Arc::new(db) })
+    }
+
+    /// The record of `scope` as this member has applied it (not
+    /// linearizable by itself: callers decide when local state is enough).
+    pub fn record(&self, scope: &Scope) -> Result<Option<Record>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(RECORDS).map_err(io)?;
+        let key = encode(scope).map_err(io)?;
+        let value = table.get(key.as_slice()).map_err(io)?;
+        value.map(|v| decode(v.value()).map_err(io)).transpose()
+    }
+
+    pub fn placement(&self, tenant: &str) -> Result<Option<Placement>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(PLACEMENTS).map_err(io)?;
+        let value = table.get(tenant.as_bytes()).map_err(io)?;
+        value.map(|v| decode(v.value()).map_err(io)).transpose()
+    }
+
+    /// Every region's status as last set, by region name.
+    pub fn regions(&self) -> Result<Vec<(String, RegionStatus)>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(REGIONS).map_err(io)?;
+        let mut out = Vec::new();
+        for item in table.iter().map_err(io)? {
+            let (k, v) = item.map_err(io)?;
+            let name = String::from_utf8_lossy(k.value()).into_owned();
+            out.push((name, decode(v.value()).map_err(io)?));
+        }
+        Ok(out)
+    }
+
+    /// Every record, for invariant checks in tests and `once store` admin.
+    pub fn all_records(&self) -> Result<Vec<Record>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(RECORDS).map_err(io)?;
+        let mut out = Vec::new();
+        for item in table.iter().map_err(io)? {
+            let (_, v) = item.map_err(io)?;
+            out.push(decode(v.value()).map_err(io)?);
+        }
+        Ok(out)
+    }
+
+    fn meta<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(SM_META).map_err(io)?;
+        let value = table.get(name).map_err(io)?;
+        value.map(|v| decode(v.value()).map_err(io)).transpose()
+    }
+
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Database) -> Result<T, StorageError> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(wio)?
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let (meta, data) = self
+            .blocking(|db| {
+                let txn = db.begin_read().map_err(io)?;
+                let mut body = SnapshotBody::default();
+                for def in DATA_TABLES {
+                    let table = txn.open_table(def).map_err(io)?;
+                    let mut rows = Vec::new();
+                    for item in table.iter().map_err(io)? {
+                        let (k, v) = item.map_err(io)?;
+                        rows.push((k.value().to_vec(), v.value().to_vec()));
+                    }
+                    body.tables.push(rows);
+                }
+                let meta_table = txn.open_table(SM_META).map_err(io)?;
+                let read = |name: &str| -> Result<Option<Vec<u8>>, StorageError> {
+                    Ok(meta_table
+                        .get(name)
+                        .map_err(io)?
+                        .map(|v| v.value().to_vec()))
+                };
+                let last_applied: Option<LogId> = read(LAST_APPLIED)?
+                    .map(|b| decode(&b))
+                    .transpose()
+                    .map_err(io)?;
+                let membership: StoredMembership = read(MEMBERSHIP)?
+                    .map(|b| decode(&b))
+                    .transpose()
+                    .map_err(io)?
+                    .unwrap_or_default();
+                let snapshot_id = match last_applied {
+                    Some(id) => format!("{}-{}-{}", id.leader_id, id.index, rand::random::<u32>()),
+                    None => format!("empty-{}", rand::random::<u32>()),
+                };
+                let meta = SnapshotMeta {
+                    last_log_id: last_applied,
+                    last_membership: membership,
+                    snapshot_id,
+                };
+                let data = encode(&body).map_err(io)?;
+                drop(meta_table);
+                drop(txn);
+                // Keep it as the current snapshot, so a restarted member can
+                // still send it to a lagging follower.
+                let w = db.begin_write().map_err(wio)?;
+                {
+                    let mut t = w.open_table(SM_META).map_err(wio)?;
+                    t.insert(SNAPSHOT_META, encode(&meta).map_err(wio)?.as_slice())
+                        .map_err(wio)?;
+                    t.insert(SNAPSHOT_DATA, data.as_slice()).map_err(wio)?;
+                }
+                w.commit().map_err(wio)?;
+                Ok((meta, data))
+            })
+            .await?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let last_applied = self.meta::<LogId>(LAST_APPLIED)?;
+        let membership = self
+            .meta::<StoredMembership>(MEMBERSHIP)?
+            .unwrap_or_default();
+        Ok((last_applied, membership))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<BatchReply>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(wio)?;
+            let mut replies = Vec::with_capacity(entries.len());
+            {
+                let mut tables = Tables::open(&txn).map_err(wio)?;
+                let mut meta = txn.open_table(SM_META).map_err(wio)?;
+                for entry in &entries {
+                    let reply = match &entry.payload {
+                        EntryPayload::Blank => BatchReply::default(),
+                        EntryPayload::Normal(batch) => {
+                            let mut reply = BatchReply::default();
+                            for request in &batch.requests {
+                                reply.replies.push(tables.apply(request).map_err(wio)?);
+                            }
+                            reply
+                        }
+                        EntryPayload::Membership(m) => {
+                            let stored = StoredMembership::new(Some(entry.log_id), m.clone());
+                            meta.insert(MEMBERSHIP, encode(&stored).map_err(wio)?.as_slice())
+                                .map_err(wio)?;
+                            BatchReply::default()
+                        }
+                    };
+                    replies.push(reply);
+                }
+                let last = entries.last().map(|e| e.log_id);
+                meta.insert(
+                    LAST_APPLIED,
+                    encode(&last.expect("non-empty")).map_err(wio)?.as_slice(),
+                )
+                .map_err(wio)?;
+            }
+            txn.commit().map_err(wio)?;
+            Ok(replies)
+        })
+        .await
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let meta = meta.clone();
+        let data = snapshot.into_inner();
+        self.blocking(move |db| {
+            let signature = Some(meta.signature());
+            let err = |e: &dyn std::fmt::Display| -> StorageError {
+                StorageIOError::write_snapshot(signature.clone(), openraft::AnyError::error(e))
+                    .into()
+            };
+            let body: SnapshotBody = decode(&data).map_err(|e| err(&e))?;
+            let txn = db.begin_write().map_err(|e| err(&e))?;
+            for (def, rows) in DATA_TABLES.iter().zip(body.tables) {
+                let mut table = txn.open_table(*def).map_err(|e| err(&e))?;
+                table.retain(|_, _| false).map_err(|e| err(&e))?;
+                for (k, v) in rows {
+                    table
+                        .insert(k.as_slice(), v.as_slice())
+                        .map_err(|e| err(&e))?;
+                }
+            }
+            {
+                let mut t = txn.open_table(SM_META).map_err(|e| err(&e))?;
+                if let Some(last) = meta.last_log_id {
+                    t.insert(LAST_APPLIED, encode(&last).map_err(|e| err(&e))?.as_slice())
+                        .map_err(|e| err(&e))?;
+                }
+                t.insert(
+                    MEMBERSHIP,
+                    encode(&meta.last_membership)
+                        .map_err(|e| err(&e))?
+                        .as_slice(),
+                )
+                .map_err(|e| err(&e))?;
+                t.insert(
+                    SNAPSHOT_META,
+                    encode(&meta).map_err(|e| err(&e))?.as_slice(),
+                )
+                .map_err(|e| err(&e))?;
+                t.insert(SNAPSHOT_DATA, data.as_slice())
+                    .map_err(|e| err(&e))?;
+            }
+            txn.commit().map_err(|e| err(&e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        let Some(meta) = self.meta::<SnapshotMeta>(SNAPSHOT_META)? else {
+            return Ok(None);
+        };
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(SM_META).map_err(io)?;
+        let data = table
+            .get(SNAPSHOT_DATA)
+            .map_err(io)?
+            .map(|v| v.value().to_vec())
+            .unwrap_or_default();
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}

@@ -1,0 +1,339 @@
+//! The state machine's commands, applied through openraft's
+//! `RaftStateMachine::apply` on a real redb file: claims, business keys,
+//! placement fencing, owner fencing, takeovers, dedup, expiry, determinism.
+
+use once_raft_store::command::{
+    Batch, BusinessKey, ClientRequest, NewClaim, Op, Reply, Scope, Status, Step, StoredResponse,
+    TakeOverKind,
+};
+use once_raft_store::state_machine::StateMachine;
+use once_raft_store::types::{Entry, LogId};
+use openraft::storage::RaftStateMachine;
+use openraft::{CommittedLeaderId, EntryPayload};
+
+const T0: i64 = 1_700_000_000_000;
+const LEASE: i64 = 10_000;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    sm: StateMachine,
+    index: u64,
+    seq: u64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let sm = StateMachine::open(&dir.path().join("sm.redb")).unwrap();
+        Self {
+            _dir: dir,
+            sm,
+            index: 0,
+            seq: 0,
+        }
+    }
+
+    async fn apply_requests(&mut self, requests: Vec<ClientRequest>) -> Vec<Reply> {
+        self.index += 1;
+        let entry = Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), self.index),
+            payload: EntryPayload::Normal(Batch { requests }),
+        };
+        let mut replies = self.sm.apply(vec![entry]).await.unwrap();
+        replies.pop().unwrap().replies
+    }
+
+    /// One new command from client 1, stamped `now`.
+    async fn run(&mut self, now: i64, op: Op) -> Reply {
+        self.seq += 1;
+        let request = ClientRequest {
+            client: 1,
+            seq: self.seq,
+            acked_below: self.seq,
+            now,
+            op,
+        };
+        self.apply_requests(vec![request]).await.pop().unwrap()
+    }
+}
+
+fn scope(key: &str) -> Scope {
+    Scope {
+        tenant: "acme".into(),
+        principal: "checkout".into(),
+        operation: "payments.create".into(),
+        key: key.into(),
+    }
+}
+
+fn claim(key: &str, reference: &str, region: &str, epoch: u64) -> NewClaim {
+    NewClaim {
+        scope: scope(key),
+        fingerprint_version: 1,
+        fingerprint: format!("fp-{key}"),
+        business_key: Some(BusinessKey {
+            tenant: "acme".into(),
+            account_id: "acc_1".into(),
+            merchant_reference: reference.into(),
+        }),
+        payment_id: Some(format!("pay_{key}")),
+        provider_key: Some(format!("provider_payment_pay_{key}")),
+        step: Step::LocalPaymentCreated,
+        trace_id: None,
+        region: region.into(),
+        epoch,
+        lease_ms: LEASE,
+    }
+}
+
+fn response() -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: b"{\"id\":\"pay_k1\"}".to_vec(),
+        schema_version: 1,
+    }
+}
+
+#[tokio::test]
+async fn a_scoped_key_is_claimed_once_and_a_business_key_reserved_once() {
+    let mut h = Harness::new();
+    let Reply::Claimed(first) = h.run(T0, Op::Claim(claim("k1", "order-1", "eu", 0))).await else {
+        panic!("first claim wins");
+    };
+    assert_eq!(first.fence, 1);
+    assert_eq!(first.locked_until, T0 + LEASE);
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "order-1", "eu", 0))).await,
+        Reply::Existing(r) if r == first
+    ));
+    // Same business key under another idempotency key: nothing is written.
+    assert_eq!(
+        h.run(T0, Op::Claim(claim("k2", "order-1", "eu", 0))).await,
+        Reply::BusinessKeyTaken {
+            payment_id: Some("pay_k1".into()),
+            scope: scope("k1")
+        }
+    );
+    assert_eq!(h.sm.record(&scope("k2")).unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_claim_from_a_region_that_is_not_home_at_its_epoch_is_misdirected() {
+    let mut h = Harness::new();
+    let set = |expected_epoch, home: &str| Op::SetPlacement {
+        tenant: "acme".into(),
+        expected_epoch,
+        home: home.into(),
+        standbys: vec!["us".into()],
+    };
+    assert!(matches!(h.run(T0, set(0, "eu")).await, Reply::Placement(p) if p.epoch == 1));
+    // A compare-and-set on a stale epoch loses.
+    assert!(
+        matches!(h.run(T0, set(0, "us")).await, Reply::PlacementConflict { current: Some(p) } if p.home == "eu")
+    );
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "o1", "us", 1))).await,
+        Reply::Misdirected { placement } if placement.home == "eu"
+    ));
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "o1", "eu", 0))).await,
+        Reply::Misdirected { .. }
+    ));
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "o1", "eu", 1))).await,
+        Reply::Claimed(_)
+    ));
+    // Failover: the epoch moves, and the old home's claims stop counting.
+    assert!(matches!(h.run(T0, set(1, "us")).await, Reply::Placement(p) if p.epoch == 2));
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k2", "o2", "eu", 1))).await,
+        Reply::Misdirected { .. }
+    ));
+}
+
+#[tokio::test]
+async fn a_stale_owner_is_fenced_and_a_completion_is_never_overwritten() {
+    let mut h = Harness::new();
+    h.run(T0, Op::Claim(claim("k1", "o1", "eu", 0))).await;
+    let take_over = |fence| Op::TakeOver {
+        scope: scope("k1"),
+        fence,
+        kind: TakeOverKind::LeaseExpired,
+        region: "us".into(),
+        lease_ms: LEASE,
+        renew: None,
+    };
+    // Inside the lease (by the stamped time): refused.
+    assert_eq!(
+        h.run(T0 + LEASE - 1, take_over(1)).await,
+        Reply::LeaseValid {
+            locked_until: T0 + LEASE
+        }
+    );
+    let Reply::Claimed(taken) = h.run(T0 + LEASE, take_over(1)).await else {
+        panic!("takeover after the lease");
+    };
+    assert_eq!(taken.fence, 2);
+    // A second takeover racing on the same fence loses.
+    assert!(matches!(
+        h.run(T0 + LEASE, take_over(1)).await,
+        Reply::Fenced { .. }
+    ));
+    let complete = |fence| Op::Complete {
+        scope: scope("k1"),
+        fence,
+        response: response(),
+        expires_at: T0 + 86_400_000,
+    };
+    assert!(matches!(
+        h.run(T0 + LEASE, complete(1)).await,
+        Reply::Fenced { .. }
+    ));
+    assert!(
+        matches!(h.run(T0 + LEASE, complete(2)).await, Reply::Updated(r) if r.status == Status::Completed)
+    );
+    // Nothing moves a completed record: not its owner, not a takeover.
+    assert!(matches!(
+        h.run(T0 + 10 * LEASE, complete(2)).await,
+        Reply::Fenced { .. }
+    ));
+    assert!(matches!(
+        h.run(T0 + 10 * LEASE, take_over(2)).await,
+        Reply::Fenced { .. }
+    ));
+    assert!(matches!(
+        h.run(
+            T0 + 10 * LEASE,
+            Op::AdvanceStep {
+                scope: scope("k1"),
+                fence: 2,
+                step: Step::ProviderRequestSent
+            }
+        )
+        .await,
+        Reply::Fenced { .. }
+    ));
+    let record = h.sm.record(&scope("k1")).unwrap().unwrap();
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.response, Some(response()));
+}
+
+#[tokio::test]
+async fn a_retried_command_applies_once_and_returns_its_first_reply() {
+    let mut h = Harness::new();
+    let op = Op::SetPlacement {
+        tenant: "acme".into(),
+        expected_epoch: 0,
+        home: "eu".into(),
+        standbys: vec![],
+    };
+    let request = ClientRequest {
+        client: 7,
+        seq: 1,
+        acked_below: 1,
+        now: T0,
+        op,
+    };
+    let first = h.apply_requests(vec![request.clone()]).await;
+    // The same (client, seq) again — in a later entry and twice in one batch.
+    let again = h
+        .apply_requests(vec![request.clone(), request.clone()])
+        .await;
+    assert_eq!(again, vec![first[0].clone(), first[0].clone()]);
+    assert_eq!(h.sm.placement("acme").unwrap().unwrap().epoch, 1);
+    // Once the client acknowledges seq 1 (acked_below 2), it is forgotten,
+    // and a very late copy of it is refused rather than applied.
+    let next = ClientRequest {
+        seq: 2,
+        acked_below: 2,
+        op: Op::Purge { limit: 1 },
+        ..request.clone()
+    };
+    h.apply_requests(vec![next]).await;
+    assert_eq!(
+        h.apply_requests(vec![request]).await,
+        vec![Reply::StaleSequence]
+    );
+    assert_eq!(h.sm.placement("acme").unwrap().unwrap().epoch, 1);
+}
+
+#[tokio::test]
+async fn expiry_purges_answers_in_batches_and_keeps_unfinished_records() {
+    let mut h = Harness::new();
+    for i in 0..5 {
+        let key = format!("k{i}");
+        let Reply::Claimed(r) = h.run(T0, Op::Claim(claim(&key, &key, "eu", 0))).await else {
+            panic!()
+        };
+        if i < 4 {
+            h.run(
+                T0,
+                Op::Complete {
+                    scope: r.scope,
+                    fence: 1,
+                    response: response(),
+                    expires_at: T0 + 1_000,
+                },
+            )
+            .await;
+        }
+    }
+    let expire = Op::Expire {
+        limit: 3,
+        retention_ms: 5_000,
+    };
+    assert_eq!(h.run(T0 + 999, expire.clone()).await, Reply::Count(0));
+    assert_eq!(h.run(T0 + 1_000, expire.clone()).await, Reply::Count(3));
+    assert_eq!(h.run(T0 + 1_000, expire.clone()).await, Reply::Count(1));
+    assert_eq!(h.run(T0 + 1_000, expire).await, Reply::Count(0));
+    let expired = h.sm.record(&scope("k0")).unwrap().unwrap();
+    assert_eq!(expired.status, Status::Expired);
+    assert_eq!(expired.response, None);
+    assert_eq!(
+        h.run(T0 + 5_999, Op::Purge { limit: 10 }).await,
+        Reply::Count(0)
+    );
+    assert_eq!(
+        h.run(T0 + 6_000, Op::Purge { limit: 10 }).await,
+        Reply::Count(4)
+    );
+    // The unfinished record never expires.
+    assert_eq!(
+        h.sm.record(&scope("k4")).unwrap().unwrap().status,
+        Status::InProgress
+    );
+    // The business key stays reserved after the record is purged.
+    assert!(matches!(
+        h.run(T0 + 7_000, Op::Claim(claim("k9", "k0", "eu", 0)))
+            .await,
+        Reply::BusinessKeyTaken { .. }
+    ));
+}
+
+#[tokio::test]
+async fn two_members_applying_the_same_log_reach_the_same_state() {
+    let mut a = Harness::new();
+    let mut b = Harness::new();
+    for h in [&mut a, &mut b] {
+        for i in 0..20 {
+            let key = format!("k{}", i % 7);
+            let now = T0 + i * 3_000;
+            h.run(now, Op::Claim(claim(&key, &format!("o{}", i % 5), "eu", 0)))
+                .await;
+            h.run(
+                now,
+                Op::TakeOver {
+                    scope: scope(&key),
+                    fence: 1,
+                    kind: TakeOverKind::LeaseExpired,
+                    region: "us".into(),
+                    lease_ms: LEASE,
+                    renew: None,
+                },
+            )
+            .await;
+        }
+    }
+    assert_eq!(a.sm.all_records().unwrap(), b.sm.all_records().unwrap());
+}

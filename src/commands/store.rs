@@ -1,0 +1,219 @@
+//! `once store`: run a raft-store member, or administer a running cluster
+//! (`status`, `add-learner`, `change-membership`, `snapshot`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use once_raft_store::admin;
+use once_raft_store::config::{StoreConfig, Timing};
+use once_raft_store::server::StoreServer;
+
+use super::config_error;
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct StoreArgs {
+    #[command(subcommand)]
+    admin: Option<AdminCommand>,
+    #[command(flatten)]
+    member: MemberArgs,
+}
+
+#[derive(Debug, Args)]
+struct MemberArgs {
+    /// This member's id (one voter per region).
+    #[arg(long, env = "ONCE_STORE_ID")]
+    id: Option<u64>,
+    /// Raft RPC listener; port 0 picks one (printed on stdout).
+    #[arg(long, env = "ONCE_STORE_RAFT_ADDR", default_value = "127.0.0.1:7001")]
+    raft_addr: SocketAddr,
+    /// Client API listener.
+    #[arg(long, env = "ONCE_STORE_API_ADDR", default_value = "127.0.0.1:7101")]
+    api_addr: SocketAddr,
+    #[arg(long, env = "ONCE_STORE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Founding voters `1=host:port,2=…` (raft addresses, this member
+    /// included). Omit on a member that joins an existing cluster.
+    #[arg(long, env = "ONCE_STORE_PEERS", value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Defaults suit members ~100 ms apart; see raft-store's `Timing`.
+    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+    heartbeat: Duration,
+    #[arg(long, default_value = "1500ms", value_parser = humantime::parse_duration)]
+    election_min: Duration,
+    #[arg(long, default_value = "3000ms", value_parser = humantime::parse_duration)]
+    election_max: Duration,
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    snapshot_chunk_timeout: Duration,
+    #[arg(long, default_value_t = 10_000)]
+    snapshot_every: u64,
+    #[arg(long, default_value_t = 1_000)]
+    keep_logs_after_snapshot: u64,
+    /// Parse and validate everything, print the effective configuration and
+    /// exit without binding, opening the data directory or contacting peers.
+    #[arg(long)]
+    check_config: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Leader, term, commit/applied index and follower lag of each member.
+    Status {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+    },
+    /// Add a member as a learner (it catches up from the log or a snapshot).
+    AddLearner {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        raft_addr: String,
+    },
+    /// Set the voting members.
+    ChangeMembership {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[arg(long, value_delimiter = ',', required = true)]
+        voters: Vec<u64>,
+    },
+    /// Build a snapshot on one member now.
+    Snapshot {
+        #[arg(long)]
+        endpoint: String,
+    },
+    /// Closed-loop claim benchmark against a running cluster (JSON report).
+    Bench {
+        /// raft-store client API endpoints.
+        #[arg(long, value_delimiter = ',', required_unless_present = "etcd")]
+        endpoints: Vec<String>,
+        /// Run the equivalent create-if-absent txn against etcd instead
+        /// (its client URL, e.g. http://127.0.0.1:2379), for comparison.
+        #[arg(long)]
+        etcd: Option<String>,
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 10_000)]
+        requests: usize,
+    },
+}
+
+pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
+    match args.admin {
+        Some(command) => run_admin(command).await,
+        None => run_member(args.member).await,
+    }
+}
+
+async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
+    let id = args
+        .id
+        .ok_or_else(|| config_error(anyhow::anyhow!("--id is required")))?;
+    let data_dir = args
+        .data_dir
+        .ok_or_else(|| config_error(anyhow::anyhow!("--data-dir is required")))?;
+    let mut peers = BTreeMap::new();
+    for peer in &args.peers {
+        let (pid, addr) = peer
+            .split_once('=')
+            .ok_or_else(|| config_error(anyhow::anyhow!("peer {peer:?} is not ID=ADDR")))?;
+        let pid: u64 = pid
+            .parse()
+            .map_err(|e| config_error(anyhow::anyhow!("peer id {pid:?}: {e}")))?;
+        peers.insert(pid, addr.to_owned());
+    }
+    if !peers.is_empty() && !peers.contains_key(&id) {
+        return Err(config_error(anyhow::anyhow!(
+            "--peers must include this member (id {id})"
+        )));
+    }
+    let mut config = StoreConfig::new(id, args.raft_addr, args.api_addr, data_dir);
+    config.peers = peers;
+    config.timing = Timing {
+        heartbeat: args.heartbeat,
+        election_min: args.election_min,
+        election_max: args.election_max,
+        snapshot_chunk_timeout: args.snapshot_chunk_timeout,
+        ..Timing::default()
+    };
+    config.snapshot_every = args.snapshot_every;
+    config.keep_logs_after_snapshot = args.keep_logs_after_snapshot;
+    let timing = &config.timing;
+    if !(timing.heartbeat < timing.election_min && timing.election_min < timing.election_max) {
+        return Err(config_error(anyhow::anyhow!(
+            "timeouts must satisfy heartbeat < election-min < election-max"
+        )));
+    }
+    if args.check_config {
+        println!(
+            "{}",
+            serde_json::json!({
+                "role": "store",
+                "id": id,
+                "raftAddr": args.raft_addr.to_string(),
+                "apiAddr": args.api_addr.to_string(),
+                "dataDir": config.data_dir.display().to_string(),
+                "peers": config.peers,
+                "heartbeat": humantime::format_duration(timing.heartbeat).to_string(),
+                "electionTimeout": format!(
+                    "{}..{}",
+                    humantime::format_duration(timing.election_min),
+                    humantime::format_duration(timing.election_max)
+                ),
+                "snapshotEvery": args.snapshot_every,
+            })
+        );
+        return Ok(());
+    }
+    let server = StoreServer::start(config)
+        .await
+        .context("starting the raft-store member")?;
+    println!(
+        "listening raft={} api={}",
+        server.raft_addr, server.api_addr
+    );
+    server.run_until(once_node::shutdown_signal()).await;
+    Ok(())
+}
+
+async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
+    match command {
+        AdminCommand::Status { endpoints } => {
+            for e in &endpoints {
+                match admin::status(e).await {
+                    Ok(s) => println!("{}", serde_json::to_string(&s)?),
+                    Err(err) => println!("{{\"endpoint\":{e:?},\"error\":{:?}}}", err.to_string()),
+                }
+            }
+        }
+        AdminCommand::AddLearner {
+            endpoints,
+            id,
+            raft_addr,
+        } => admin::add_learner(&endpoints, id, &raft_addr).await?,
+        AdminCommand::ChangeMembership { endpoints, voters } => {
+            admin::change_membership(&endpoints, voters).await?
+        }
+        AdminCommand::Snapshot { endpoint } => admin::snapshot(&endpoint).await?,
+        AdminCommand::Bench {
+            endpoints,
+            etcd,
+            concurrency,
+            requests,
+        } => {
+            let report = match etcd {
+                Some(url) => {
+                    once_raft_store::bench::etcd_claims(&url, concurrency, requests).await?
+                }
+                None => once_raft_store::bench::claims(&endpoints, concurrency, requests).await?,
+            };
+            println!("{}", serde_json::to_string(&report)?);
+        }
+    }
+    Ok(())
+}

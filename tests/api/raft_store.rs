@@ -1,0 +1,549 @@
+//! raft-store as a cluster of real `once store` processes on 127.0.0.N with
+//! data on disk: a leader SIGKILLed under concurrent claims, a whole-cluster
+//! restart, a member wiped and re-added through a snapshot, a partition,
+//! and a member whose clock runs 60 s ahead.
+
+mod cluster;
+mod proxy;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use once_raft_store::admin;
+use once_raft_store::client::{ClientError, ClientOptions, StoreClient};
+use once_raft_store::command::{
+    BusinessKey, NewClaim, Op, Record, RegionStatus, Reply, Scope, Status, Step, StoredResponse,
+    TakeOverKind,
+};
+
+use self::cluster::Cluster;
+use crate::helpers::eventually;
+
+const LEASE_MS: i64 = 10_000;
+
+fn scope(key: &str) -> Scope {
+    Scope {
+        tenant: "acme".into(),
+        principal: "checkout".into(),
+        operation: "payments.create".into(),
+        key: key.into(),
+    }
+}
+
+fn business_key(reference: &str) -> BusinessKey {
+    BusinessKey {
+        tenant: "acme".into(),
+        account_id: "acc_1".into(),
+        merchant_reference: reference.into(),
+    }
+}
+
+fn claim(key: &str, reference: &str, fingerprint: &str) -> NewClaim {
+    NewClaim {
+        scope: scope(key),
+        fingerprint_version: 1,
+        fingerprint: fingerprint.into(),
+        business_key: Some(business_key(reference)),
+        payment_id: Some(format!("pay_{key}")),
+        provider_key: Some(format!("provider_payment_pay_{key}")),
+        step: Step::LocalPaymentCreated,
+        trace_id: None,
+        region: "eu".into(),
+        epoch: 0,
+        lease_ms: LEASE_MS,
+    }
+}
+
+fn response(key: &str) -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!("{{\"id\":\"pay_{key}\"}}").into_bytes(),
+        schema_version: 1,
+    }
+}
+
+fn complete(key: &str, fence: u64, now: i64) -> Op {
+    Op::Complete {
+        scope: scope(key),
+        fence,
+        response: response(key),
+        expires_at: now + 86_400_000,
+    }
+}
+
+fn take_over(key: &str, fence: u64) -> Op {
+    Op::TakeOver {
+        scope: scope(key),
+        fence,
+        kind: TakeOverKind::LeaseExpired,
+        region: "us".into(),
+        lease_ms: LEASE_MS,
+        renew: None,
+    }
+}
+
+/// Every member holds the same records, and no business key is held by two.
+async fn assert_members_agree(cluster: &Cluster) -> Vec<Record> {
+    let ids = cluster.ids();
+    let reference = cluster.records(ids[0]).await;
+    for id in &ids[1..] {
+        assert_eq!(
+            cluster.records(*id).await,
+            reference,
+            "member {id} differs from member {}",
+            ids[0]
+        );
+    }
+    let mut holders: HashMap<BusinessKey, &Scope> = HashMap::new();
+    for r in &reference {
+        if let Some(k) = &r.business_key
+            && let Some(other) = holders.insert(k.clone(), &r.scope)
+        {
+            panic!("business key {k:?} held by {other:?} and {:?}", r.scope);
+        }
+    }
+    reference
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_leader_under_concurrent_claims_loses_no_acknowledged_claim_and_duplicates_nothing()
+ {
+    let mut cluster = Cluster::start(3).await;
+    let first_leader = cluster.wait_for_leader(&cluster.ids()).await;
+    let client = Arc::new(cluster.client(ClientOptions {
+        attempt_timeout: Duration::from_secs(2),
+        deadline: Duration::from_secs(20),
+        ..ClientOptions::default()
+    }));
+    let acked: Arc<Mutex<Vec<Reply>>> = Arc::default();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let (client, acked, answered) = (client.clone(), acked.clone(), answered.clone());
+        workers.push(tokio::spawn(async move {
+            let mut ambiguous = 0;
+            for i in 0..40 {
+                // 320 claims over 150 scoped keys; keys n and n + 97 share
+                // a business key, so both kinds of duplicate are attempted.
+                let n = (w * 40 + i * 7) % 150;
+                let c = claim(
+                    &format!("k{n}"),
+                    &format!("order-{}", n % 97),
+                    &format!("fp{n}"),
+                );
+                match client.claim(c).await {
+                    Ok(reply) => acked.lock().unwrap().push(reply),
+                    Err(ClientError::Ambiguous(_)) => ambiguous += 1,
+                    Err(e) => panic!("claim failed outright: {e}"),
+                }
+                answered.fetch_add(1, Ordering::SeqCst);
+            }
+            ambiguous
+        }));
+    }
+    eventually(Duration::from_secs(30), || async {
+        (answered.load(Ordering::SeqCst) >= 60).then_some(())
+    })
+    .await;
+    cluster.kill(first_leader).await;
+    let survivors: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != first_leader)
+        .collect();
+    let new_leader = cluster.wait_for_leader(&survivors).await;
+    assert_ne!(new_leader, first_leader);
+    let mut ambiguous = 0;
+    for w in workers {
+        ambiguous += w.await.expect("worker");
+    }
+    // The killed member restarts with the same flags, peers included: it
+    // must rejoin, not found a new cluster.
+    let peers = cluster
+        .ids()
+        .iter()
+        .map(|id| format!("{id}={}", cluster.advertised(*id)))
+        .collect::<Vec<_>>()
+        .join(",");
+    cluster.spawn(first_leader, Some(&peers)).await;
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let records = assert_members_agree(&cluster).await;
+
+    let acked = acked.lock().unwrap().clone();
+    let claimed: Vec<&Record> = acked
+        .iter()
+        .filter_map(|r| match r {
+            Reply::Claimed(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert!(claimed.len() >= 50, "only {} claims won", claimed.len());
+    let mut wins_per_key: BTreeMap<&Scope, usize> = BTreeMap::new();
+    let mut wins_per_business_key: HashMap<&BusinessKey, usize> = HashMap::new();
+    for r in &claimed {
+        *wins_per_key.entry(&r.scope).or_default() += 1;
+        *wins_per_business_key
+            .entry(r.business_key.as_ref().unwrap())
+            .or_default() += 1;
+        let stored = records
+            .iter()
+            .find(|s| s.scope == r.scope)
+            .unwrap_or_else(|| panic!("acknowledged claim {:?} lost", r.scope));
+        assert_eq!(stored.fingerprint, r.fingerprint);
+    }
+    assert!(
+        wins_per_key.values().all(|n| *n == 1),
+        "a scoped key was claimed twice"
+    );
+    assert!(
+        wins_per_business_key.values().all(|n| *n == 1),
+        "a business key was reserved twice"
+    );
+    for reply in &acked {
+        if let Reply::BusinessKeyTaken { scope, .. } = reply {
+            assert!(
+                records.iter().any(|r| &r.scope == scope),
+                "a phantom holder"
+            );
+        }
+    }
+    eprintln!(
+        "{} answers, {} claims won, {ambiguous} ambiguous, leader {first_leader} -> {new_leader}",
+        acked.len(),
+        claimed.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_cluster_killed_and_restarted_keeps_every_record() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(ClientOptions::default());
+    for n in 0..30 {
+        let key = format!("k{n}");
+        let Reply::Claimed(r) = client
+            .claim(claim(&key, &format!("o{n}"), "fp"))
+            .await
+            .unwrap()
+        else {
+            panic!("fresh key claimed");
+        };
+        if n % 2 == 0 {
+            let reply = client
+                .write(complete(&key, r.fence, client.now()))
+                .await
+                .unwrap();
+            assert!(matches!(reply, Reply::Updated(_)));
+        }
+    }
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let before = assert_members_agree(&cluster).await;
+    assert_eq!(before.len(), 30);
+    for id in cluster.ids() {
+        cluster.kill(id).await;
+    }
+    let peers = cluster
+        .ids()
+        .iter()
+        .map(|id| format!("{id}={}", cluster.advertised(*id)))
+        .collect::<Vec<_>>()
+        .join(",");
+    for id in cluster.ids() {
+        cluster.spawn(id, Some(&peers)).await;
+    }
+    cluster.wait_for_leader(&cluster.ids()).await;
+    let client = cluster.client(ClientOptions::default());
+    // A write after the restart commits, and everything before survived.
+    assert!(matches!(
+        client.claim(claim("after", "o-after", "fp")).await.unwrap(),
+        Reply::Claimed(_)
+    ));
+    assert!(matches!(
+        client.claim(claim("k0", "o0", "fp")).await.unwrap(),
+        Reply::Existing(r) if r.status == Status::Completed
+    ));
+    // Placement and region status survive too, and read back linearizably.
+    assert!(matches!(
+        client
+            .write(Op::SetPlacement {
+                tenant: "acme".into(),
+                expected_epoch: 0,
+                home: "eu".into(),
+                standbys: vec!["us".into()],
+            })
+            .await
+            .unwrap(),
+        Reply::Placement(p) if p.epoch == 1
+    ));
+    client
+        .write(Op::SetRegionStatus {
+            region: "us".into(),
+            status: RegionStatus::Down,
+        })
+        .await
+        .unwrap();
+    assert_eq!(client.placement("acme").await.unwrap().unwrap().home, "eu");
+    assert_eq!(
+        client.regions().await.unwrap(),
+        vec![("us".to_string(), RegionStatus::Down)]
+    );
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let after = assert_members_agree(&cluster).await;
+    let after_without_new: Vec<Record> = after
+        .into_iter()
+        .filter(|r| r.scope.key != "after")
+        .collect();
+    assert_eq!(after_without_new, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_removed_wiped_and_added_back_catches_up_from_a_snapshot() {
+    let mut cluster = Cluster::start_with(
+        3,
+        &["--snapshot-every", "20", "--keep-logs-after-snapshot", "0"],
+        |_| (vec![], vec![]),
+    )
+    .await;
+    let client = cluster.client(ClientOptions::default());
+    for n in 0..30 {
+        client
+            .claim(claim(&format!("k{n}"), &format!("o{n}"), "fp"))
+            .await
+            .unwrap();
+    }
+    let endpoints = cluster.endpoints();
+    admin::change_membership(&endpoints, vec![1, 2])
+        .await
+        .expect("remove member 3");
+    cluster.kill(3).await;
+    std::fs::remove_dir_all(&cluster.members[&3].data_dir).expect("wipe member 3");
+    for n in 30..90 {
+        client
+            .claim(claim(&format!("k{n}"), &format!("o{n}"), "fp"))
+            .await
+            .unwrap();
+    }
+    let leader = cluster.wait_for_leader(&[1, 2]).await;
+    admin::snapshot(&cluster.members[&leader].endpoint())
+        .await
+        .expect("snapshot");
+    // The log the wiped member would need is gone: only a snapshot helps.
+    eventually(Duration::from_secs(20), || async {
+        let s = cluster.status(leader).await?;
+        (s.purged_index? >= 60).then_some(())
+    })
+    .await;
+
+    cluster.spawn(3, None).await;
+    let raft_addr = cluster.advertised(3);
+    admin::add_learner(&endpoints, 3, &raft_addr)
+        .await
+        .expect("add learner");
+    admin::change_membership(&endpoints, vec![1, 2, 3])
+        .await
+        .expect("promote");
+    cluster.wait_for_convergence(&[1, 2, 3]).await;
+    let status = cluster.status(3).await.unwrap();
+    assert!(status.voters.contains(&3));
+    assert!(
+        status.snapshot_index.is_some(),
+        "member 3 caught up without a snapshot: {status:?}"
+    );
+    let records = assert_members_agree(&cluster).await;
+    assert_eq!(records.len(), 90);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_cannot_claim_and_the_majority_can() {
+    let cluster = Cluster::start(3).await;
+    // Isolate the leader itself: the minority side believes it leads.
+    let minority = cluster.wait_for_leader(&cluster.ids()).await;
+    let majority: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != minority)
+        .collect();
+    cluster.isolate(minority);
+    let minority_client = StoreClient::new(
+        &[cluster.members[&minority].endpoint()],
+        ClientOptions {
+            attempt_timeout: Duration::from_secs(1),
+            deadline: Duration::from_secs(4),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let minority_answer = minority_client
+        .claim(claim("contested", "order-x", "minority"))
+        .await;
+    assert!(
+        matches!(
+            minority_answer,
+            Err(ClientError::Ambiguous(_) | ClientError::Unavailable(_))
+        ),
+        "the minority answered {minority_answer:?}"
+    );
+
+    let new_leader = cluster.wait_for_leader(&majority).await;
+    assert_ne!(new_leader, minority);
+    let majority_client = StoreClient::new(
+        &majority
+            .iter()
+            .map(|id| cluster.members[id].endpoint())
+            .collect::<Vec<_>>(),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    let Reply::Claimed(won) = majority_client
+        .claim(claim("contested", "order-x", "majority"))
+        .await
+        .unwrap()
+    else {
+        panic!("the majority claims");
+    };
+
+    cluster.heal();
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let records = assert_members_agree(&cluster).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0], won);
+    // The minority's command, sent again after the heal, finds the
+    // majority's claim.
+    let healed_client = cluster.client(ClientOptions::default());
+    assert!(matches!(
+        healed_client.claim(claim("contested", "order-x", "minority")).await,
+        Ok(Reply::Existing(r)) if r.fingerprint == "majority"
+    ));
+}
+
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// True when libfaketime moves a process's clock here; panics under CI if
+/// it cannot (`.ci/run` installs the `faketime` package).
+fn faketime_available() -> bool {
+    let real = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let faked = std::process::Command::new("date")
+        .arg("+%s")
+        .env("LD_PRELOAD", LIBFAKETIME)
+        .env("FAKETIME", "+60s")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let ok = faked.is_some_and(|f| f >= real + 59);
+    if !ok {
+        assert!(std::env::var("CI").is_err(), "CI must install faketime");
+        eprintln!("faketime missing: skipping the clock-skew scenario");
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_completion() {
+    if !faketime_available() {
+        return;
+    }
+    // Member 1's wall clock runs 60 s ahead; its timers (monotonic) do not,
+    // so it can lead normally.
+    let skewed = |id: u64| {
+        if id == 1 {
+            // libfaketime preloaded directly (not through the `faketime`
+            // wrapper, which forks): SIGKILL then reaches the member itself.
+            (
+                vec![],
+                vec![
+                    ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+                    ("FAKETIME".into(), "+60s".into()),
+                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ],
+            )
+        } else {
+            (vec![], vec![])
+        }
+    };
+    let cluster = Cluster::start_with(3, &[], skewed).await;
+    let endpoint_1 = cluster.members[&1].endpoint();
+    // Make the skewed member the leader: every command passes through it.
+    eventually(Duration::from_secs(30), || async {
+        let _ = admin::elect(&endpoint_1).await;
+        let leader = cluster.wait_for_leader(&cluster.ids()).await;
+        (leader == 1).then_some(())
+    })
+    .await;
+    let owner = cluster.client(ClientOptions::default());
+
+    // A lease granted just now is valid for 10 s by the command's stamped
+    // time; a leader that judged it by its own clock would see it expired.
+    let Reply::Claimed(r) = owner.claim(claim("k1", "o1", "fp")).await.unwrap() else {
+        panic!("claimed");
+    };
+    assert!(matches!(
+        owner.write(take_over("k1", r.fence)).await.unwrap(),
+        Reply::LeaseValid { .. }
+    ));
+    assert!(matches!(
+        owner.write(complete("k1", r.fence, owner.now())).await.unwrap(),
+        Reply::Updated(c) if c.status == Status::Completed
+    ));
+
+    // A *client* 60 s ahead may take over an unfinished record early (that
+    // is the documented cost of skew), but the old owner is then fenced…
+    let fast = cluster.client(ClientOptions {
+        clock_offset_ms: 60_000,
+        ..ClientOptions::default()
+    });
+    let Reply::Claimed(r2) = owner.claim(claim("k2", "o2", "fp")).await.unwrap() else {
+        panic!("claimed");
+    };
+    let Reply::Claimed(taken) = fast.write(take_over("k2", r2.fence)).await.unwrap() else {
+        panic!("early takeover by a fast client");
+    };
+    assert_eq!(taken.fence, r2.fence + 1);
+    assert!(matches!(
+        owner
+            .write(complete("k2", r2.fence, owner.now()))
+            .await
+            .unwrap(),
+        Reply::Fenced { .. }
+    ));
+    // …and a completed record cannot be taken over or completed again.
+    assert!(matches!(
+        fast.write(take_over("k1", r.fence)).await.unwrap(),
+        Reply::Fenced { .. }
+    ));
+    assert!(matches!(
+        fast.claim(claim("k1", "o1", "fp")).await.unwrap(),
+        Reply::Existing(e) if e.status == Status::Completed && e.response == Some(response("k1"))
+    ));
+
+    // Both clocks racing for the same fresh keys: one winner each.
+    let mut wins: HashMap<String, usize> = HashMap::new();
+    let races = (0..20).map(|n| {
+        let key = format!("race{n}");
+        let (owner, fast) = (&owner, &fast);
+        async move {
+            let c = claim(&key, &format!("race-order{n}"), "fp");
+            let (a, b) = tokio::join!(owner.claim(c.clone()), fast.claim(c));
+            (key, [a.unwrap(), b.unwrap()])
+        }
+    });
+    for (key, replies) in futures::future::join_all(races).await {
+        let n = replies
+            .iter()
+            .filter(|r| matches!(r, Reply::Claimed(_)))
+            .count();
+        wins.insert(key, n);
+    }
+    assert!(wins.values().all(|n| *n == 1), "{wins:?}");
+    assert_eq!(cluster.wait_for_leader(&cluster.ids()).await, 1);
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let records = assert_members_agree(&cluster).await;
+    let k1 = records.iter().find(|r| r.scope.key == "k1").unwrap();
+    assert_eq!(k1.status, Status::Completed);
+    assert_eq!(k1.fence, r.fence);
+}

@@ -1,0 +1,276 @@
+//! A raft-store cluster of real `once store` processes for the tests:
+//! member N listens on 127.0.0.N with its data in the test's temp dir, and
+//! its peers reach its Raft listener through a [`LinkProxy`] the test owns.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use once_raft_store::admin;
+use once_raft_store::client::{ClientOptions, StoreClient};
+use once_raft_store::command::Record;
+use once_raft_store::protocol::{RECORDS_PATH, Status};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::proxy::LinkProxy;
+use crate::helpers::eventually;
+
+pub fn member_ip(id: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
+}
+
+/// A port free on 127.0.0.1–5 right now (the members bind it moments later).
+fn free_port() -> u16 {
+    loop {
+        let port = rand::random_range(20_000..60_000u16);
+        let free = (1..=5).all(|i| std::net::TcpListener::bind((member_ip(i), port)).is_ok());
+        if free {
+            return port;
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Member {
+    pub raft_addr: SocketAddr,
+    pub api_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub proxy: LinkProxy,
+    child: Option<Child>,
+    /// A command to run `once` under (e.g. `faketime`), with its env.
+    wrapper: Vec<String>,
+    wrapper_env: Vec<(String, String)>,
+}
+
+impl Member {
+    pub fn endpoint(&self) -> String {
+        self.api_addr.to_string()
+    }
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub members: BTreeMap<u64, Member>,
+    raft_port: u16,
+    api_port: u16,
+    proxy_port: u16,
+    /// Extra `once store` flags for every member.
+    pub extra_args: Vec<String>,
+}
+
+impl Cluster {
+    /// Starts `n` founding members and waits for a leader.
+    pub async fn start(n: u64) -> Self {
+        Self::start_with(n, &[], |_| (vec![], vec![])).await
+    }
+
+    /// As [`Self::start`], with extra flags and a per-member wrapper.
+    pub async fn start_with(
+        n: u64,
+        extra_args: &[&str],
+        wrapper: impl Fn(u64) -> (Vec<String>, Vec<(String, String)>),
+    ) -> Self {
+        let mut cluster = Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+            members: BTreeMap::new(),
+            raft_port: free_port(),
+            api_port: free_port(),
+            proxy_port: free_port(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=n {
+            let (w, env) = wrapper(id);
+            cluster.add_member(id, w, env).await;
+        }
+        let peers = cluster.peers();
+        for id in 1..=n {
+            cluster.spawn(id, Some(&peers)).await;
+        }
+        cluster.wait_for_leader(&cluster.ids()).await;
+        cluster
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.members.keys().copied().collect()
+    }
+
+    /// Registers member `id` (its addresses and proxy) without starting it.
+    pub async fn add_member(&mut self, id: u64, wrapper: Vec<String>, env: Vec<(String, String)>) {
+        let raft_addr = SocketAddr::new(member_ip(id), self.raft_port);
+        let api_addr = SocketAddr::new(member_ip(id), self.api_port);
+        let proxy = LinkProxy::start(SocketAddr::new(member_ip(id), self.proxy_port), raft_addr)
+            .await
+            .expect("proxy binds");
+        self.members.insert(
+            id,
+            Member {
+                raft_addr,
+                api_addr,
+                data_dir: self.dir.path().join(format!("member-{id}")),
+                proxy,
+                child: None,
+                wrapper,
+                wrapper_env: env,
+            },
+        );
+    }
+
+    /// The address peers use to reach member `id`: its proxy.
+    pub fn advertised(&self, id: u64) -> String {
+        self.members[&id].proxy.addr.to_string()
+    }
+
+    fn peers(&self) -> String {
+        self.members
+            .keys()
+            .map(|id| format!("{id}={}", self.advertised(*id)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts member `id`'s process; `peers` only for a founding start.
+    pub async fn spawn(&mut self, id: u64, peers: Option<&str>) {
+        let extra = self.extra_args.clone();
+        let m = self.members.get_mut(&id).expect("member");
+        let once = env!("CARGO_BIN_EXE_once");
+        let mut command = match m.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(once);
+                c
+            }
+            None => Command::new(once),
+        };
+        command
+            .args(["store", "--id", &id.to_string()])
+            .args(["--raft-addr", &m.raft_addr.to_string()])
+            .args(["--api-addr", &m.api_addr.to_string()])
+            .arg("--data-dir")
+            .arg(&m.data_dir)
+            // Local members: fast elections keep the tests short.
+            .args([
+                "--heartbeat",
+                "100ms",
+                "--election-min",
+                "500ms",
+                "--election-max",
+                "1000ms",
+            ])
+            .args(&extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if let Some(peers) = peers {
+            command.args(["--peers", peers]);
+        }
+        for (k, v) in &m.wrapper_env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn once store");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("read stdout") {
+                if line.starts_with("listening raft=") {
+                    return;
+                }
+            }
+            panic!("member {id} exited before listening");
+        })
+        .await
+        .expect("member starts within a minute");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        m.child = Some(child);
+    }
+
+    /// SIGKILL: no shutdown, no flush beyond what was already committed.
+    pub async fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.members.get_mut(&id).expect("member").child.take() {
+            child.start_kill().expect("SIGKILL");
+            child.wait().await.expect("reaped");
+        }
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.values().map(Member::endpoint).collect()
+    }
+
+    pub fn client(&self, options: ClientOptions) -> StoreClient {
+        StoreClient::new(&self.endpoints(), options).expect("client")
+    }
+
+    pub async fn status(&self, id: u64) -> Option<Status> {
+        admin::status(&self.members[&id].endpoint()).await.ok()
+    }
+
+    /// Waits until one of `among` leads and every running one of them
+    /// agrees; returns the leader.
+    pub async fn wait_for_leader(&self, among: &[u64]) -> u64 {
+        eventually(Duration::from_secs(30), || async {
+            let mut leader = None;
+            for id in among {
+                let status = self.status(*id).await?;
+                let l = status.leader?;
+                if leader.is_some_and(|x| x != l) || !among.contains(&l) {
+                    return None;
+                }
+                leader = Some(l);
+            }
+            let l = leader?;
+            (self.status(l).await?.leader == Some(l)).then_some(l)
+        })
+        .await
+    }
+
+    /// Waits until every member in `ids` has applied as far as the leader.
+    pub async fn wait_for_convergence(&self, ids: &[u64]) {
+        eventually(Duration::from_secs(60), || async {
+            let mut applied = Vec::new();
+            for id in ids {
+                applied.push(self.status(*id).await?.applied_index);
+            }
+            let first = applied[0];
+            (first.is_some() && applied.iter().all(|a| *a == first)).then_some(())
+        })
+        .await
+    }
+
+    /// Member `id`'s applied records, sorted by scope.
+    pub async fn records(&self, id: u64) -> Vec<Record> {
+        let url = format!("http://{}{RECORDS_PATH}", self.members[&id].api_addr);
+        let bytes = reqwest::get(url)
+            .await
+            .expect("records")
+            .bytes()
+            .await
+            .expect("body");
+        let mut records: Vec<Record> =
+            once_raft_store::wire::decode(&bytes).expect("decodable records");
+        records.sort_by(|a, b| a.scope.cmp(&b.scope));
+        records
+    }
+
+    /// Cuts member `isolated` off from every other member, both ways.
+    pub fn isolate(&self, isolated: u64) {
+        for (id, m) in &self.members {
+            if *id == isolated {
+                for other in self.members.keys().filter(|o| **o != isolated) {
+                    m.proxy.block(member_ip(*other));
+                }
+            } else {
+                m.proxy.block(member_ip(isolated));
+            }
+        }
+    }
+
+    pub fn heal(&self) {
+        for m in self.members.values() {
+            m.proxy.heal();
+        }
+    }
+}
