@@ -61,9 +61,21 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(CHANGE_MEMBERSHIP_PATH, post(change_membership))
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(ELECT_PATH, post(elect))
+        .route("/metrics", get(crate::metrics::render))
+        // A server span per request, continuing the caller's trace.
+        .layer(axum::middleware::from_fn(server_span))
         .with_state(state)
 }
 
+async fn server_span(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument;
+    let name = format!("store {}", request.uri().path());
+    let span = tracing::info_span!("store request", otel.name = %name, otel.kind = "server");
+    once_telemetry::context::set_remote_parent(&span, request.headers());
+    next.run(request).instrument(span).await
+}
+
+#[tracing::instrument(name = "raft write", skip_all)]
 async fn write(
     State(state): State<Arc<ApiState>>,
     Postcard(request): Postcard<WriteRequest>,

@@ -116,6 +116,7 @@ pub mod command;
 pub mod config;
 pub mod group_commit;
 pub mod log_store;
+pub mod metrics;
 pub mod network;
 pub mod protocol;
 pub mod raft_service;

@@ -547,3 +547,32 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
     assert_eq!(k1.status, Status::Completed);
     assert_eq!(k1.fence, r.fence);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_member_exposes_raft_metrics() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    let client = reqwest::Client::new();
+    for id in cluster.ids() {
+        let url = format!("http://{}/metrics", cluster.members[&id].endpoint());
+        let text = client.get(url).send().await.unwrap().text().await.unwrap();
+        let value = |name: &str| -> i64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+                .unwrap_or_else(|| panic!("{name} missing on member {id}:\n{text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(
+            value("raft_is_leader"),
+            i64::from(id == leader),
+            "member {id}"
+        );
+        assert!(value("raft_term") >= 1);
+        assert!(value("raft_apply_lag") >= 0);
+        if id == leader {
+            assert!(text.contains("raft_follower_lag{follower="), "{text}");
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! `GET /metrics` on a member's client listener: Raft leader, term, commit
+//! and applied index, apply lag and each follower's replication lag, in
+//! Prometheus text. Values are read from openraft's own metrics at scrape
+//! time, so there is nothing to keep in sync.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::api_service::{ApiState, status_of};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct Follower {
+    follower: String,
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
+    let g = Gauge::<i64>::default();
+    g.set(value);
+    registry.register(name, help, g);
+}
+
+pub async fn render(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
+    let status = status_of(&state);
+    let mut registry = Registry::default();
+    let index = |i: Option<u64>| i64::try_from(i.unwrap_or(0)).unwrap_or(i64::MAX);
+    gauge(
+        &mut registry,
+        "raft_is_leader",
+        "1 when this member leads",
+        i64::from(status.leader == Some(status.id)),
+    );
+    gauge(
+        &mut registry,
+        "raft_leader_id",
+        "The member this one believes leads (0: none)",
+        status.leader.map_or(0, |l| l as i64),
+    );
+    gauge(
+        &mut registry,
+        "raft_term",
+        "Current term",
+        status.term as i64,
+    );
+    gauge(
+        &mut registry,
+        "raft_last_log_index",
+        "Last log index",
+        index(status.last_log_index),
+    );
+    gauge(
+        &mut registry,
+        "raft_committed_index",
+        "Committed index",
+        index(status.committed_index),
+    );
+    gauge(
+        &mut registry,
+        "raft_applied_index",
+        "Applied index",
+        index(status.applied_index),
+    );
+    gauge(
+        &mut registry,
+        "raft_apply_lag",
+        "Committed entries not yet applied to the state machine",
+        index(status.committed_index).saturating_sub(index(status.applied_index)),
+    );
+    let lag = Family::<Follower, Gauge>::default();
+    for (id, behind) in &status.follower_lag {
+        lag.get_or_create(&Follower {
+            follower: id.to_string(),
+        })
+        .set(behind.map_or(-1, |b| b as i64));
+    }
+    registry.register(
+        "raft_follower_lag",
+        "Entries each follower is behind the leader (-1: none matched yet)",
+        lag,
+    );
+    let mut body = String::new();
+    encode(&mut body, &registry).expect("writing to a String cannot fail");
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+}
