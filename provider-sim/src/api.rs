@@ -55,6 +55,7 @@ impl Simulator {
             .route("/charges/{key}", get(lookup))
             .route("/faults", post(arm).delete(clear).get(armed))
             .route("/healthz", get(|| async { "ok" }))
+            .route("/metrics", get(metrics))
             .layer(axum::middleware::from_fn(server_span))
             .with_state(self)
     }
@@ -182,6 +183,57 @@ async fn charge(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -
         }
         _ => charge_response(&record, false),
     }
+}
+
+/// Prometheus text: the ledger by outcome, requests under repeated keys,
+/// faults still armed — what a drill compares against the nodes' numbers.
+async fn metrics(State(sim): State<Simulator>) -> Response {
+    use prometheus_client::encoding::EncodeLabelSet;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+
+    #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+    struct ByStatus {
+        status: String,
+    }
+    let ledger = sim.ledger.all();
+    let charges = Family::<ByStatus, Gauge>::default();
+    for charge in &ledger {
+        let status = format!("{:?}", charge.status).to_ascii_lowercase();
+        charges.get_or_create(&ByStatus { status }).inc();
+    }
+    let repeated = Gauge::<i64>::default();
+    repeated.set(
+        ledger
+            .iter()
+            .map(|c| i64::from(c.requests.saturating_sub(1)))
+            .sum(),
+    );
+    let armed = Gauge::<i64>::default();
+    armed.set(i64::try_from(sim.faults.armed().len()).unwrap_or(i64::MAX));
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register(
+        "provider_charges",
+        "Charges in the ledger, by outcome",
+        charges,
+    );
+    registry.register(
+        "provider_repeated_requests",
+        "Requests answered from the ledger under an already-used key",
+        repeated,
+    );
+    registry.register("provider_faults_armed", "Faults still armed", armed);
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, &registry)
+        .expect("writing to a String cannot fail");
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn lookup(State(sim): State<Simulator>, Path(key): Path<String>) -> Response {

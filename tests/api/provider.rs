@@ -75,6 +75,20 @@ async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(
         "the node asked again under the same key: {ledger:?}"
     );
     assert_eq!(ledger[0].idempotency_key, provider_key_of(&answer));
+    let metrics = reqwest::get(format!("{}/metrics", sim.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("provider_charges{status=\"succeeded\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("provider_repeated_requests 0"),
+        "{metrics}"
+    );
 }
 
 async fn a_reset_after_the_charge_never_charges_twice(backend: Backend) {
