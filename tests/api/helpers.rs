@@ -178,6 +178,9 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
     config.max_db_connections = 8;
     config.lease = Duration::from_secs(5);
     config.sweep_interval = Duration::from_secs(3600);
+    // Scenarios drive takeovers themselves with the manual clock; the
+    // recovery worker (real-time ticks) would race them for the record.
+    config.recovery_interval = Duration::from_secs(3600);
     config.drain_timeout = Duration::from_secs(5);
     config
 }

@@ -109,15 +109,8 @@ pub async fn create_payment(
 
     // A finished record never changes inside its window: answer from memory.
     if let Some(cached) = state.replays.get(&claim.scope, now) {
-        let matches = fingerprint::of_create_payment(
-            cached.fingerprint_version,
-            OPERATION,
-            &req.api_version,
-            &req.command,
-        )
-        .map(|fp| fp.hash == cached.fingerprint);
-        if matches == Some(true) {
-            return replay(&state, (*cached).clone());
+        if same_request(&cached, &req) == Some(true) {
+            return Ok(replayed(&state, &cached));
         }
     }
     let mut outcome = state.store.claim(&claim).await.map_err(store_error)?;
@@ -133,14 +126,7 @@ pub async fn create_payment(
             }
             ClaimOutcome::Existing(record) => record,
         };
-        let matches = fingerprint::of_create_payment(
-            existing.fingerprint_version,
-            OPERATION,
-            &req.api_version,
-            &req.command,
-        )
-        .map(|fp| fp.hash == existing.fingerprint);
-        let how = match decide(&existing, matches, state.clock.now()) {
+        let how = match decide(&existing, same_request(&existing, &req), state.clock.now()) {
             Decision::Mismatch => {
                 state.metrics.conflicts_different_request.inc();
                 return Err(ApiError::KeyReusedWithDifferentRequest);
@@ -197,18 +183,43 @@ pub async fn create_payment(
     })
 }
 
+/// Whether `req` is the request `record` was claimed for, comparing
+/// fingerprints at the record's version; `None` when this build does not
+/// know that version.
+fn same_request(record: &Record, req: &CreatePaymentRequest) -> Option<bool> {
+    fingerprint::of_create_payment(
+        record.fingerprint_version,
+        OPERATION,
+        &req.api_version,
+        &req.command,
+    )
+    .map(|fp| fp.hash == record.fingerprint)
+}
+
+/// Replays a finished record read from the store, and caches it so the
+/// next retry needs no round trip.
 fn replay(state: &AppState, record: Record) -> Result<Answer, ApiError> {
+    if record.response.is_none() {
+        return Err(ApiError::Internal(anyhow::anyhow!(
+            "finished record without a stored response"
+        )));
+    }
     state.replays.remember(&record);
-    let response = record.response.ok_or_else(|| {
-        ApiError::Internal(anyhow::anyhow!("finished record without a stored response"))
-    })?;
+    Ok(replayed(state, &record))
+}
+
+/// The replay answer of a finished record that has a stored response.
+fn replayed(state: &AppState, record: &Record) -> Answer {
     state.metrics.replays.inc();
-    Ok(Answer::Stored {
-        response,
+    Answer::Stored {
+        response: record
+            .response
+            .clone()
+            .expect("replayable records carry their response"),
         replayed: true,
-        original_trace_id: record.trace_id,
+        original_trace_id: record.trace_id.clone(),
         outcome: Outcome::Replayed,
-    })
+    }
 }
 
 /// The business key belongs to another payment: a deterministic business

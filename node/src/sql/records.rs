@@ -71,13 +71,17 @@ pub async fn select<'e>(
     row.map(|r| decode(&r, scope.operation)).transpose()
 }
 
-/// An expired lease: bump the fence and renew the lease, keeping the step,
-/// the payment and the status (`IN_PROGRESS` or `UNKNOWN_REQUIRES_RECOVERY`).
-/// Only one of several racing requests matches `seen_fence`.
-pub async fn resume<'e>(
+/// An expired lease (or an unknown outcome): bump the fence and renew the
+/// lease, keeping the step and the payment. Only one of several racing
+/// callers matches `seen.fence`. `trace_id` replaces the executing trace
+/// when the caller has one (a client retry), and is kept otherwise
+/// (recovery worker, operators).
+pub async fn take_over<'e>(
     db: impl Executor<'e, Database = Any>,
     seen: &Record,
-    claim: &Claim,
+    now: UnixMillis,
+    lease: std::time::Duration,
+    trace_id: Option<&str>,
 ) -> Result<bool, StoreError> {
     let sql = format!(
         "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, \
@@ -87,33 +91,9 @@ pub async fn resume<'e>(
     );
     let done = bind_scope(sqlx::query(&sql), &seen.scope)
         .bind(seen.fence)
-        .bind(claim.now.plus(claim.lease).0)
-        .bind(claim.now.0)
-        .bind(claim.trace_id.as_deref())
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// A takeover by a caller without the command (recovery, operators): the
-/// same compare-and-set as [`resume`].
-pub async fn take_over<'e>(
-    db: impl Executor<'e, Database = Any>,
-    seen: &Record,
-    now: UnixMillis,
-    lease: std::time::Duration,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, \
-         updated_at = $7, takeovers = takeovers + 1 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 \
-         AND ((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')"
-    );
-    let done = bind_scope(sqlx::query(&sql), &seen.scope)
-        .bind(seen.fence)
         .bind(now.plus(lease).0)
         .bind(now.0)
+        .bind(trace_id)
         .execute(db)
         .await
         .map_err(unavailable)?;

@@ -187,7 +187,16 @@ impl IdempotencyStore for SqlStore {
         let _writer = self.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         let won = match how {
-            Reclaim::Resume => records::resume(&mut *tx, seen, claim).await?,
+            Reclaim::Resume => {
+                records::take_over(
+                    &mut *tx,
+                    seen,
+                    claim.now,
+                    claim.lease,
+                    claim.trace_id.as_deref(),
+                )
+                .await?
+            }
             Reclaim::Restart => records::restart(&mut *tx, seen, claim, &claim.payment.id).await?,
             Reclaim::Renew => records::renew(&mut *tx, seen, claim, &claim.payment.id).await?,
         };
@@ -358,7 +367,7 @@ impl IdempotencyStore for SqlStore {
     ) -> Result<Option<Record>, StoreError> {
         let _writer = self.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        if !records::take_over(&mut *tx, seen, now, lease).await? {
+        if !records::take_over(&mut *tx, seen, now, lease, None).await? {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
