@@ -122,6 +122,22 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
             Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
             Answer::Unavailable(e) => Answer::Unavailable(e),
         },
+        Read::Placements => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.placements() {
+                Ok(p) => Answer::Done(ReadReply::Placements(p)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
+        Read::Records(query) => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.query(&query) {
+                Ok(r) => Answer::Done(ReadReply::Records(r)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
         Read::Placement { tenant } => match state.read_index.barrier().await {
             Answer::Done(()) => match state.state_machine.placement(&tenant) {
                 Ok(p) => Answer::Done(ReadReply::Placement(p)),

@@ -30,15 +30,20 @@ pub(crate) const REGIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("
 pub(crate) const SESSIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("sessions");
 /// `client (8 bytes BE)` → lowest seq still remembered (8 bytes BE).
 pub(crate) const FLOORS: TableDefinition<Bytes, Bytes> = TableDefinition::new("session_floors");
+/// Scope (postcard) → nothing: the unfinished records (`IN_PROGRESS`,
+/// `UNKNOWN_REQUIRES_RECOVERY`), so recovery scans never walk finished ones.
+/// Kept by [`Tables::put_record`], the one place records are written.
+pub(crate) const UNFINISHED: TableDefinition<Bytes, Bytes> = TableDefinition::new("unfinished");
 
 /// Every table a snapshot carries, in a fixed order.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 6] = [
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 7] = [
     RECORDS,
     BUSINESS_KEYS,
     PLACEMENTS,
     REGIONS,
     SESSIONS,
     FLOORS,
+    UNFINISHED,
 ];
 
 /// Who holds a business key.
@@ -85,6 +90,7 @@ pub(crate) struct Tables<'txn> {
     pub regions: Table<'txn, Bytes, Bytes>,
     pub sessions: Table<'txn, Bytes, Bytes>,
     pub floors: Table<'txn, Bytes, Bytes>,
+    pub unfinished: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -96,6 +102,7 @@ impl<'txn> Tables<'txn> {
             regions: txn.open_table(REGIONS)?,
             sessions: txn.open_table(SESSIONS)?,
             floors: txn.open_table(FLOORS)?,
+            unfinished: txn.open_table(UNFINISHED)?,
         })
     }
 
@@ -114,10 +121,14 @@ impl<'txn> Tables<'txn> {
     }
 
     fn put_record(&mut self, record: &Record) -> Result<(), ApplyError> {
-        self.records.insert(
-            encode(&record.scope)?.as_slice(),
-            encode(record)?.as_slice(),
-        )?;
+        let key = encode(&record.scope)?;
+        self.records
+            .insert(key.as_slice(), encode(record)?.as_slice())?;
+        if record.status.is_unfinished() {
+            self.unfinished.insert(key.as_slice(), [].as_slice())?;
+        } else {
+            self.unfinished.remove(key.as_slice())?;
+        }
         Ok(())
     }
 
@@ -255,6 +266,9 @@ impl<'txn> Tables<'txn> {
                     home: home.clone(),
                     standbys: standbys.clone(),
                     epoch: epoch + 1,
+                    // The first placement names the tenant's preferred home;
+                    // failovers move `home`, failback returns to this.
+                    preferred_home: current.map_or_else(|| home.clone(), |p| p.preferred_home),
                 };
                 self.placements
                     .insert(tenant.as_bytes(), encode(&placement)?.as_slice())?;
@@ -310,11 +324,14 @@ impl<'txn> Tables<'txn> {
     }
 
     fn claim(&mut self, now: Millis, c: &NewClaim) -> Result<Reply, ApplyError> {
-        if let Some(reply) = self.misdirected(&c.scope.tenant, &c.region, c.epoch)? {
-            return Ok(reply);
-        }
+        // An existing record is answered from any region: it creates
+        // nothing, and replays must work wherever the client lands. Only a
+        // claim that would create a record must come from the home region.
         if let Some(existing) = self.record(&c.scope)? {
             return Ok(Reply::Existing(existing));
+        }
+        if let Some(reply) = self.misdirected(&c.scope.tenant, &c.region, c.epoch)? {
+            return Ok(reply);
         }
         if let Some(key) = &c.business_key
             && let Some(taken) = self.reserve(key, &c.scope, &c.payment_id)?

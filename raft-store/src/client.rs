@@ -24,8 +24,8 @@ use crate::command::{
     ClientRequest, Millis, NewClaim, Op, Placement, Record, RegionStatus, Reply, Scope,
 };
 use crate::protocol::{
-    Answer, Consistency, READ_PATH, Read, ReadAnswer, ReadReply, STATUS_PATH, Status, WRITE_PATH,
-    WriteAnswer,
+    Answer, Consistency, READ_PATH, Read, ReadAnswer, ReadReply, RecordQuery, STATUS_PATH, Status,
+    WRITE_PATH, WriteAnswer,
 };
 use crate::types::NodeId;
 use crate::wire;
@@ -240,6 +240,26 @@ impl StoreClient {
         }
     }
 
+    /// Every tenant's placement, linearizably.
+    pub async fn placements(&self) -> Result<Vec<(String, Placement)>, ClientError> {
+        match self.read(Read::Placements).await? {
+            ReadReply::Placements(p) => Ok(p),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    /// Records matching `query`, linearizably, oldest first.
+    pub async fn records(&self, query: RecordQuery) -> Result<Vec<Record>, ClientError> {
+        match self.read(Read::Records(query)).await? {
+            ReadReply::Records(r) => Ok(r),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
     async fn read(&self, read: Read) -> Result<ReadReply, ClientError> {
         let body = wire::encode(&read).map_err(|e| ClientError::Unavailable(e.to_string()))?;
         // A read changes nothing: an ambiguous read is simply unavailable.
@@ -391,5 +411,36 @@ impl StoreClient {
 
     pub async fn claim(&self, claim: NewClaim) -> Result<Reply, ClientError> {
         self.write(Op::Claim(claim)).await
+    }
+
+    /// Compare-and-set of a tenant's placement on its epoch: `Placement`
+    /// when it applied, `PlacementConflict` (with the current one) when not.
+    pub async fn set_placement(
+        &self,
+        tenant: &str,
+        expected_epoch: u64,
+        home: &str,
+        standbys: &[String],
+    ) -> Result<Reply, ClientError> {
+        self.write(Op::SetPlacement {
+            tenant: tenant.to_owned(),
+            expected_epoch,
+            home: home.to_owned(),
+            standbys: standbys.to_vec(),
+        })
+        .await
+    }
+
+    pub async fn set_region_status(
+        &self,
+        region: &str,
+        status: RegionStatus,
+    ) -> Result<(), ClientError> {
+        self.write(Op::SetRegionStatus {
+            region: region.to_owned(),
+            status,
+        })
+        .await
+        .map(|_| ())
     }
 }

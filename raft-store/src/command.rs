@@ -128,6 +128,8 @@ pub struct Placement {
     pub home: String,
     pub standbys: Vec<String>,
     pub epoch: u64,
+    /// The home the tenant was first placed in: where failback returns it.
+    pub preferred_home: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

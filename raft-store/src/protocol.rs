@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::{ClientRequest, Placement, Record, RegionStatus, Reply, Scope};
+use crate::command::{self, ClientRequest, Millis, Placement, Record, RegionStatus, Reply, Scope};
 use crate::types::NodeId;
 
 pub const WRITE_PATH: &str = "/api/write";
@@ -52,6 +52,45 @@ pub enum Read {
     },
     /// Every region's status (linearizable).
     Regions,
+    /// Every tenant's placement (linearizable): what a router caches.
+    Placements,
+    /// Records matching a query (linearizable), for recovery and operators.
+    Records(RecordQuery),
+}
+
+/// Which records a [`Read::Records`] wants. Filters combine with AND.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordQuery {
+    /// Only unfinished records (`IN_PROGRESS`, `UNKNOWN_REQUIRES_RECOVERY`):
+    /// served from an index, without walking finished records.
+    pub unfinished: bool,
+    /// Only unfinished records whose lease (or recovery backoff) ended at or
+    /// before this time. Implies `unfinished`.
+    pub due_at: Option<Millis>,
+    pub status: Option<command::Status>,
+    pub tenant: Option<String>,
+    pub key: Option<String>,
+    /// At most this many, oldest (`created_at`) first.
+    pub limit: u32,
+}
+
+impl RecordQuery {
+    pub fn matches(&self, r: &Record) -> bool {
+        (!self.unfinished || r.status.is_unfinished())
+            && self
+                .due_at
+                .is_none_or(|t| r.status.is_unfinished() && r.locked_until <= t)
+            && self.status.is_none_or(|s| r.status == s)
+            && self.tenant.as_ref().is_none_or(|t| &r.scope.tenant == t)
+            && self.key.as_ref().is_none_or(|k| &r.scope.key == k)
+    }
+
+    /// Whether the unfinished index holds every possible match.
+    pub fn within_unfinished(&self) -> bool {
+        self.unfinished
+            || self.due_at.is_some()
+            || self.status.is_some_and(command::Status::is_unfinished)
+    }
 }
 
 // A message built once per request and serialized at once: boxing the
@@ -62,6 +101,8 @@ pub enum ReadReply {
     Record(Option<Record>),
     Placement(Option<Placement>),
     Regions(Vec<(String, RegionStatus)>),
+    Placements(Vec<(String, Placement)>),
+    Records(Vec<Record>),
     NotFinalHere,
 }
 

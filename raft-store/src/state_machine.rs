@@ -20,8 +20,9 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, REGIONS, Tables, decode, encode};
+use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, REGIONS, Tables, UNFINISHED, decode, encode};
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
+use crate::protocol::RecordQuery;
 use crate::types::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
     TypeConfig,
@@ -94,6 +95,51 @@ impl StateMachine {
             let name = String::from_utf8_lossy(k.value()).into_owned();
             out.push((name, decode(v.value()).map_err(io)?));
         }
+        Ok(out)
+    }
+
+    /// Every tenant's placement, by tenant.
+    pub fn placements(&self) -> Result<Vec<(String, Placement)>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(PLACEMENTS).map_err(io)?;
+        let mut out = Vec::new();
+        for item in table.iter().map_err(io)? {
+            let (k, v) = item.map_err(io)?;
+            let tenant = String::from_utf8_lossy(k.value()).into_owned();
+            out.push((tenant, decode(v.value()).map_err(io)?));
+        }
+        Ok(out)
+    }
+
+    /// Records matching `query`, oldest first. Unfinished-only queries walk
+    /// the unfinished index; others walk every record (operators' lookups).
+    pub fn query(&self, query: &RecordQuery) -> Result<Vec<Record>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let records = txn.open_table(RECORDS).map_err(io)?;
+        let mut out: Vec<Record> = Vec::new();
+        let mut consider = |bytes: &[u8]| -> Result<(), StorageError> {
+            let record: Record = decode(bytes).map_err(io)?;
+            if query.matches(&record) {
+                out.push(record);
+            }
+            Ok(())
+        };
+        if query.within_unfinished() {
+            let index = txn.open_table(UNFINISHED).map_err(io)?;
+            for item in index.iter().map_err(io)? {
+                let (k, _) = item.map_err(io)?;
+                if let Some(v) = records.get(k.value()).map_err(io)? {
+                    consider(v.value())?;
+                }
+            }
+        } else {
+            for item in records.iter().map_err(io)? {
+                let (_, v) = item.map_err(io)?;
+                consider(v.value())?;
+            }
+        }
+        out.sort_by_key(|r| r.created_at);
+        out.truncate(query.limit as usize);
         Ok(out)
     }
 
