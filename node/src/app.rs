@@ -16,13 +16,14 @@ use tower::ServiceBuilder;
 use tracing::{info, warn};
 
 use crate::auth::ApiKeys;
-use crate::config::NodeConfig;
+use crate::config::{NodeConfig, StoreMode};
 use crate::domain::{Clock, SystemClock};
 use crate::error::ApiError;
 use crate::idempotency::{IdempotencyStore, ReplayCache};
 use crate::metrics::Metrics;
 use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider};
-use crate::sql::{Database, SqlStore};
+use crate::raft::RaftStore;
+use crate::sql::{Database, Materialized, SqlStore};
 use crate::state::{App, AppState};
 use crate::{admin, http, ops, payments, recovery, sweeper};
 
@@ -96,7 +97,14 @@ impl Builder {
             self.events,
         )
         .await?;
-        let store: Arc<dyn IdempotencyStore> = Arc::new(SqlStore::new(db));
+        let store: Arc<dyn IdempotencyStore> = match &self.config.idempotency_store {
+            StoreMode::Sql => Arc::new(SqlStore::new(db)),
+            StoreMode::Raft(raft) => Arc::new(RaftStore::new(
+                raft,
+                self.config.region.clone(),
+                Materialized::new(db),
+            )?),
+        };
         let provider: Arc<dyn PaymentProvider> = match (&self.config.provider, self.provider) {
             (Some(http), _) => Arc::new(HttpProvider::new(http.clone())?),
             (None, provider) => provider,

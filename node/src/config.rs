@@ -45,6 +45,19 @@ pub struct NodeConfig {
     pub concurrency_limit: usize,
     /// The event path: broker, consumers, email sender.
     pub events: crate::events::EventsConfig,
+    /// Where idempotency records live (DESIGN §5).
+    pub idempotency_store: StoreMode,
+}
+
+/// The store modes of DESIGN §5.
+#[derive(Debug, Clone, Default)]
+pub enum StoreMode {
+    /// Records in the regional database, next to the payments.
+    #[default]
+    Sql,
+    /// Records in raft-store, shared by every region; payments in the
+    /// regional database.
+    Raft(crate::raft::RaftStoreConfig),
 }
 
 impl NodeConfig {
@@ -74,6 +87,7 @@ impl NodeConfig {
             provider: None,
             admin_token: None,
             events: crate::events::EventsConfig::default(),
+            idempotency_store: StoreMode::Sql,
         }
     }
 
@@ -93,6 +107,12 @@ impl NodeConfig {
             "need at least one database connection"
         );
         self.events.validate()?;
+        if let StoreMode::Raft(raft) = &self.idempotency_store {
+            anyhow::ensure!(
+                !raft.endpoints.is_empty(),
+                "--idempotency-store raft needs --store-endpoints"
+            );
+        }
         Ok(())
     }
 }

@@ -36,6 +36,7 @@ pub enum ErrorCode {
     NotFound,
     ServiceUnavailable,
     InternalError,
+    MisdirectedRequest,
 }
 
 impl ErrorCode {
@@ -56,6 +57,7 @@ impl ErrorCode {
             Self::NotFound => "NOT_FOUND",
             Self::ServiceUnavailable => "SERVICE_UNAVAILABLE",
             Self::InternalError => "INTERNAL_ERROR",
+            Self::MisdirectedRequest => "MISDIRECTED_REQUEST",
         }
     }
 }
@@ -69,6 +71,12 @@ pub struct ErrorBody {
     /// Only on `DUPLICATE_MERCHANT_REFERENCE`: the payment that already holds the reference.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payment_id: Option<String>,
+    /// Only on `MISDIRECTED_REQUEST`: the tenant's home region now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub home_region: Option<String>,
+    /// Only on `MISDIRECTED_REQUEST`: the placement epoch that made it home.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_epoch: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +107,8 @@ pub enum ApiError {
     Unavailable(#[source] anyhow::Error),
     #[error("internal error; retry with the same Idempotency-Key")]
     Internal(#[source] anyhow::Error),
+    #[error("this tenant is served by region {home}; send the request there")]
+    Misdirected { home: String, epoch: u64 },
 }
 
 impl ApiError {
@@ -116,6 +126,7 @@ impl ApiError {
             Self::PaymentNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
         }
     }
 
@@ -135,6 +146,7 @@ impl ApiError {
             Self::NotFound => ErrorCode::NotFound,
             Self::Unavailable(_) => ErrorCode::ServiceUnavailable,
             Self::Internal(_) => ErrorCode::InternalError,
+            Self::Misdirected { .. } => ErrorCode::MisdirectedRequest,
         }
     }
 
@@ -147,9 +159,20 @@ impl ApiError {
                 Self::DuplicateMerchantReference { payment_id } => Some(payment_id.to_string()),
                 _ => None,
             },
+            home_region: match self {
+                Self::Misdirected { home, .. } => Some(home.clone()),
+                _ => None,
+            },
+            placement_epoch: match self {
+                Self::Misdirected { epoch, .. } => Some(*epoch),
+                _ => None,
+            },
         }
     }
 }
+
+/// Names the tenant's home region on a `421 Misdirected Request`.
+pub const HOME_REGION_HEADER: &str = "x-once-home-region";
 
 /// Carries an internal cause from [`ApiError::into_response`] to the
 /// error-logging middleware.
@@ -165,6 +188,11 @@ impl IntoResponse for ApiError {
                 response
                     .headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            Self::Misdirected { home, .. } => {
+                if let Ok(value) = HeaderValue::from_str(&home) {
+                    response.headers_mut().insert(HOME_REGION_HEADER, value);
+                }
             }
             Self::Unavailable(cause) | Self::Internal(cause) => {
                 response

@@ -11,6 +11,8 @@
 //! - [`idempotency`]: the record, fingerprints, the decision table and the
 //!   [`idempotency::IdempotencyStore`] trait.
 //! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL.
+//! - [`raft`]: the `raft` store mode: records in raft-store, payments in
+//!   the regional database.
 //! - [`payments`]: the command, the execution engine, responses, handlers.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
@@ -44,6 +46,7 @@ pub mod openapi;
 pub mod ops;
 pub mod payments;
 pub mod provider;
+pub mod raft;
 pub mod recovery;
 pub mod sql;
 pub mod state;

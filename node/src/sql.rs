@@ -8,6 +8,7 @@
 //! chosen by the caller ([`SqlStore`]).
 
 mod db;
+mod materialize;
 mod outbox;
 mod payments;
 mod records;
@@ -15,4 +16,5 @@ mod single_statement;
 mod store;
 
 pub use db::{Database, Dialect};
+pub use materialize::Materialized;
 pub use store::SqlStore;

@@ -195,7 +195,7 @@ impl<'txn> Tables<'txn> {
                     Status::FailedRetryable
                 };
                 r.response = response.clone();
-                r.error_code = Some(error_code.clone());
+                r.error_code = error_code.clone();
                 r.expires_at = Some(*expires_at);
                 r.updated_at = now;
             }),
@@ -306,7 +306,9 @@ impl<'txn> Tables<'txn> {
     ) -> Result<Option<Reply>, ApplyError> {
         let k = encode(key)?;
         if let Some(held) = Self::get::<Reservation>(&self.business_keys, &k)? {
-            if held.scope != *scope {
+            // Held for good by the payment that took it: even the same
+            // scoped key, renewed past its window, may not create another.
+            if held.scope != *scope || held.payment_id != *payment_id {
                 return Ok(Some(Reply::BusinessKeyTaken {
                     payment_id: held.payment_id,
                     scope: held.scope,
@@ -349,6 +351,7 @@ impl<'txn> Tables<'txn> {
             payment_id: c.payment_id.clone(),
             provider_key: c.provider_key.clone(),
             business_key: c.business_key.clone(),
+            payload: c.payload.clone(),
             response: None,
             error_code: None,
             trace_id: c.trace_id.clone(),
@@ -419,7 +422,9 @@ impl<'txn> Tables<'txn> {
                         current: Some(record),
                     });
                 }
-                if !record.lease_expired(now) {
+                // An unknown outcome may be taken over before its recovery
+                // backoff ends: a client retry does not wait for it.
+                if record.status == Status::InProgress && !record.lease_expired(now) {
                     return Ok(Reply::LeaseValid {
                         locked_until: record.locked_until,
                     });
@@ -441,26 +446,31 @@ impl<'txn> Tables<'txn> {
                         current: Some(record),
                     });
                 }
-                if let Some(c) = renew {
-                    if let Some(key) = &c.business_key
-                        && let Some(taken) = self.reserve(key, &c.scope, &c.payment_id)?
-                    {
-                        return Ok(taken);
-                    }
-                    record.fingerprint_version = c.fingerprint_version;
-                    record.fingerprint = c.fingerprint.clone();
-                    record.step = c.step;
-                    record.payment_id = c.payment_id.clone();
-                    record.provider_key = c.provider_key.clone();
-                    record.business_key = c.business_key.clone();
-                    record.trace_id = c.trace_id.clone();
-                    record.created_at = now;
-                }
                 record.response = None;
                 record.error_code = None;
                 record.expires_at = None;
                 record.purge_after = None;
             }
+        }
+        if let Some(c) = renew
+            && (kind == TakeOverKind::Renew || record.payment_id.is_none())
+        {
+            if let Some(key) = &c.business_key
+                && let Some(taken) = self.reserve(key, &c.scope, &c.payment_id)?
+            {
+                return Ok(taken);
+            }
+            if kind == TakeOverKind::Renew {
+                record.fingerprint_version = c.fingerprint_version;
+                record.fingerprint = c.fingerprint.clone();
+                record.trace_id = c.trace_id.clone();
+                record.created_at = now;
+            }
+            record.step = c.step;
+            record.payment_id = c.payment_id.clone();
+            record.provider_key = c.provider_key.clone();
+            record.business_key = c.business_key.clone();
+            record.payload = c.payload.clone();
         }
         record.status = Status::InProgress;
         record.fence += 1;

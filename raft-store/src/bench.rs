@@ -29,6 +29,7 @@ pub struct BenchReport {
 fn fresh_claim(run: u64, n: usize) -> NewClaim {
     let key = format!("bench-{run:x}-{n}");
     NewClaim {
+        payload: None,
         scope: Scope {
             tenant: "bench".into(),
             principal: "bench".into(),

@@ -98,6 +98,10 @@ pub struct Record {
     pub payment_id: Option<String>,
     pub provider_key: Option<String>,
     pub business_key: Option<BusinessKey>,
+    /// The operation's facts, opaque to raft-store (the node keeps the
+    /// payment it creates here), so whichever region takes the record over
+    /// can finish it and materialize the payment in its own database.
+    pub payload: Option<Vec<u8>>,
     pub response: Option<StoredResponse>,
     pub error_code: Option<String>,
     pub trace_id: Option<String>,
@@ -151,6 +155,8 @@ pub struct NewClaim {
     pub provider_key: Option<String>,
     /// The step the record starts at.
     pub step: Step,
+    /// Opaque facts stored with the record (see [`Record::payload`]).
+    pub payload: Option<Vec<u8>>,
     pub trace_id: Option<String>,
     /// The claiming region and the placement epoch it believes in.
     pub region: String,
@@ -187,7 +193,7 @@ pub enum Op {
         fence: u64,
         replayable: bool,
         response: Option<StoredResponse>,
-        error_code: String,
+        error_code: Option<String>,
         expires_at: Millis,
     },
     /// Record a recovery point. Fenced; steps only move forward.
@@ -203,7 +209,10 @@ pub enum Op {
         kind: TakeOverKind,
         region: String,
         lease_ms: i64,
-        /// A renewed operation may carry a new command.
+        /// The command to attach: always replaces the operation on `Renew`;
+        /// on `LeaseExpired` and `Restart` it is attached only when the
+        /// record has no payment yet (a claim cut off after losing its
+        /// business key). Attaching reserves the business key.
         renew: Option<NewClaim>,
     },
     /// The provider's answer was lost: nobody resumes before `retry_at`. Fenced.

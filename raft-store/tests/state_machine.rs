@@ -68,6 +68,7 @@ fn scope(key: &str) -> Scope {
 
 fn claim(key: &str, reference: &str, region: &str, epoch: u64) -> NewClaim {
     NewClaim {
+        payload: None,
         scope: scope(key),
         fingerprint_version: 1,
         fingerprint: format!("fp-{key}"),

@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use once_node::config::StoreMode;
 use once_node::payments::response::ResponseSchema;
 use once_node::provider::HttpProviderConfig;
+use once_node::raft::RaftStoreConfig;
 use once_node::{ApiKeys, Application, NodeConfig};
+use once_raft_store::client::ClientOptions;
 
 use super::config_error;
 
@@ -87,10 +90,25 @@ pub struct NodeArgs {
     /// unset: an in-memory fake sender.
     #[arg(long, env = "ONCE_EMAIL_SINK_URL")]
     pub email_sink_url: Option<String>,
+    /// Where idempotency records live: `sql` (the regional database) or
+    /// `raft` (raft-store, shared by every region; payments stay in the
+    /// regional database).
+    #[arg(long, env = "ONCE_IDEMPOTENCY_STORE", value_enum, default_value_t = StoreKind::Sql)]
+    pub idempotency_store: StoreKind,
+    /// raft-store members' client API addresses, comma-separated, this
+    /// region's member first (`--idempotency-store raft`).
+    #[arg(long, env = "ONCE_STORE_ENDPOINTS", value_delimiter = ',')]
+    pub store_endpoints: Vec<String>,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
     pub check_config: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Sql,
+    Raft,
 }
 
 fn load_keys(args: &NodeArgs) -> anyhow::Result<ApiKeys> {
@@ -131,6 +149,13 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.events.ack_wait = args.consumer_ack_wait;
     config.events.email_sink_url = args.email_sink_url.clone();
     config.events.consumer_instances = args.consumer_instances;
+    config.idempotency_store = match args.idempotency_store {
+        StoreKind::Sql => StoreMode::Sql,
+        StoreKind::Raft => StoreMode::Raft(RaftStoreConfig {
+            endpoints: args.store_endpoints.clone(),
+            client: ClientOptions::default(),
+        }),
+    };
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
@@ -173,6 +198,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "provider": config.provider.as_ref().map_or("in-process".to_owned(), |p| p.base_url.clone()),
                 "recoveryInterval": humantime::format_duration(config.recovery_interval).to_string(),
                 "adminEndpoints": config.admin_token.is_some(),
+                "idempotencyStore": match &config.idempotency_store {
+                    StoreMode::Sql => serde_json::json!({"mode": "sql"}),
+                    StoreMode::Raft(raft) => serde_json::json!({"mode": "raft", "endpoints": raft.endpoints}),
+                },
                 "events": {
                     "broker": if config.events.nats_url.is_some() { "nats" } else { "in-process" },
                     "stream": config.events.stream,

@@ -47,7 +47,7 @@ async fn crash_then_retry(backend: Backend, point: &str) {
         "300ms",
     ];
     let mut doomed =
-        NodeProcess::start(&db.url, &node_args, &[("FAILPOINTS", failpoint.as_str())]).await;
+        NodeProcess::start(&db, &node_args, &[("FAILPOINTS", failpoint.as_str())]).await;
     let lost = post(&client, &doomed.url, ACME_KEY, Some("k-crash"), &body)
         .send()
         .await;
@@ -58,7 +58,7 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     let status = doomed.wait_for_exit().await;
     assert!(!status.success(), "aborted at {point}");
 
-    let node = NodeProcess::start(&db.url, &node_args, &[]).await;
+    let node = NodeProcess::start(&db, &node_args, &[]).await;
     // Retry like a client would: in-progress answers until the dead owner's
     // lease runs out; then the takeover (this retry's, or the recovery
     // worker's) finishes the payment.

@@ -1,7 +1,10 @@
 //! Test harness: a node on port 0 over a fresh database, in-process or as a
 //! real `once` process, plus the clients and SQL probes the scenarios use.
 //!
-//! Every scenario runs once per [`Backend`]. PostgreSQL tests need
+//! Every scenario runs once per [`Backend`]: the `sql` store mode on SQLite
+//! and on PostgreSQL, and the `raft` store mode (records in a 3-member
+//! raft-store cluster of real `once store` processes, payments in SQLite).
+//! PostgreSQL tests need
 //! `DATABASE_URL` (a server URL; each test creates and drops its own
 //! database). Without it they are skipped locally and fail under `CI=true`,
 //! so CI can never go green without exercising PostgreSQL.
@@ -12,10 +15,15 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use once_node::config::StoreMode;
 use once_node::domain::ManualClock;
 use once_node::payments::response::ResponseSchema;
+use once_node::raft::RaftStoreConfig;
 use once_node::state::AppState;
 use once_node::{ApiKeys, Application, NodeConfig};
+use once_raft_store::protocol::RecordQuery;
+
+use crate::raft_store::cluster::Cluster;
 use sqlx::{Connection, Executor, Row};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -30,11 +38,40 @@ pub const API_KEYS: &str = "acme:checkout:sk_test_acme_checkout_0001,acme:refund
 pub enum Backend {
     Sqlite,
     Postgres,
+    /// Records in raft-store (3 members), payments in SQLite.
+    Raft,
 }
 
-/// Generates one `#[tokio::test]` per backend for an `async fn(Backend)`.
+/// Generates one `#[tokio::test]` per backend for an `async fn(Backend)`:
+/// both sql-mode databases and the raft mode.
 #[macro_export]
 macro_rules! on_every_backend {
+    ($($scenario:ident),+ $(,)?) => {
+        $(
+            mod $scenario {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$scenario($crate::helpers::Backend::Sqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    if $crate::helpers::postgres_available() {
+                        super::$scenario($crate::helpers::Backend::Postgres).await
+                    }
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn raft() {
+                    super::$scenario($crate::helpers::Backend::Raft).await
+                }
+            }
+        )+
+    };
+}
+
+/// As [`on_every_backend`], for scenarios about the sql mode's own
+/// statements (their premise does not exist in the raft mode).
+#[macro_export]
+macro_rules! on_sql_backends {
     ($($scenario:ident),+ $(,)?) => {
         $(
             mod $scenario {
@@ -71,6 +108,8 @@ pub fn postgres_available() -> bool {
 #[derive(Debug)]
 pub struct TestDb {
     pub url: String,
+    /// The raft-store cluster of the raft mode.
+    pub store: Option<Cluster>,
     pg_name: Option<String>,
     _dir: tempfile::TempDir,
 }
@@ -79,10 +118,15 @@ impl TestDb {
     pub async fn new(backend: Backend) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         match backend {
-            Backend::Sqlite => {
+            Backend::Sqlite | Backend::Raft => {
                 let url = dir.path().join("node.db").display().to_string();
+                let store = match backend {
+                    Backend::Raft => Some(Cluster::start(3).await),
+                    _ => None,
+                };
                 Self {
                     url,
+                    store,
                     pg_name: None,
                     _dir: dir,
                 }
@@ -100,6 +144,7 @@ impl TestDb {
                 let url = with_database(&server, &name);
                 Self {
                     url,
+                    store: None,
                     pg_name: Some(name),
                     _dir: dir,
                 }
@@ -112,6 +157,73 @@ impl TestDb {
         once_node::sql::Database::connect(&self.url, 2)
             .await
             .expect("probe connection")
+    }
+
+    /// `once node` flags that select this backend's store mode.
+    pub fn node_args(&self) -> Vec<String> {
+        match &self.store {
+            None => vec![],
+            Some(cluster) => vec![
+                "--idempotency-store".into(),
+                "raft".into(),
+                "--store-endpoints".into(),
+                cluster.endpoints().join(","),
+            ],
+        }
+    }
+
+    /// Every idempotency record, from whichever store holds them.
+    pub async fn records(&self) -> Vec<RecordRow> {
+        match &self.store {
+            Some(cluster) => cluster
+                .client(Default::default())
+                .records(RecordQuery {
+                    limit: u32::MAX,
+                    ..RecordQuery::default()
+                })
+                .await
+                .expect("raft-store records")
+                .into_iter()
+                .map(|r| RecordRow {
+                    status: once_node::raft::convert::record_from_store(r.clone())
+                        .expect("valid record")
+                        .status
+                        .as_str()
+                        .to_owned(),
+                    fence: r.fence as i64,
+                    schema_version: r.response.as_ref().map(|x| x.schema_version),
+                })
+                .collect(),
+            None => {
+                let db = self.pool().await;
+                let rows = sqlx::query(
+                    "SELECT status, fence, response_schema_version FROM idempotency_requests",
+                )
+                .fetch_all(&db.pool)
+                .await
+                .expect("records");
+                db.pool.close().await;
+                rows.iter()
+                    .map(|row| RecordRow {
+                        status: row.try_get("status").unwrap(),
+                        fence: row.try_get("fence").unwrap(),
+                        schema_version: row
+                            .try_get::<Option<i64>, _>("response_schema_version")
+                            .unwrap()
+                            .map(|v| v as i32),
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// How many records are in `status`.
+    pub async fn count_records(&self, status: &str) -> i64 {
+        self.records()
+            .await
+            .iter()
+            .filter(|r| r.status == status)
+            .count() as i64
     }
 
     pub async fn count(&self, sql: &str) -> i64 {
@@ -145,6 +257,15 @@ impl Drop for TestDb {
         })
         .join();
     }
+}
+
+/// An idempotency record as the probes compare it across store modes.
+#[derive(Debug, Clone)]
+pub struct RecordRow {
+    pub status: String,
+    pub fence: i64,
+    /// Schema version of the stored answer, while there is one.
+    pub schema_version: Option<i32>,
 }
 
 fn with_database(server: &str, name: &str) -> String {
@@ -182,6 +303,12 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
     // recovery worker (real-time ticks) would race them for the record.
     config.recovery_interval = Duration::from_secs(3600);
     config.drain_timeout = Duration::from_secs(5);
+    if let Some(cluster) = &db.store {
+        config.idempotency_store = StoreMode::Raft(RaftStoreConfig {
+            endpoints: cluster.endpoints(),
+            client: Default::default(),
+        });
+    }
     config
 }
 
@@ -337,7 +464,8 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    pub async fn start(database_url: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
+    /// A node over `db` (and its raft-store, in the raft mode).
+    pub async fn start(db: &TestDb, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_once"));
         command
             .args([
@@ -347,8 +475,9 @@ impl NodeProcess {
                 "--region",
                 "test",
                 "--database-url",
-                database_url,
+                &db.url,
             ])
+            .args(db.node_args())
             .args(extra_args)
             .env("ONCE_API_KEYS", API_KEYS)
             .env("RUST_LOG", "warn")

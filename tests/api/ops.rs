@@ -87,7 +87,7 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
 async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
     let db = TestDb::new(backend).await;
     let sim = ProviderSim::start().await;
-    let node = NodeProcess::start(&db.url, &["--provider-url", &sim.url], &[]).await;
+    let node = NodeProcess::start(&db, &["--provider-url", &sim.url], &[]).await;
     // A payment is mid-flight at the provider when SIGTERM arrives ...
     sim.arm("latency", 1, 1_000).await;
     let client = reqwest::Client::new();
@@ -112,11 +112,7 @@ async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
         String::from_utf8_lossy(&answer.body)
     );
     assert!(status.success(), "{status:?}");
-    assert_eq!(
-        db.count("SELECT COUNT(*) FROM idempotency_requests WHERE status = 'COMPLETED'")
-            .await,
-        1
-    );
+    assert_eq!(db.count_records("COMPLETED").await, 1);
 }
 
 #[tokio::test]

@@ -45,7 +45,7 @@ fn provider_args_with(sim_url: &str, recovery_interval: &str) -> Vec<String> {
 
 async fn node_with(db: &TestDb, args: &[String], env: &[(&str, &str)]) -> NodeProcess {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    NodeProcess::start(&db.url, &args, env).await
+    NodeProcess::start(&db, &args, env).await
 }
 
 async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(backend: Backend) {
@@ -134,11 +134,7 @@ async fn an_error_before_the_charge_is_retryable_and_charges_once(backend: Backe
         (503, "SERVICE_UNAVAILABLE")
     );
     assert!(sim.ledger().await.is_empty(), "nothing was charged");
-    assert_eq!(
-        db.count("SELECT COUNT(*) FROM idempotency_requests WHERE status = 'FAILED_RETRYABLE'")
-            .await,
-        1
-    );
+    assert_eq!(db.count_records("FAILED_RETRYABLE").await, 1);
 
     let retried = send(post(&client, &node.url, ACME_KEY, Some("k-503"), &body)).await;
     assert_eq!((retried.status, retried.replayed), (201, false));
@@ -231,13 +227,7 @@ async fn a_provider_unreachable_past_the_lease_is_recovered_by_the_worker_when_i
     let node = node_with(&db, &provider_args(&sim.url), &[]).await;
     let body = payment_body("acc_1", "9.00", "down-1");
     leave_unknown(&node, &mut sim, "k-down", &body).await;
-    assert_eq!(
-        db.count(
-            "SELECT COUNT(*) FROM idempotency_requests WHERE status = 'UNKNOWN_REQUIRES_RECOVERY'"
-        )
-        .await,
-        1
-    );
+    assert_eq!(db.count_records("UNKNOWN_REQUIRES_RECOVERY").await, 1);
 
     // The provider stays away longer than the lease; the worker keeps
     // trying (and backing off) without ever guessing.
@@ -246,19 +236,12 @@ async fn a_provider_unreachable_past_the_lease_is_recovered_by_the_worker_when_i
         (metric(&client, &node.url, "idempotency_takeover_count_total").await >= 2.0).then_some(())
     })
     .await;
-    assert_eq!(
-        db.count("SELECT COUNT(*) FROM idempotency_requests WHERE status = 'COMPLETED'")
-            .await,
-        0
-    );
+    assert_eq!(db.count_records("COMPLETED").await, 0);
 
     // The provider comes back (its old, stalled request never charged).
     let sim = ProviderSim::start_on(&sim.addr()).await;
     eventually(Duration::from_secs(30), || async {
-        (db.count("SELECT COUNT(*) FROM idempotency_requests WHERE status = 'COMPLETED'")
-            .await
-            == 1)
-            .then_some(())
+        (db.count_records("COMPLETED").await == 1).then_some(())
     })
     .await;
     let answer = send(post(&client, &node.url, ACME_KEY, Some("k-down"), &body)).await;
@@ -322,8 +305,7 @@ async fn a_stale_owner_that_wakes_after_a_takeover_cannot_complete(backend: Back
         "one event: A wrote nothing"
     );
     assert_eq!(
-        db.count("SELECT COUNT(*) FROM idempotency_requests WHERE fence = 2")
-            .await,
+        db.records().await.iter().filter(|r| r.fence == 2).count(),
         1,
         "one takeover"
     );

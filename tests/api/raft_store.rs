@@ -3,7 +3,7 @@
 //! restart, a member wiped and re-added through a snapshot, a partition,
 //! and a member whose clock runs 60 s ahead.
 
-mod cluster;
+pub mod cluster;
 mod proxy;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +42,7 @@ fn business_key(reference: &str) -> BusinessKey {
 
 fn claim(key: &str, reference: &str, fingerprint: &str) -> NewClaim {
     NewClaim {
+        payload: None,
         scope: scope(key),
         fingerprint_version: 1,
         fingerprint: fingerprint.into(),

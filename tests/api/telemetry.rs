@@ -49,7 +49,7 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
     ];
     let db = TestDb::new(Backend::Sqlite).await;
     let mut sim = ProviderSim::start_with("127.0.0.1:0", &otel).await;
-    let node = NodeProcess::start(&db.url, &["--provider-url", &sim.url], &otel).await;
+    let node = NodeProcess::start(&db, &["--provider-url", &sim.url], &otel).await;
 
     // The caller's own trace: the node must continue it.
     let trace_id = format!("{:032x}", rand::random::<u128>() | 1);
@@ -208,7 +208,7 @@ async fn without_an_endpoint_nothing_connects_anywhere() {
     );
     let db = TestDb::new(Backend::Sqlite).await;
     let sim = ProviderSim::start().await;
-    let node = NodeProcess::start(&db.url, &["--provider-url", &sim.url], &[]).await;
+    let node = NodeProcess::start(&db, &["--provider-url", &sim.url], &[]).await;
     let client = reqwest::Client::new();
     let answer = send(post(
         &client,

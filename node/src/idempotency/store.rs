@@ -28,6 +28,10 @@ pub enum StoreError {
     /// A stored value could not be read back.
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// This region is not the tenant's home: nothing was written (raft
+    /// mode, DESIGN §6). The caller answers `421` naming the home.
+    #[error("tenant is served by region {home} (placement epoch {epoch})")]
+    Misdirected { home: String, epoch: u64 },
 }
 
 /// A request to own a scoped key, with the payment it would create.

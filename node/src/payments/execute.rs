@@ -70,6 +70,7 @@ pub struct CreatePaymentRequest {
 fn store_error(e: StoreError) -> ApiError {
     match e {
         StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
+        StoreError::Misdirected { home, epoch } => ApiError::Misdirected { home, epoch },
         other => ApiError::Internal(other.into()),
     }
 }

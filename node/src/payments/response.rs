@@ -166,6 +166,8 @@ pub fn declined(payment: &Payment, code: &str, schema: ResponseSchema) -> Stored
         error_code: ErrorCode::InsufficientFunds,
         message: format!("the payment was declined by the provider ({code})"),
         payment_id: Some(payment.id.to_string()),
+        home_region: None,
+        placement_epoch: None,
     };
     replayable_error(402, &body, schema)
 }

@@ -1,0 +1,25 @@
+//! The `raft` store mode: idempotency records, business-key reservations
+//! and tenant placement live in raft-store, replicated across regions, and
+//! the regional database keeps the payments (and their outbox rows) this
+//! region executes or recovers — a materialized view of the records.
+//!
+//! - [`RaftStore`]: the [`crate::idempotency::IdempotencyStore`] on a
+//!   [`once_raft_store::client::StoreClient`] plus the regional database.
+//! - [`convert`]: the node's record ⇄ raft-store's record, and the payment
+//!   facts a record carries so any region can finish it.
+//! - [`placement`]: the placement epoch this node believes per tenant, stated
+//!   in every claim and corrected by the store's `Misdirected` answers.
+//!
+//! Write order: raft-store decides (fenced), the regional database follows.
+//! A claim is claimed in raft-store first and its pending payment upserted
+//! locally after; a finish completes the record in raft-store first and then
+//! applies the payment's final state and outbox event locally in one
+//! transaction. A stale owner therefore never touches the regional database,
+//! and a region taking a record over materializes the payment from the facts
+//! stored in the record (upsert by payment id).
+
+pub mod convert;
+pub mod placement;
+mod store;
+
+pub use store::{RaftStore, RaftStoreConfig};

@@ -1,0 +1,204 @@
+//! Mapping between the node's idempotency types and raft-store's, and the
+//! payment facts stored opaquely in each record.
+//!
+//! raft-store has its own serde types so that neither crate depends on the
+//! other's internals; this is the one place they meet.
+
+use once_raft_store::command as rs;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, UnixMillis};
+use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse, known_operation};
+use crate::idempotency::store::StoreError;
+use crate::payments::command::Channel;
+use crate::payments::model::NewPayment;
+
+pub fn scope_to_store(scope: &Scope) -> rs::Scope {
+    rs::Scope {
+        tenant: scope.tenant.as_str().to_owned(),
+        principal: scope.principal.as_str().to_owned(),
+        operation: scope.operation.to_owned(),
+        key: scope.key.as_str().to_owned(),
+    }
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("raft-store record: {what}"))
+}
+
+pub fn scope_from_store(scope: &rs::Scope) -> Result<Scope, StoreError> {
+    Ok(Scope {
+        tenant: TenantId::parse(&scope.tenant).ok_or_else(|| corrupt("tenant"))?,
+        principal: PrincipalId::parse(&scope.principal).ok_or_else(|| corrupt("principal"))?,
+        operation: known_operation(&scope.operation).ok_or_else(|| corrupt("operation"))?,
+        key: IdempotencyKey::parse(scope.key.as_bytes()).map_err(|_| corrupt("key"))?,
+    })
+}
+
+pub fn status_to_store(status: Status) -> rs::Status {
+    match status {
+        Status::InProgress => rs::Status::InProgress,
+        Status::Completed => rs::Status::Completed,
+        Status::FailedReplayable => rs::Status::FailedReplayable,
+        Status::FailedRetryable => rs::Status::FailedRetryable,
+        Status::UnknownRequiresRecovery => rs::Status::UnknownRequiresRecovery,
+        Status::Expired => rs::Status::Expired,
+    }
+}
+
+fn status_from_store(status: rs::Status) -> Status {
+    match status {
+        rs::Status::InProgress => Status::InProgress,
+        rs::Status::Completed => Status::Completed,
+        rs::Status::FailedReplayable => Status::FailedReplayable,
+        rs::Status::FailedRetryable => Status::FailedRetryable,
+        rs::Status::UnknownRequiresRecovery => Status::UnknownRequiresRecovery,
+        rs::Status::Expired => Status::Expired,
+    }
+}
+
+pub fn step_to_store(step: Step) -> rs::Step {
+    match step {
+        Step::Received => rs::Step::Received,
+        Step::LocalPaymentCreated => rs::Step::LocalPaymentCreated,
+        Step::ProviderRequestSent => rs::Step::ProviderRequestSent,
+        Step::ProviderConfirmed => rs::Step::ProviderConfirmed,
+        Step::Completed => rs::Step::Completed,
+    }
+}
+
+fn step_from_store(step: rs::Step) -> Step {
+    match step {
+        rs::Step::Received => Step::Received,
+        rs::Step::LocalPaymentCreated => Step::LocalPaymentCreated,
+        rs::Step::ProviderRequestSent => Step::ProviderRequestSent,
+        rs::Step::ProviderConfirmed => Step::ProviderConfirmed,
+        rs::Step::Completed => Step::Completed,
+    }
+}
+
+pub fn response_to_store(r: &StoredResponse) -> rs::StoredResponse {
+    rs::StoredResponse {
+        status: r.status,
+        headers: r.headers.clone(),
+        body: r.body.clone(),
+        schema_version: r.schema_version,
+    }
+}
+
+fn response_from_store(r: rs::StoredResponse) -> StoredResponse {
+    StoredResponse {
+        status: r.status,
+        headers: r.headers,
+        body: r.body,
+        schema_version: r.schema_version,
+    }
+}
+
+pub fn record_from_store(r: rs::Record) -> Result<Record, StoreError> {
+    Ok(Record {
+        scope: scope_from_store(&r.scope)?,
+        fingerprint_version: r.fingerprint_version,
+        fingerprint: r.fingerprint,
+        status: status_from_store(r.status),
+        step: step_from_store(r.step),
+        fence: i64::try_from(r.fence).map_err(|_| corrupt("fence"))?,
+        locked_until: UnixMillis(r.locked_until),
+        payment_id: r
+            .payment_id
+            .map(|id| PaymentId::parse(&id).ok_or_else(|| corrupt("payment id")))
+            .transpose()?,
+        provider_key: r.provider_key,
+        response: r.response.map(response_from_store),
+        error_code: r.error_code,
+        trace_id: r.trace_id,
+        region: r.region,
+        takeovers: r.takeovers,
+        created_at: UnixMillis(r.created_at),
+        updated_at: UnixMillis(r.updated_at),
+        expires_at: r.expires_at.map(UnixMillis),
+    })
+}
+
+/// A fence as raft-store counts it (always ≥ 1 for a real record).
+pub fn fence_to_store(fence: i64) -> u64 {
+    u64::try_from(fence).unwrap_or(0)
+}
+
+/// The payment a record creates, as stored in the record's payload: enough
+/// for any region to call the provider and to materialize the row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentFacts {
+    pub id: String,
+    pub tenant: String,
+    pub account_id: String,
+    pub merchant_reference: String,
+    pub amount_minor: i64,
+    pub currency: String,
+    pub channel: String,
+    /// The region that first created it.
+    pub region: String,
+    pub created_at: i64,
+}
+
+impl PaymentFacts {
+    pub fn of(payment: &NewPayment, now: UnixMillis) -> Self {
+        Self {
+            id: payment.id.as_str().to_owned(),
+            tenant: payment.tenant.as_str().to_owned(),
+            account_id: payment.account_id.clone(),
+            merchant_reference: payment.merchant_reference.clone(),
+            amount_minor: payment.amount.minor_units(),
+            currency: payment.amount.currency_code().to_owned(),
+            channel: payment.channel.as_str().to_owned(),
+            region: payment.region.clone(),
+            created_at: now.0,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("payment facts always serialize")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
+        serde_json::from_slice(bytes).map_err(|_| corrupt("payment facts"))
+    }
+
+    pub fn payment(&self) -> Result<NewPayment, StoreError> {
+        Ok(NewPayment {
+            id: PaymentId::parse(&self.id).ok_or_else(|| corrupt("payment id"))?,
+            tenant: TenantId::parse(&self.tenant).ok_or_else(|| corrupt("tenant"))?,
+            account_id: self.account_id.clone(),
+            merchant_reference: self.merchant_reference.clone(),
+            amount: Money::from_minor(self.amount_minor, &self.currency)
+                .map_err(|_| corrupt("currency"))?,
+            channel: Channel::parse(&self.channel).ok_or_else(|| corrupt("channel"))?,
+            region: self.region.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payment_facts_round_trip() {
+        let payment = NewPayment {
+            id: PaymentId::generate(),
+            tenant: TenantId::parse("acme").unwrap(),
+            account_id: "acct_1".into(),
+            merchant_reference: "order-1".into(),
+            amount: Money::parse("12.50", "EUR").unwrap(),
+            channel: Channel::DEFAULT,
+            region: "eu-west".into(),
+        };
+        let facts = PaymentFacts::of(&payment, UnixMillis(42));
+        let back = PaymentFacts::decode(&facts.encode()).unwrap();
+        assert_eq!(back, facts);
+        let rebuilt = back.payment().unwrap();
+        assert_eq!(rebuilt.id, payment.id);
+        assert_eq!(rebuilt.amount, payment.amount);
+        assert_eq!(rebuilt.merchant_reference, payment.merchant_reference);
+    }
+}

@@ -1,0 +1,577 @@
+//! [`IdempotencyStore`] on raft-store: records are claimed, fenced and
+//! finished there; the regional database ([`Materialized`]) follows.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use once_raft_store::client::{ClientError, ClientOptions, StoreClient};
+use once_raft_store::command::{self as rs, Op, Reply, TakeOverKind};
+use once_raft_store::protocol::RecordQuery;
+use tracing::{instrument, warn};
+
+use super::convert::{
+    PaymentFacts, fence_to_store, record_from_store, response_to_store, scope_to_store,
+    status_to_store, step_to_store,
+};
+use super::placement::{Belief, PlacementBeliefs};
+use crate::domain::{PaymentId, TenantId, UnixMillis};
+use crate::idempotency::Resolution;
+use crate::idempotency::record::{Record, Scope, Status, Step};
+use crate::idempotency::store::{
+    Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError,
+};
+use crate::payments::model::Payment;
+use crate::sql::Materialized;
+
+/// Where raft-store is and who this node is to it.
+#[derive(Debug, Clone)]
+pub struct RaftStoreConfig {
+    /// Client API addresses of the members, this region's member first.
+    pub endpoints: Vec<String>,
+    pub client: ClientOptions,
+}
+
+#[derive(Debug)]
+pub struct RaftStore {
+    client: StoreClient,
+    local: Materialized,
+    region: String,
+    placements: PlacementBeliefs,
+}
+
+fn store_error(e: ClientError) -> StoreError {
+    StoreError::Unavailable(anyhow::Error::new(e).context("raft-store"))
+}
+
+fn unexpected(reply: Reply) -> StoreError {
+    StoreError::Corrupt(format!("unexpected raft-store answer {reply:?}"))
+}
+
+/// The most times a claim re-proposes after learning a newer epoch that
+/// still names this region home.
+const EPOCH_RETRIES: usize = 3;
+
+impl RaftStore {
+    pub fn new(
+        config: &RaftStoreConfig,
+        region: String,
+        local: Materialized,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            !config.endpoints.is_empty(),
+            "the raft store mode needs at least one store endpoint"
+        );
+        Ok(Self {
+            client: StoreClient::new(&config.endpoints, config.client.clone())?,
+            local,
+            region,
+            placements: PlacementBeliefs::default(),
+        })
+    }
+
+    pub fn client(&self) -> &StoreClient {
+        &self.client
+    }
+
+    async fn write(&self, op: Op, now: UnixMillis) -> Result<Reply, StoreError> {
+        self.client.write_at(op, now.0).await.map_err(store_error)
+    }
+
+    /// The epoch to state for `tenant`, read from the store the first time.
+    async fn epoch(&self, tenant: &str) -> Result<u64, StoreError> {
+        if let Belief::Epoch(epoch) = self.placements.belief(tenant) {
+            return Ok(epoch);
+        }
+        let placement = self.client.placement(tenant).await.map_err(store_error)?;
+        let epoch = placement.as_ref().map_or(0, |p| p.epoch);
+        self.placements.learn(tenant, placement);
+        Ok(epoch)
+    }
+
+    /// Proposes `build(epoch)` until it is not misdirected, or until the
+    /// store names another region home (then: 421 for the caller).
+    async fn propose_as_home(
+        &self,
+        tenant: &str,
+        now: UnixMillis,
+        build: impl Fn(u64) -> Op,
+    ) -> Result<Reply, StoreError> {
+        let mut epoch = self.epoch(tenant).await?;
+        for _ in 0..EPOCH_RETRIES {
+            match self.write(build(epoch), now).await? {
+                Reply::Misdirected { placement } => {
+                    self.placements.learn(tenant, Some(placement.clone()));
+                    if placement.home != self.region {
+                        return Err(StoreError::Misdirected {
+                            home: placement.home,
+                            epoch: placement.epoch,
+                        });
+                    }
+                    epoch = placement.epoch;
+                }
+                other => return Ok(other),
+            }
+        }
+        Err(StoreError::Unavailable(anyhow::anyhow!(
+            "placement of {tenant} kept changing while claiming"
+        )))
+    }
+
+    /// The claim as raft-store takes it; without a payment when the
+    /// business key turned out to be taken.
+    fn new_claim(&self, claim: &Claim, epoch: u64, with_payment: bool) -> rs::NewClaim {
+        let p = &claim.payment;
+        rs::NewClaim {
+            scope: scope_to_store(&claim.scope),
+            fingerprint_version: claim.fingerprint.version,
+            fingerprint: claim.fingerprint.hash.clone(),
+            business_key: with_payment.then(|| rs::BusinessKey {
+                tenant: p.tenant.as_str().to_owned(),
+                account_id: p.account_id.clone(),
+                merchant_reference: p.merchant_reference.clone(),
+            }),
+            payment_id: with_payment.then(|| p.id.as_str().to_owned()),
+            provider_key: with_payment.then(|| p.id.provider_key()),
+            step: if with_payment {
+                rs::Step::LocalPaymentCreated
+            } else {
+                rs::Step::Received
+            },
+            payload: with_payment.then(|| PaymentFacts::of(p, claim.now).encode()),
+            trace_id: claim.trace_id.clone(),
+            region: self.region.clone(),
+            epoch,
+            lease_ms: claim.lease.as_millis() as i64,
+        }
+    }
+
+    /// A record this node now owns: its payment row exists locally before
+    /// the caller may call the provider.
+    async fn owned(&self, record: rs::Record) -> Result<Record, StoreError> {
+        if let Some(bytes) = &record.payload {
+            let facts = PaymentFacts::decode(bytes)?;
+            self.local
+                .upsert_pending(&facts.payment()?, UnixMillis(facts.created_at))
+                .await?;
+        }
+        record_from_store(record)
+    }
+
+    fn take_over_op(
+        &self,
+        seen: &Record,
+        kind: TakeOverKind,
+        lease: Duration,
+        renew: Option<rs::NewClaim>,
+    ) -> Op {
+        Op::TakeOver {
+            scope: scope_to_store(&seen.scope),
+            fence: fence_to_store(seen.fence),
+            kind,
+            region: self.region.clone(),
+            lease_ms: lease.as_millis() as i64,
+            renew,
+        }
+    }
+
+    /// A fenced owner write: `Ok` when it applied, `Fenced` when the record
+    /// has a newer owner or is finished. An ambiguous outcome is settled by
+    /// reading the record back.
+    async fn owner_write(
+        &self,
+        owner: &Record,
+        op: Op,
+        now: UnixMillis,
+        applied: impl Fn(&rs::Record) -> bool,
+    ) -> Result<(), StoreError> {
+        match self.client.write_at(op, now.0).await {
+            Ok(Reply::Updated(_)) => Ok(()),
+            Ok(Reply::Fenced { .. } | Reply::NotFound) => Err(StoreError::Fenced),
+            Ok(other) => Err(unexpected(other)),
+            Err(ClientError::Ambiguous(why)) => {
+                let scope = scope_to_store(&owner.scope);
+                match self.client.record(&scope).await.map_err(store_error)? {
+                    Some(r) if r.fence == fence_to_store(owner.fence) && applied(&r) => Ok(()),
+                    Some(r) if r.fence != fence_to_store(owner.fence) => Err(StoreError::Fenced),
+                    _ => Err(StoreError::Unavailable(anyhow::anyhow!(
+                        "raft-store write outcome unknown and not applied: {why}"
+                    ))),
+                }
+            }
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    /// Completes or fails the record in raft-store (fenced), as `finish`.
+    async fn finish_record(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
+        let scope = scope_to_store(&owner.scope);
+        let fence = fence_to_store(owner.fence);
+        let response = response_to_store(&finish.response);
+        let op = match finish.status {
+            Status::Completed => Op::Complete {
+                scope,
+                fence,
+                response: response.clone(),
+                expires_at: finish.expires_at.0,
+            },
+            Status::FailedReplayable => Op::Fail {
+                scope,
+                fence,
+                replayable: true,
+                response: Some(response.clone()),
+                error_code: None,
+                expires_at: finish.expires_at.0,
+            },
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "finish with non-final status {other}"
+                )));
+            }
+        };
+        let status = status_to_store(finish.status);
+        self.owner_write(owner, op, finish.now, |r| {
+            r.status == status && r.response.as_ref() == Some(&response)
+        })
+        .await
+    }
+
+    /// Applies a finished record's local effects, retrying a few times: the
+    /// record is already final in raft-store, so giving up here would leave
+    /// the payment pending locally.
+    async fn apply_locally(
+        &self,
+        owner: &Record,
+        finish: &Finish,
+        audit: Option<&Resolution>,
+    ) -> Result<(), StoreError> {
+        let mut backoff = Duration::from_millis(20);
+        for attempt in 1.. {
+            match self.local.apply_finish(finish, owner, audit).await {
+                Ok(()) => return Ok(()),
+                Err(e @ StoreError::Unavailable(_)) if attempt < 4 => {
+                    warn!(error = %format!("{e:#}"), attempt, "materializing a finished payment failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 4;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    async fn query(&self, query: RecordQuery) -> Result<Vec<Record>, StoreError> {
+        self.client
+            .records(query)
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .map(record_from_store)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for RaftStore {
+    #[instrument(name = "claim the key", skip_all, fields(db.system = "raft-store"))]
+    async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        let tenant = claim.scope.tenant.as_str();
+        let reply = self
+            .propose_as_home(tenant, claim.now, |epoch| {
+                Op::Claim(self.new_claim(claim, epoch, true))
+            })
+            .await?;
+        match reply {
+            Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(self.owned(record).await?)),
+            Reply::Existing(record) => Ok(ClaimOutcome::Existing(record_from_store(record)?)),
+            Reply::BusinessKeyTaken { payment_id, .. } => {
+                // Nothing was written: own the key without a payment, so
+                // the 409 is stored and replayed like in the sql mode.
+                let existing =
+                    payment_id
+                        .and_then(|id| PaymentId::parse(&id))
+                        .ok_or_else(|| {
+                            StoreError::Corrupt("business key held without a payment".into())
+                        })?;
+                let reply = self
+                    .propose_as_home(tenant, claim.now, |epoch| {
+                        Op::Claim(self.new_claim(claim, epoch, false))
+                    })
+                    .await?;
+                match reply {
+                    Reply::Claimed(record) => Ok(ClaimOutcome::BusinessKeyTaken {
+                        record: record_from_store(record)?,
+                        existing,
+                    }),
+                    Reply::Existing(record) => {
+                        Ok(ClaimOutcome::Existing(record_from_store(record)?))
+                    }
+                    other => Err(unexpected(other)),
+                }
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    #[instrument(name = "take over the record", skip_all, fields(db.system = "raft-store"))]
+    async fn reclaim(
+        &self,
+        seen: &Record,
+        how: Reclaim,
+        claim: &Claim,
+    ) -> Result<Option<ClaimOutcome>, StoreError> {
+        let (kind, attach) = match how {
+            Reclaim::Resume => (TakeOverKind::LeaseExpired, seen.payment_id.is_none()),
+            Reclaim::Restart => (TakeOverKind::Restart, seen.payment_id.is_none()),
+            Reclaim::Renew => (TakeOverKind::Renew, true),
+        };
+        let tenant = claim.scope.tenant.as_str();
+        let propose = |with_payment: bool| {
+            self.propose_as_home(tenant, claim.now, move |epoch| {
+                let renew = attach.then(|| self.new_claim(claim, epoch, with_payment));
+                self.take_over_op(seen, kind, claim.lease, renew)
+            })
+        };
+        match propose(true).await? {
+            Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(self.owned(record).await?))),
+            Reply::BusinessKeyTaken { payment_id, .. } => {
+                let existing =
+                    payment_id
+                        .and_then(|id| PaymentId::parse(&id))
+                        .ok_or_else(|| {
+                            StoreError::Corrupt("business key held without a payment".into())
+                        })?;
+                match propose(false).await? {
+                    Reply::Claimed(record) => Ok(Some(ClaimOutcome::BusinessKeyTaken {
+                        record: record_from_store(record)?,
+                        existing,
+                    })),
+                    Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
+                    other => Err(unexpected(other)),
+                }
+            }
+            Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    #[instrument(name = "load the record", skip_all, fields(db.system = "raft-store"))]
+    async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError> {
+        self.client
+            .record_for_replay(&scope_to_store(scope))
+            .await
+            .map_err(store_error)?
+            .map(record_from_store)
+            .transpose()
+    }
+
+    #[instrument(name = "take over for recovery", skip_all, fields(db.system = "raft-store"))]
+    async fn take_over(
+        &self,
+        seen: &Record,
+        now: UnixMillis,
+        lease: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        let op = self.take_over_op(seen, TakeOverKind::LeaseExpired, lease, None);
+        match self.write(op, now).await? {
+            Reply::Claimed(record) => Ok(Some(self.owned(record).await?)),
+            Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn due_for_recovery(
+        &self,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<Vec<Record>, StoreError> {
+        let due = self
+            .query(RecordQuery {
+                due_at: Some(now.0),
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                ..RecordQuery::default()
+            })
+            .await?;
+        // Recover only tenants this region is home for (or that have no
+        // placement): after a failover the new home finishes what the old
+        // one left, and a former home stays out of its way.
+        let mut mine = Vec::with_capacity(due.len());
+        for record in due {
+            let tenant = record.scope.tenant.as_str();
+            self.epoch(tenant).await?;
+            if self
+                .placements
+                .home(tenant)
+                .is_none_or(|home| home == self.region)
+            {
+                mine.push(record);
+            }
+        }
+        Ok(mine)
+    }
+
+    async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
+        self.query(RecordQuery {
+            status: Some(status_to_store(status)),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            ..RecordQuery::default()
+        })
+        .await
+    }
+
+    async fn find(&self, tenant: &TenantId, key: &str) -> Result<Vec<Record>, StoreError> {
+        self.query(RecordQuery {
+            tenant: Some(tenant.as_str().to_owned()),
+            key: Some(key.to_owned()),
+            limit: 1000,
+            ..RecordQuery::default()
+        })
+        .await
+        .map(|records| {
+            records
+                .into_iter()
+                .filter(|r| r.scope.operation == crate::payments::execute::OPERATION)
+                .collect()
+        })
+    }
+
+    #[instrument(name = "apply an operator resolution", skip_all, fields(db.system = "raft-store"))]
+    async fn resolve(
+        &self,
+        owner: &Record,
+        finish: Option<&Finish>,
+        audit: &Resolution,
+    ) -> Result<(), StoreError> {
+        match finish {
+            Some(finish) => {
+                self.finish_record(owner, finish).await?;
+                self.apply_locally(owner, finish, Some(audit)).await
+            }
+            None => {
+                self.fail_retryable(owner, "RESOLVED_NOT_CHARGED", audit.at, audit.expires_at)
+                    .await?;
+                self.local.record_resolution(owner, audit).await
+            }
+        }
+    }
+
+    #[instrument(name = "record a recovery point", skip_all, fields(db.system = "raft-store"))]
+    async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
+        let step = step_to_store(step);
+        let op = Op::AdvanceStep {
+            scope: scope_to_store(&owner.scope),
+            fence: fence_to_store(owner.fence),
+            step,
+        };
+        self.owner_write(owner, op, now, |r| r.step >= step).await
+    }
+
+    #[instrument(name = "finish the operation", skip_all, fields(db.system = "raft-store"))]
+    async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
+        self.finish_record(owner, finish).await?;
+        self.apply_locally(owner, finish, None).await
+    }
+
+    #[instrument(name = "mark the operation retryable", skip_all, fields(db.system = "raft-store"))]
+    async fn fail_retryable(
+        &self,
+        owner: &Record,
+        error_code: &str,
+        now: UnixMillis,
+        expires_at: UnixMillis,
+    ) -> Result<(), StoreError> {
+        let op = Op::Fail {
+            scope: scope_to_store(&owner.scope),
+            fence: fence_to_store(owner.fence),
+            replayable: false,
+            response: None,
+            error_code: Some(error_code.to_owned()),
+            expires_at: expires_at.0,
+        };
+        self.owner_write(owner, op, now, |r| r.status == rs::Status::FailedRetryable)
+            .await
+    }
+
+    #[instrument(name = "mark the outcome unknown", skip_all, fields(db.system = "raft-store"))]
+    async fn mark_unknown(
+        &self,
+        owner: &Record,
+        now: UnixMillis,
+        retry_at: UnixMillis,
+    ) -> Result<(), StoreError> {
+        let op = Op::MarkUnknown {
+            scope: scope_to_store(&owner.scope),
+            fence: fence_to_store(owner.fence),
+            retry_at: retry_at.0,
+        };
+        self.owner_write(owner, op, now, |r| {
+            r.status == rs::Status::UnknownRequiresRecovery
+        })
+        .await
+    }
+
+    #[instrument(name = "load the payment", skip_all, fields(db.system = "raft-store"))]
+    async fn payment(
+        &self,
+        tenant: &TenantId,
+        id: &PaymentId,
+    ) -> Result<Option<Payment>, StoreError> {
+        self.local.payment(tenant, id).await
+    }
+
+    async fn expire_batch(
+        &self,
+        now: UnixMillis,
+        retention: Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let op = Op::Expire {
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            retention_ms: retention.as_millis() as i64,
+        };
+        match self.write(op, now).await? {
+            Reply::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+        let op = Op::Purge {
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+        };
+        match self.write(op, now).await? {
+            Reply::Count(n) => Ok(n),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError> {
+        let oldest = self
+            .query(RecordQuery {
+                unfinished: true,
+                limit: 1,
+                ..RecordQuery::default()
+            })
+            .await?;
+        Ok(oldest.first().map(|r| r.created_at))
+    }
+
+    async fn unknown_count(&self) -> Result<i64, StoreError> {
+        let unknown = self
+            .query(RecordQuery {
+                status: Some(rs::Status::UnknownRequiresRecovery),
+                limit: u32::MAX,
+                ..RecordQuery::default()
+            })
+            .await?;
+        Ok(unknown.len() as i64)
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.client.regions().await.map_err(store_error)?;
+        sqlx::query("SELECT 1")
+            .execute(&self.local.database().pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(e.into()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! The regional database as the `raft` store mode uses it: a materialized
+//! view of the records raft-store decides. Pending payments are upserted by
+//! payment id (a region taking a record over may or may not have the row
+//! already), and a finish applies the payment's final state, its outbox
+//! event and any operator audit entry in one transaction.
+
+use std::sync::Arc;
+
+use super::db::{Database, Dialect};
+use super::records::unavailable;
+use super::{outbox, payments, records};
+use crate::domain::{PaymentId, TenantId, UnixMillis};
+use crate::idempotency::Resolution;
+use crate::idempotency::record::Record;
+use crate::idempotency::store::{Finish, StoreError};
+use crate::payments::model::{NewPayment, Payment};
+
+/// The regional database of a raft-mode node.
+#[derive(Debug, Clone)]
+pub struct Materialized {
+    db: Database,
+    /// SQLite has one writer: queue this process's writers in order (see
+    /// `SqlStore`).
+    write_gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Materialized {
+    pub fn new(db: Database) -> Self {
+        Self {
+            db,
+            write_gate: Arc::default(),
+        }
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    async fn writer(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.db.dialect {
+            Dialect::Sqlite => Some(self.write_gate.lock().await),
+            Dialect::Postgres => None,
+        }
+    }
+
+    /// Creates the pending payment unless a row with its id exists. Its
+    /// business key was reserved in raft-store, across regions; a row of
+    /// another payment holding the same key here means the two stores
+    /// disagree, which is reported, never papered over.
+    pub async fn upsert_pending(
+        &self,
+        payment: &NewPayment,
+        created_at: UnixMillis,
+    ) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
+        if payments::insert_pending(&self.db.pool, payment, created_at).await?
+            || payments::exists(&self.db.pool, &payment.id).await?
+        {
+            return Ok(());
+        }
+        Err(StoreError::Corrupt(format!(
+            "payment {} conflicts with another payment's merchant reference in the regional database",
+            payment.id
+        )))
+    }
+
+    /// The payment's final state and event, after raft-store finished the
+    /// record. `audit` is an operator's resolution to keep with it.
+    pub async fn apply_finish(
+        &self,
+        finish: &Finish,
+        owner: &Record,
+        audit: Option<&Resolution>,
+    ) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
+        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
+        if let Some(update) = &finish.payment
+            && !payments::apply_update(&mut *tx, update, finish.now).await?
+        {
+            return Err(StoreError::Corrupt(format!(
+                "payment {} missing at completion",
+                update.id
+            )));
+        }
+        if let Some(event) = &finish.event {
+            outbox::append(&mut *tx, event, finish.now).await?;
+        }
+        if let Some(audit) = audit {
+            records::insert_resolution(&mut *tx, owner, audit).await?;
+        }
+        tx.commit().await.map_err(unavailable)
+    }
+
+    /// An operator's audit entry on its own (a resolution that changes no payment).
+    pub async fn record_resolution(
+        &self,
+        owner: &Record,
+        audit: &Resolution,
+    ) -> Result<(), StoreError> {
+        let _writer = self.writer().await;
+        records::insert_resolution(&self.db.pool, owner, audit).await
+    }
+
+    pub async fn payment(
+        &self,
+        tenant: &TenantId,
+        id: &PaymentId,
+    ) -> Result<Option<Payment>, StoreError> {
+        payments::select(&self.db.pool, tenant, id).await
+    }
+}
