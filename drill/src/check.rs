@@ -96,13 +96,19 @@ fn attempt_evidence(a: &Attempt) -> serde_json::Value {
 
 /// I1 at the provider: at most one successful charge per provider key, per
 /// payment and per business key `(tenant, account, merchant reference)`.
-/// The tenant comes from the payment's row; a charge whose payment is in no
-/// database is grouped under its account alone.
+/// The tenant comes from the payment's row, or for a charge whose payment
+/// is in no database, from another payment of the same account.
 pub fn no_duplicate_charge(evidence: &Evidence) -> CheckResult {
     let mut violations = Vec::new();
     let succeeded: Vec<_> = evidence.ledger.iter().filter(|c| c.succeeded()).collect();
     let rows = payments_by_id(evidence);
 
+    let mut tenant_of_account: BTreeMap<&str, String> = BTreeMap::new();
+    for row in &evidence.payments {
+        tenant_of_account
+            .entry(row.account_id.as_str())
+            .or_insert_with(|| row.tenant_id.clone());
+    }
     let mut by_key: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut by_payment: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut by_business_key: BTreeMap<(String, &str, &str), Vec<&str>> = BTreeMap::new();
@@ -115,9 +121,13 @@ pub fn no_duplicate_charge(evidence: &Evidence) -> CheckResult {
         if let Some(payment) = payment {
             by_payment.entry(payment).or_default().push(&charge.id);
         }
+        // A charge whose payment is in no database (itself suspicious) is
+        // put with its account's tenant, so it still meets its twin.
         let tenant = payment
             .and_then(|p| rows.get(p))
-            .map_or_else(|| "?".to_owned(), |r| r[0].tenant_id.clone());
+            .map(|r| r[0].tenant_id.clone())
+            .or_else(|| tenant_of_account.get(charge.account_id.as_str()).cloned())
+            .unwrap_or_else(|| "?".to_owned());
         by_business_key
             .entry((tenant, &charge.account_id, &charge.merchant_reference))
             .or_default()

@@ -222,11 +222,13 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
                 at,
                 format!("failback done: every tenant served by {} again", region.name),
             ),
-            None => timeline.record(format!(
-                "failback NOT done (router answered {:?}): still away: {}",
-                result.router_status,
-                result.not_home.join(", ")
-            )),
+            None => {
+                timeline.record(format!(
+                    "failback NOT done (router answered {:?}): still away: {}",
+                    result.router_status,
+                    result.not_home.join(", ")
+                ));
+            }
         }
         Some(result)
     } else {
