@@ -287,10 +287,13 @@ pub fn no_acknowledged_payment_lost(evidence: &Evidence) -> CheckResult {
                 attempt_evidence(attempt),
             ));
         }
-        if attempt.payment_status().as_deref() == Some("succeeded") && !charged.contains(id.as_str())
+        if attempt.payment_status().as_deref() == Some("succeeded")
+            && !charged.contains(id.as_str())
         {
             violations.push(violation(
-                format!("acknowledged payment {id} succeeded but the provider has no charge for it"),
+                format!(
+                    "acknowledged payment {id} succeeded but the provider has no charge for it"
+                ),
                 attempt_evidence(attempt),
             ));
         }
@@ -317,7 +320,9 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
         .iter()
         .filter(|a| a.status == Some(201))
     {
-        let reference = *first.entry((&attempt.tenant, &attempt.key)).or_insert(attempt);
+        let reference = *first
+            .entry((&attempt.tenant, &attempt.key))
+            .or_insert(attempt);
         if reference.response_body != attempt.response_body {
             violations.push(violation(
                 format!(
@@ -336,10 +341,7 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
             continue;
         };
         replays += 1;
-        let original = evidence
-            .log
-            .attempts_of(of)
-            .find(|a| a.status == Some(201));
+        let original = evidence.log.attempts_of(of).find(|a| a.status == Some(201));
         let Some(answer) = evidence.log.final_answer(op.id) else {
             unanswered += 1;
             continue;
@@ -387,7 +389,9 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
                 }
             }
         }
-        None => notes.push("raft-store records not available: stored responses not compared".to_owned()),
+        None => {
+            notes.push("raft-store records not available: stored responses not compared".to_owned())
+        }
     }
     CheckResult::new("faithful replay", "I2", violations, notes)
 }

@@ -97,7 +97,8 @@ impl Attempt {
     }
 
     pub fn is_success(&self) -> bool {
-        self.status.is_some_and(|s| (200..300).contains(&s) && s != 202)
+        self.status
+            .is_some_and(|s| (200..300).contains(&s) && s != 202)
     }
 
     /// The payment id in a `201` body (`id`) or a `402`/`409`/`202` body

@@ -39,7 +39,10 @@ pub async fn fail_back(
 ) -> FailbackResult {
     let requested_at = now_ms();
     let answer = reqwest::Client::new()
-        .post(format!("{}/admin/failback", router_url.trim_end_matches('/')))
+        .post(format!(
+            "{}/admin/failback",
+            router_url.trim_end_matches('/')
+        ))
         .bearer_auth(admin_token)
         .json(&serde_json::json!({ "region": region }))
         .timeout(Duration::from_secs(10))
@@ -68,7 +71,8 @@ pub async fn fail_back(
         for tenant in tenants.iter().filter(|t| result.not_home.contains(&t.id)) {
             let op = factory.payment(&tenant.id);
             let answer = client.send(&op, &tenant.api_key, deadline).await;
-            let home = answer.is_some_and(|a| a.is_success() && a.region.as_deref() == Some(region));
+            let home =
+                answer.is_some_and(|a| a.is_success() && a.region.as_deref() == Some(region));
             if !home {
                 still_away.push(tenant.id.clone());
             }

@@ -115,7 +115,9 @@ pub type FaultSteps = Vec<String>;
 /// A fault planned against one region.
 #[derive(Debug)]
 pub enum Fault {
-    Kill { region: Region },
+    Kill {
+        region: Region,
+    },
     Partition {
         region: String,
         switches: Vec<Box<dyn PartitionSwitch>>,

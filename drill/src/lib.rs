@@ -220,7 +220,10 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         match result.home_again_at {
             Some(at) => timeline.record_at(
                 at,
-                format!("failback done: every tenant served by {} again", region.name),
+                format!(
+                    "failback done: every tenant served by {} again",
+                    region.name
+                ),
             ),
             None => {
                 timeline.record(format!(

@@ -43,7 +43,11 @@ pub struct Measurements {
 
 /// Measures `log` against a fault at `fault_at` in the region that is home
 /// to `affected` tenants.
-pub fn measure(log: &ClientLog, fault_at: Option<EpochMillis>, affected: &[String]) -> Measurements {
+pub fn measure(
+    log: &ClientLog,
+    fault_at: Option<EpochMillis>,
+    affected: &[String],
+) -> Measurements {
     let mut tenants = Vec::new();
     if let Some(fault_at) = fault_at {
         for tenant in affected {

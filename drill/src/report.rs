@@ -153,7 +153,10 @@ impl Report {
         let m = &self.measurements;
         let ms = |v: Option<u64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v} ms"));
         let _ = writeln!(md, "\n## Measured\n");
-        let _ = writeln!(md, "| tenant | detection | time to recover |\n|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| tenant | detection | time to recover |\n|---|---|---|"
+        );
         for t in &m.tenants {
             let _ = writeln!(
                 md,

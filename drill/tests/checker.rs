@@ -30,7 +30,13 @@ fn operation(id: u64, intent: Intent, key: &str, reference: &str, amount: &str) 
     }
 }
 
-fn answer(op: &Operation, at: u64, status: Option<u16>, code: Option<&str>, body: Option<String>) -> Attempt {
+fn answer(
+    op: &Operation,
+    at: u64,
+    status: Option<u16>,
+    code: Option<&str>,
+    body: Option<String>,
+) -> Attempt {
     Attempt {
         op: op.id,
         tenant: op.tenant.clone(),
@@ -86,15 +92,39 @@ fn clean() -> Evidence {
         intent: Intent::Replay { of: 1 },
         ..first.clone()
     };
-    let mismatch = operation(3, Intent::MismatchedBody { of: 1 }, "k1", "order-1", "10.01");
-    let dup_a = operation(4, Intent::KeylessDuplicate { group: 100 }, "k4", "dup-1", "25.00");
-    let dup_b = operation(5, Intent::KeylessDuplicate { group: 100 }, "k5", "dup-1", "25.00");
+    let mismatch = operation(
+        3,
+        Intent::MismatchedBody { of: 1 },
+        "k1",
+        "order-1",
+        "10.01",
+    );
+    let dup_a = operation(
+        4,
+        Intent::KeylessDuplicate { group: 100 },
+        "k4",
+        "dup-1",
+        "25.00",
+    );
+    let dup_b = operation(
+        5,
+        Intent::KeylessDuplicate { group: 100 },
+        "k5",
+        "dup-1",
+        "25.00",
+    );
     let body_1 = payment_body("pay_1", "order-1", "2026-11-29T20:06:36.803Z");
     let body_2 = payment_body("pay_2", "dup-1", "2026-11-29T20:06:37.000Z");
     let mut replayed = answer(&replay, 300, Some(201), None, Some(body_1.clone()));
     replayed.replayed = true;
     let attempts = vec![
-        answer(&first, 100, Some(503), Some("SERVICE_UNAVAILABLE"), Some("{}".into())),
+        answer(
+            &first,
+            100,
+            Some(503),
+            Some("SERVICE_UNAVAILABLE"),
+            Some("{}".into()),
+        ),
         answer(&first, 200, Some(201), None, Some(body_1.clone())),
         replayed,
         answer(
@@ -173,8 +203,18 @@ fn a_provider_key_charged_twice_is_caught() {
     again.id = "ch_other".into();
     evidence.ledger.push(again);
     let result = check::no_duplicate_charge(&evidence);
-    assert!(result.violations.iter().any(|v| v.what.contains("provider key provider_payment_pay_1")));
-    assert!(result.violations.iter().any(|v| v.what.contains("payment pay_1 charged 2 times")));
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what.contains("provider key provider_payment_pay_1"))
+    );
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what.contains("payment pay_1 charged 2 times"))
+    );
 }
 
 #[test]
@@ -183,33 +223,61 @@ fn an_acknowledged_payment_missing_from_every_database_is_caught() {
     evidence.payments.retain(|r| r.id != "pay_2");
     let result = check::no_acknowledged_payment_lost(&evidence);
     assert!(!result.passed);
-    assert!(result.violations[0].what.contains("pay_2 is in no regional database"));
+    assert!(
+        result.violations[0]
+            .what
+            .contains("pay_2 is in no regional database")
+    );
 }
 
 #[test]
 fn an_acknowledged_success_without_a_charge_is_caught() {
     let mut evidence = clean();
-    evidence.ledger.retain(|c| c.idempotency_key != "provider_payment_pay_1");
+    evidence
+        .ledger
+        .retain(|c| c.idempotency_key != "provider_payment_pay_1");
     let result = check::no_acknowledged_payment_lost(&evidence);
-    assert!(result.violations.iter().any(|v| v.what.contains("pay_1 succeeded but the provider has no charge")));
+    assert!(result.violations.iter().any(|v| {
+        v.what
+            .contains("pay_1 succeeded but the provider has no charge")
+    }));
 }
 
 #[test]
 fn a_replay_with_a_changed_body_is_caught() {
     let mut evidence = clean();
-    let replay = evidence.log.attempts.iter_mut().find(|a| a.op == 2).unwrap();
+    let replay = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 2)
+        .unwrap();
     replay.response_body = Some(payment_body("pay_1", "order-1", "2026-11-29T20:06:39.000Z"));
     let result = check::faithful_replay(&evidence);
     assert!(!result.passed);
-    assert!(result.violations[0].what.contains("different body"), "{result:#?}");
+    assert!(
+        result.violations[0].what.contains("different body"),
+        "{result:#?}"
+    );
 }
 
 #[test]
 fn a_replay_not_marked_as_replayed_is_caught() {
     let mut evidence = clean();
-    evidence.log.attempts.iter_mut().find(|a| a.op == 2).unwrap().replayed = false;
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 2)
+        .unwrap()
+        .replayed = false;
     let result = check::faithful_replay(&evidence);
-    assert!(result.violations.iter().any(|v| v.what.contains("Idempotent-Replayed")));
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what.contains("Idempotent-Replayed"))
+    );
 }
 
 #[test]
@@ -225,22 +293,47 @@ fn a_duplicate_merchant_reference_across_regions_is_caught() {
     let mut other = row("us-east", "pay_4", "dup-1");
     other.region = "us-east".into();
     evidence.payments.push(other);
-    let dup_b = evidence.log.attempts.iter_mut().find(|a| a.op == 5).unwrap();
+    let dup_b = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 5)
+        .unwrap();
     dup_b.status = Some(201);
     dup_b.error_code = None;
     dup_b.response_body = Some(payment_body("pay_4", "dup-1", "2026-11-29T20:06:38.000Z"));
 
     let payments = check::no_duplicate_payment(&evidence);
-    assert!(payments.violations[0].what.contains("2 payments for merchant reference dup-1"));
+    assert!(
+        payments.violations[0]
+            .what
+            .contains("2 payments for merchant reference dup-1")
+    );
     let keyless = check::keyless_duplicates_at_most_one_payment(&evidence);
-    assert!(keyless.violations.iter().any(|v| v.what.contains("created 2 payments")));
-    assert!(keyless.violations.iter().any(|v| v.what.contains("2 payments in the databases")));
+    assert!(
+        keyless
+            .violations
+            .iter()
+            .any(|v| v.what.contains("created 2 payments"))
+    );
+    assert!(
+        keyless
+            .violations
+            .iter()
+            .any(|v| v.what.contains("2 payments in the databases"))
+    );
 }
 
 #[test]
 fn a_duplicate_answer_naming_another_payment_is_caught() {
     let mut evidence = clean();
-    evidence.log.attempts.iter_mut().find(|a| a.op == 5).unwrap().response_body =
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 5)
+        .unwrap()
+        .response_body =
         Some(r#"{"errorCode":"DUPLICATE_MERCHANT_REFERENCE","paymentId":"pay_1"}"#.into());
     assert!(!check::keyless_duplicates_at_most_one_payment(&evidence).passed);
 }
@@ -248,28 +341,50 @@ fn a_duplicate_answer_naming_another_payment_is_caught() {
 #[test]
 fn one_key_answered_with_two_payments_is_caught() {
     let mut evidence = clean();
-    evidence.log.attempts.iter_mut().find(|a| a.op == 2).unwrap().response_body =
-        Some(payment_body("pay_7", "order-1", "2026-11-29T20:06:36.803Z"));
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 2)
+        .unwrap()
+        .response_body = Some(payment_body("pay_7", "order-1", "2026-11-29T20:06:36.803Z"));
     let result = check::no_duplicate_payment(&evidence);
-    assert!(result.violations.iter().any(|v| v.what.contains("key k1 of tenant acme was answered with 2 different payments")));
+    assert!(result.violations.iter().any(|v| {
+        v.what
+            .contains("key k1 of tenant acme was answered with 2 different payments")
+    }));
 }
 
 #[test]
 fn a_mismatched_body_that_got_201_is_caught() {
     let mut evidence = clean();
-    let mismatch = evidence.log.attempts.iter_mut().find(|a| a.op == 3).unwrap();
+    let mismatch = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 3)
+        .unwrap();
     mismatch.status = Some(201);
     mismatch.error_code = None;
     mismatch.response_body = Some(payment_body("pay_1", "order-1", "2026-11-29T20:06:36.803Z"));
     let result = check::loud_mismatch(&evidence);
     assert!(!result.passed);
-    assert!(result.violations[0].what.contains("key k1 reused with a different body got 201"));
+    assert!(
+        result.violations[0]
+            .what
+            .contains("key k1 reused with a different body got 201")
+    );
 }
 
 #[test]
 fn a_mismatched_body_answered_with_another_error_is_caught() {
     let mut evidence = clean();
-    let mismatch = evidence.log.attempts.iter_mut().find(|a| a.op == 3).unwrap();
+    let mismatch = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 3)
+        .unwrap();
     mismatch.status = Some(422);
     mismatch.error_code = Some("VALIDATION_FAILED".into());
     assert!(!check::loud_mismatch(&evidence).passed);

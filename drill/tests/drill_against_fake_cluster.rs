@@ -21,14 +21,17 @@ use once_drill::{DrillArgs, fault::FaultMode};
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
+/// (tenant, key) → (request body, status, response body)
+type Records = HashMap<(String, String), (Bytes, u16, String)>;
+/// (tenant, account, reference) → payment id
+type BusinessKeys = HashMap<(String, String, String), String>;
+
 #[derive(Clone)]
 struct Fake {
     db: SqlitePool,
     ledger: Arc<Mutex<Vec<Value>>>,
-    /// (tenant, key) → (request body, status, response body)
-    records: Arc<Mutex<HashMap<(String, String), (Bytes, u16, String)>>>,
-    /// (tenant, account, reference) → payment id
-    business_keys: Arc<Mutex<HashMap<(String, String, String), String>>>,
+    records: Arc<Mutex<Records>>,
+    business_keys: Arc<Mutex<BusinessKeys>>,
     requests: Arc<AtomicU64>,
     /// Misbehave: render a replay afresh instead of returning the stored body.
     rerender_replays: bool,
@@ -37,7 +40,10 @@ struct Fake {
 fn json_response(status: u16, body: String, replayed: bool) -> Response {
     let mut response = (
         StatusCode::from_u16(status).unwrap(),
-        [("content-type", "application/json"), ("x-once-region", "eu-west")],
+        [
+            ("content-type", "application/json"),
+            ("x-once-region", "eu-west"),
+        ],
         body,
     )
         .into_response();
@@ -52,18 +58,37 @@ fn json_response(status: u16, body: String, replayed: bool) -> Response {
 async fn create_payment(State(fake): State<Fake>, headers: HeaderMap, body: Bytes) -> Response {
     // Every 7th request fails before doing anything: clients must retry.
     if fake.requests.fetch_add(1, Ordering::Relaxed) % 7 == 6 {
-        return json_response(503, r#"{"errorCode":"SERVICE_UNAVAILABLE","message":"shed"}"#.into(), false);
+        return json_response(
+            503,
+            r#"{"errorCode":"SERVICE_UNAVAILABLE","message":"shed"}"#.into(),
+            false,
+        );
     }
-    let tenant = headers["authorization"].to_str().unwrap().trim_start_matches("Bearer key-").to_owned();
+    let tenant = headers["authorization"]
+        .to_str()
+        .unwrap()
+        .trim_start_matches("Bearer key-")
+        .to_owned();
     let key = headers["idempotency-key"].to_str().unwrap().to_owned();
     let command: Value = serde_json::from_slice(&body).unwrap();
     let (account, reference) = (
         command["accountId"].as_str().unwrap().to_owned(),
         command["merchantReference"].as_str().unwrap().to_owned(),
     );
-    if let Some((first, status, response)) = fake.records.lock().unwrap().get(&(tenant.clone(), key.clone())).cloned() {
+    if let Some((first, status, response)) = fake
+        .records
+        .lock()
+        .unwrap()
+        .get(&(tenant.clone(), key.clone()))
+        .cloned()
+    {
         if first != body {
-            return json_response(409, r#"{"errorCode":"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST","message":"no"}"#.into(), false);
+            return json_response(
+                409,
+                r#"{"errorCode":"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST","message":"no"}"#
+                    .into(),
+                false,
+            );
         }
         let response = if fake.rerender_replays {
             response.replace("\"createdAt\":\"t0\"", "\"createdAt\":\"t1\"")
@@ -91,9 +116,16 @@ async fn create_payment(State(fake): State<Fake>, headers: HeaderMap, body: Byte
             "status": "succeeded", "declineCode": null, "accountId": account,
             "amountMinor": 1000, "currency": "EUR", "merchantReference": reference, "requests": 1,
         }));
-        (201, json!({"object": "payment", "id": id, "status": "succeeded", "createdAt": "t0"}).to_string())
+        (
+            201,
+            json!({"object": "payment", "id": id, "status": "succeeded", "createdAt": "t0"})
+                .to_string(),
+        )
     };
-    fake.records.lock().unwrap().insert((tenant, key), (body, status, response.clone()));
+    fake.records
+        .lock()
+        .unwrap()
+        .insert((tenant, key), (body, status, response.clone()));
     json_response(status, response, false)
 }
 
@@ -106,10 +138,18 @@ async fn serve(router: Router) -> SocketAddr {
 
 async fn fake_cluster(dir: &std::path::Path, rerender_replays: bool) -> std::path::PathBuf {
     let db_path = dir.join("eu-west.db");
-    let db = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&db_path).create_if_missing(true))
-        .await
-        .unwrap();
-    let schema = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/sqlite/0001_payments_and_idempotency.sql")).unwrap();
+    let db = SqlitePool::connect_with(
+        SqliteConnectOptions::new()
+            .filename(&db_path)
+            .create_if_missing(true),
+    )
+    .await
+    .unwrap();
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../migrations/sqlite/0001_payments_and_idempotency.sql"
+    ))
+    .unwrap();
     sqlx::raw_sql(&schema).execute(&db).await.unwrap();
     let fake = Fake {
         db,
@@ -120,10 +160,13 @@ async fn fake_cluster(dir: &std::path::Path, rerender_replays: bool) -> std::pat
         rerender_replays,
     };
     let ledger = fake.ledger.clone();
-    let provider = serve(Router::new().route("/charges", get(move || {
-        let ledger = ledger.clone();
-        async move { axum::Json(ledger.lock().unwrap().clone()) }
-    })))
+    let provider = serve(Router::new().route(
+        "/charges",
+        get(move || {
+            let ledger = ledger.clone();
+            async move { axum::Json(ledger.lock().unwrap().clone()) }
+        }),
+    ))
     .await;
     let router = serve(
         Router::new()
@@ -172,7 +215,9 @@ fn args(cluster: std::path::PathBuf, out: std::path::PathBuf) -> DrillArgs {
 async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_switch_is_missing() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = fake_cluster(dir.path(), false).await;
-    let outcome = once_drill::run(args(cluster, dir.path().join("report"))).await.unwrap();
+    let outcome = once_drill::run(args(cluster, dir.path().join("report")))
+        .await
+        .unwrap();
 
     assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
     assert!(!outcome.fault_injected);
@@ -182,13 +227,30 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
     assert!(m.operations > 40, "{m:#?}");
     assert_eq!(m.unanswered, 0, "{m:#?}");
     assert!(m.errors.contains_key("503 SERVICE_UNAVAILABLE"), "{m:#?}");
-    assert!(m.errors.contains_key("409 DUPLICATE_MERCHANT_REFERENCE"), "{m:#?}");
-    assert!(m.errors.contains_key("409 IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"), "{m:#?}");
-    assert!(outcome.report.failback.as_ref().unwrap().home_again_at.is_some());
+    assert!(
+        m.errors.contains_key("409 DUPLICATE_MERCHANT_REFERENCE"),
+        "{m:#?}"
+    );
+    assert!(
+        m.errors
+            .contains_key("409 IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"),
+        "{m:#?}"
+    );
+    assert!(
+        outcome
+            .report
+            .failback
+            .as_ref()
+            .unwrap()
+            .home_again_at
+            .is_some()
+    );
     assert!(outcome.report.evidence.payment_rows_by_region["eu-west"] > 30);
     let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
     assert!(md.contains("The fault was not injected"), "{md}");
-    let json: Value = serde_json::from_slice(&std::fs::read(outcome.report_dir.join("report.json")).unwrap()).unwrap();
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(outcome.report_dir.join("report.json")).unwrap())
+            .unwrap();
     assert_eq!(json["invariants_held"], true);
     assert!(outcome.report_dir.join("evidence.json").exists());
 }
@@ -197,7 +259,9 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
 async fn a_cluster_that_replays_a_changed_body_fails_the_drill() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = fake_cluster(dir.path(), true).await;
-    let outcome = once_drill::run(args(cluster, dir.path().join("report"))).await.unwrap();
+    let outcome = once_drill::run(args(cluster, dir.path().join("report")))
+        .await
+        .unwrap();
 
     assert!(outcome.invariant_broken());
     assert_eq!(outcome.failed_checks, vec!["faithful replay".to_owned()]);
