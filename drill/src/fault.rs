@@ -34,6 +34,8 @@ pub enum FaultError {
     SwitchUnreachable { switch: String, reason: String },
     #[error("region {region} has no {what} pid in cluster.json: cannot kill it")]
     NoPid { region: String, what: &'static str },
+    #[error("refusing to SIGKILL {what} pid {pid}: not a single other process")]
+    UnsafePid { what: &'static str, pid: i32 },
     #[error("region {region} has no store member: nothing to partition")]
     NoSwitches { region: String },
     #[error("killing {what} pid {pid}: {source}")]
@@ -197,10 +199,30 @@ impl Fault {
 }
 
 fn sigkill(what: &'static str, pid: i32) -> Result<String, FaultError> {
+    // kill(0 | -1 | -n) signals process groups or everyone, and our own pid
+    // would end the drill: a cluster.json naming those is refused.
+    if pid <= 1 || u32::try_from(pid).is_ok_and(|p| p == std::process::id()) {
+        return Err(FaultError::UnsafePid { what, pid });
+    }
     match kill(Pid::from_raw(pid), Signal::SIGKILL) {
         Ok(()) => Ok(format!("SIGKILL {what} pid {pid}")),
         // Already gone: the region is down all the same; say so.
         Err(nix::Error::ESRCH) => Ok(format!("{what} pid {pid} was already gone")),
         Err(source) => Err(FaultError::Kill { what, pid, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_that_are_groups_or_the_drill_itself_are_never_signalled() {
+        for pid in [0, 1, -1, -42, i32::try_from(std::process::id()).unwrap()] {
+            assert!(matches!(
+                sigkill("node", pid),
+                Err(FaultError::UnsafePid { .. })
+            ));
+        }
     }
 }

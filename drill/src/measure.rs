@@ -54,7 +54,8 @@ pub fn measure(
             let after: Vec<_> = log
                 .attempts
                 .iter()
-                .filter(|a| &a.tenant == tenant && a.sent_at >= fault_at)
+                // Answered after the fault: requests in flight when it hit count.
+                .filter(|a| &a.tenant == tenant && a.answered_at >= fault_at)
                 .collect();
             let first_failure = after.iter().find(|a| a.is_failure());
             let recovered = first_failure.and_then(|failure| {
@@ -111,5 +112,51 @@ pub fn measure(
         unanswered: log.operations.len() as u64 - answered,
         successes_per_second: per_second(log.attempts.iter().filter(|a| a.is_success()).count()),
         attempts_per_second: per_second(log.attempts.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client_log::Attempt;
+
+    fn attempt(tenant: &str, at: u64, status: Option<u16>) -> Attempt {
+        Attempt {
+            op: at,
+            tenant: tenant.into(),
+            key: format!("k{at}"),
+            body_sha256: String::new(),
+            sent_at: at,
+            answered_at: at + 10,
+            status,
+            error_code: None,
+            transport_error: None,
+            response_body: None,
+            region: None,
+            replayed: false,
+        }
+    }
+
+    #[test]
+    fn detection_and_recovery_are_measured_from_the_fault_per_tenant() {
+        let log = ClientLog {
+            operations: Vec::new(),
+            attempts: vec![
+                attempt("acme", 900, Some(201)),
+                attempt("acme", 995, None), // in flight when the fault hit
+                attempt("acme", 1100, Some(503)),
+                attempt("acme", 1500, Some(201)),
+                attempt("globex", 1200, Some(421)),
+                attempt("other", 1300, Some(500)),
+            ],
+        };
+        let m = measure(&log, Some(1000), &["acme".into(), "globex".into()]);
+        assert_eq!(m.tenants[0].detection_ms, Some(5));
+        assert_eq!(m.tenants[0].recovery_ms, Some(510));
+        assert_eq!(m.tenants[1].detection_ms, Some(210));
+        assert_eq!(m.never_recovered, vec!["globex".to_owned()]);
+        assert_eq!(m.max_recovery_ms, Some(510));
+        assert_eq!(m.errors["no answer"], 1);
+        assert_eq!(m.errors["421"], 1);
     }
 }
