@@ -136,7 +136,11 @@ async fn serve(router: Router) -> SocketAddr {
     addr
 }
 
-async fn fake_cluster(dir: &std::path::Path, rerender_replays: bool) -> std::path::PathBuf {
+async fn fake_cluster(
+    dir: &std::path::Path,
+    rerender_replays: bool,
+    pids: (u32, u32),
+) -> std::path::PathBuf {
     let db_path = dir.join("eu-west.db");
     let db = SqlitePool::connect_with(
         SqliteConnectOptions::new()
@@ -187,8 +191,8 @@ async fn fake_cluster(dir: &std::path::Path, rerender_replays: bool) -> std::pat
         ],
         "regions": [{
             "name": "eu-west",
-            "node": {"url": format!("http://{router}"), "pid": 0},
-            "store": {"api_url": format!("http://{store}")},
+            "node": {"url": format!("http://{router}"), "pid": pids.0},
+            "store": {"api_url": format!("http://{store}"), "pid": pids.1},
             "database_url": format!("sqlite://{}", db_path.display()),
         }],
     });
@@ -214,7 +218,7 @@ fn args(cluster: std::path::PathBuf, out: std::path::PathBuf) -> DrillArgs {
 #[tokio::test]
 async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_switch_is_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = fake_cluster(dir.path(), false).await;
+    let cluster = fake_cluster(dir.path(), false, (0, 0)).await;
     let outcome = once_drill::run(args(cluster, dir.path().join("report")))
         .await
         .unwrap();
@@ -258,11 +262,36 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
 #[tokio::test]
 async fn a_cluster_that_replays_a_changed_body_fails_the_drill() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = fake_cluster(dir.path(), true).await;
+    let cluster = fake_cluster(dir.path(), true, (0, 0)).await;
     let outcome = once_drill::run(args(cluster, dir.path().join("report")))
         .await
         .unwrap();
 
     assert!(outcome.invariant_broken());
     assert_eq!(outcome.failed_checks, vec!["faithful replay".to_owned()]);
+}
+
+#[tokio::test]
+async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut node = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let mut store = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = fake_cluster(dir.path(), false, (node.id(), store.id())).await;
+    let mut args = args(cluster, dir.path().join("report"));
+    args.mode = FaultMode::Kill;
+    args.failback = false;
+    let outcome = once_drill::run(args).await.unwrap();
+
+    assert!(outcome.fault_injected, "{:#?}", outcome.report.fault);
+    assert_eq!(node.wait().unwrap().signal(), Some(9));
+    assert_eq!(store.wait().unwrap().signal(), Some(9));
+    assert!(outcome.invariants_held);
+    assert!(outcome.report.measurements.fault_at.is_some());
 }
