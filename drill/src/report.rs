@@ -129,8 +129,12 @@ impl Report {
         };
         let _ = writeln!(
             md,
-            "# Failover drill: region {}, {:?} — {verdict}\n",
-            self.region, self.fault.mode
+            "# Failover drill: region {}, {} — {verdict}\n",
+            self.region,
+            match self.fault.mode {
+                FaultMode::Kill => "kill",
+                FaultMode::Partition => "partition",
+            }
         );
         let _ = writeln!(
             md,
@@ -153,6 +157,12 @@ impl Report {
         let m = &self.measurements;
         let ms = |v: Option<u64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v} ms"));
         let _ = writeln!(md, "\n## Measured\n");
+        if m.fault_at.is_none() {
+            let _ = writeln!(
+                md,
+                "No fault, so no detection or recovery times; the load's numbers follow.\n"
+            );
+        }
         let _ = writeln!(
             md,
             "| tenant | detection | time to recover |\n|---|---|---|"
