@@ -1,0 +1,157 @@
+//! The cluster description `once up` writes to `cluster.json`: where the
+//! router, the provider simulator, every region's node, store member and
+//! database are, and which tenants exist with their API keys and home
+//! regions. This is the contract between `once up` and the drill; unknown
+//! fields are ignored so `once up` can grow it without breaking drills.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole of `cluster.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    pub router: Endpoint,
+    pub provider: Endpoint,
+    /// The bearer token of the router's and nodes' `/admin/*` endpoints.
+    pub admin_token: String,
+    pub tenants: Vec<Tenant>,
+    pub regions: Vec<Region>,
+}
+
+/// A service reachable at a base URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub id: String,
+    pub api_key: String,
+    pub home_region: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    pub name: String,
+    pub node: Process,
+    /// The region's raft-store member; absent while `once up` runs one
+    /// region without a store.
+    #[serde(default)]
+    pub store: Option<StoreMember>,
+    /// `postgres://…`, `sqlite://PATH`, `sqlite:PATH` or a bare file path.
+    pub database_url: String,
+}
+
+/// A process the drill may kill: its URL and pid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    pub url: String,
+    #[serde(default)]
+    pub pid: Option<i32>,
+}
+
+/// A raft-store member: its client/admin API and pid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreMember {
+    pub api_url: String,
+    #[serde(default)]
+    pub pid: Option<i32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a cluster description: {source}")]
+    Parse {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error("{path} names no region {region:?} (regions: {known})")]
+    UnknownRegion {
+        path: String,
+        region: String,
+        known: String,
+    },
+    #[error("{path} lists no tenants: the drill has no one to send payments as")]
+    NoTenants { path: String },
+}
+
+impl Cluster {
+    /// Reads and parses `cluster.json`.
+    pub fn load(path: &Path) -> Result<Self, ClusterError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| ClusterError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let cluster: Cluster =
+            serde_json::from_slice(&bytes).map_err(|source| ClusterError::Parse {
+                path: shown.clone(),
+                source,
+            })?;
+        if cluster.tenants.is_empty() {
+            return Err(ClusterError::NoTenants { path: shown });
+        }
+        Ok(cluster)
+    }
+
+    /// The region named `name`, or an error naming the regions there are.
+    pub fn region(&self, name: &str, path: &Path) -> Result<&Region, ClusterError> {
+        self.regions
+            .iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| ClusterError::UnknownRegion {
+                path: path.display().to_string(),
+                region: name.to_owned(),
+                known: self
+                    .regions
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Tenants whose home is `region`: the ones a fault there should hurt.
+    pub fn tenants_homed_in(&self, region: &str) -> Vec<&Tenant> {
+        self.tenants
+            .iter()
+            .filter(|t| t.home_region == region)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_shape_parses_and_unknown_fields_are_ignored() {
+        let json = r#"{ "router": {"url": "http://127.0.0.1:8080"},
+          "provider": {"url": "http://127.0.0.1:8099"},
+          "admin_token": "t", "future": 1,
+          "tenants": [{"id": "acme", "api_key": "k", "home_region": "eu-west", "extra": true}],
+          "regions": [{"name": "eu-west", "node": {"url": "http://n", "pid": 123},
+                       "store": {"api_url": "http://s", "pid": 124},
+                       "database_url": "sqlite:///tmp/eu-west.db"},
+                      {"name": "us-east", "node": {"url": "http://m"}, "database_url": "/tmp/us.db"}] }"#;
+        let cluster: Cluster = serde_json::from_str(json).unwrap();
+        assert_eq!(cluster.tenants[0].home_region, "eu-west");
+        assert_eq!(cluster.regions[0].store.as_ref().unwrap().pid, Some(124));
+        assert_eq!(cluster.regions[1].store, None);
+        assert_eq!(cluster.tenants_homed_in("eu-west").len(), 1);
+        assert!(
+            cluster
+                .region("ap-south", Path::new("c.json"))
+                .unwrap_err()
+                .to_string()
+                .contains("eu-west, us-east")
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! Failback: ask the router to move the region's tenants home again
+//! (`POST {router}/admin/failback {"region": R}` with the admin token), then
+//! probe with fresh payments until every one of them is answered by a node
+//! of R (`X-Once-Region`). Probes are ordinary logged operations, so the
+//! checker covers them too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::client_log::{EpochMillis, now_ms};
+use crate::cluster::Tenant;
+use crate::load::{OperationFactory, PaymentClient};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailbackResult {
+    pub requested_at: EpochMillis,
+    /// The router's answer to the request, e.g. `200` or `404`.
+    pub router_status: Option<u16>,
+    pub router_body: Option<String>,
+    /// When every tenant of the region was answered by the region again.
+    pub home_again_at: Option<EpochMillis>,
+    /// Tenants still answered elsewhere (or not at all) when it gave up.
+    pub not_home: Vec<String>,
+}
+
+/// Requests failback of `region` and waits until its `tenants` are served
+/// there again, or `timeout`.
+pub async fn fail_back(
+    router_url: &str,
+    admin_token: &str,
+    region: &str,
+    tenants: &[Tenant],
+    client: &PaymentClient,
+    factory: &Arc<OperationFactory>,
+    timeout: Duration,
+) -> FailbackResult {
+    let requested_at = now_ms();
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "{}/admin/failback",
+            router_url.trim_end_matches('/')
+        ))
+        .bearer_auth(admin_token)
+        .json(&serde_json::json!({ "region": region }))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await;
+    let (router_status, router_body) = match answer {
+        Ok(r) => (Some(r.status().as_u16()), r.text().await.ok()),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let mut result = FailbackResult {
+        requested_at,
+        router_status,
+        router_body,
+        home_again_at: None,
+        not_home: tenants.iter().map(|t| t.id.clone()).collect(),
+    };
+    if router_status.is_none_or(|s| !(200..300).contains(&s)) {
+        return result;
+    }
+    let deadline = Instant::now() + timeout;
+    // Probing pace: one round of fresh payments per interval.
+    let mut probes = tokio::time::interval(Duration::from_millis(250));
+    while Instant::now() < deadline {
+        probes.tick().await;
+        let mut still_away = Vec::new();
+        for tenant in tenants.iter().filter(|t| result.not_home.contains(&t.id)) {
+            let op = factory.payment(&tenant.id);
+            let answer = client.send(&op, &tenant.api_key, deadline).await;
+            let home =
+                answer.is_some_and(|a| a.is_success() && a.region.as_deref() == Some(region));
+            if !home {
+                still_away.push(tenant.id.clone());
+            }
+        }
+        result.not_home = still_away;
+        if result.not_home.is_empty() {
+            result.home_again_at = Some(now_ms());
+            break;
+        }
+    }
+    result
+}

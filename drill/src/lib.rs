@@ -1,0 +1,287 @@
+//! `once-drill`: the failover drill (`once drill failover`) and its
+//! invariant checker (DESIGN §3, §6).
+//!
+//! A drill sends paced, retrying payment traffic through the router, kills
+//! or partitions one region a third of the way in, optionally fails the
+//! region back, then gathers every piece of evidence and checks the
+//! invariants against it. It measures what clients saw (time to the first
+//! failure and to the first success again, errors, throughput) and writes a
+//! report. [`run`] is the whole drill; every step is public so a test can
+//! drive it piecewise.
+//!
+//! ```text
+//!   load ──POST /payments──► router ──► nodes ──► provider
+//!    │ (client log)             ▲ fault: SIGKILL node+store | store /admin/partition
+//!    ▼                          │ failback: POST /admin/failback
+//!   gather: client log + payments (every region's DB) + provider ledger + raft-store records
+//!    ▼
+//!   check (pure) ──► report.json / report.md / evidence.json
+//! ```
+//!
+//! # Layout
+//!
+//! - [`cluster`]: `cluster.json`, the description `once up` writes.
+//! - [`client_log`]: operations and attempts as the clients saw them.
+//! - [`load`]: the paced, retrying clients and the planted requests.
+//! - [`fault`]: kill and partition, behind [`fault::PartitionSwitch`].
+//! - [`failback`]: asking the router to fail back and waiting for it.
+//! - [`measure`]: detection, recovery, errors, throughput from the log.
+//! - [`evidence`]: what the checker reads, as plain data.
+//! - [`gather`]: reading the evidence from a live cluster, read-only.
+//! - [`check`]: the invariant checks, pure functions.
+//! - [`report`]: the timeline and the report files.
+
+pub mod check;
+pub mod client_log;
+pub mod cluster;
+pub mod evidence;
+pub mod failback;
+pub mod fault;
+pub mod gather;
+pub mod load;
+pub mod measure;
+pub mod report;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use tokio::time::Instant;
+
+use crate::client_log::SharedLog;
+use crate::cluster::Cluster;
+use crate::fault::{Fault, FaultMode};
+use crate::load::{LoadPlan, OperationFactory, PaymentClient};
+use crate::report::{EvidenceSummary, FaultReport, Report, Timeline};
+
+/// `once drill failover …`
+#[derive(Debug, Clone, clap::Args)]
+pub struct DrillArgs {
+    /// The cluster description `once up` wrote.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// The region to fail.
+    #[arg(long)]
+    pub region: String,
+    #[arg(long, value_enum, default_value = "kill")]
+    pub mode: FaultMode,
+    /// How long the load runs, in seconds; the fault comes at a third of it.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// Logical payments started per second.
+    #[arg(long, default_value_t = 20)]
+    pub rate: u32,
+    /// After the load, fail the region back and wait until its tenants are
+    /// served there again.
+    #[arg(long)]
+    pub failback: bool,
+    /// Where the report goes; default `drill-<timestamp>/` next to the
+    /// cluster description.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// How long clients keep retrying after the load ends, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub grace: u64,
+    /// How long failback may take before the drill gives up on it, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub failback_timeout: u64,
+}
+
+/// What a drill found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillOutcome {
+    pub report_dir: PathBuf,
+    /// Every invariant check passed.
+    pub invariants_held: bool,
+    /// The fault was actually applied (a missing partition switch means it
+    /// was not, and the drill proves nothing about failover).
+    pub fault_injected: bool,
+    /// The names of the checks that failed.
+    pub failed_checks: Vec<String>,
+    pub report: Report,
+}
+
+impl DrillOutcome {
+    /// Whether any invariant broke: the binary exits non-zero when so.
+    pub fn invariant_broken(&self) -> bool {
+        !self.invariants_held
+    }
+}
+
+fn default_out_dir(cluster: &Path) -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(':', "");
+    cluster
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(format!("drill-{stamp}"))
+}
+
+/// Runs the whole drill and writes its report.
+pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
+    let cluster = Cluster::load(&args.cluster)?;
+    let region = cluster.region(&args.region, &args.cluster)?.clone();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out_dir(&args.cluster));
+    let affected: Vec<_> = cluster
+        .tenants_homed_in(&region.name)
+        .into_iter()
+        .cloned()
+        .collect();
+    let duration = Duration::from_secs(args.duration.max(1));
+    let mut timeline = Timeline::default();
+    timeline.record(format!(
+        "drill started: {:?} region {} ({} of {} tenants homed there), {} s at {}/s",
+        args.mode,
+        region.name,
+        affected.len(),
+        cluster.tenants.len(),
+        duration.as_secs(),
+        args.rate
+    ));
+
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let log = Arc::new(SharedLog::default());
+    let client = PaymentClient::new(&cluster.router.url, log.clone())?;
+    let run_id = uuid::Uuid::now_v7().simple().to_string()[..12].to_owned();
+    let factory = Arc::new(OperationFactory::new(run_id));
+    let plan = LoadPlan {
+        tenants: cluster.tenants.clone(),
+        rate: args.rate,
+        duration,
+        grace: Duration::from_secs(args.grace),
+        replay_after: (duration / 10).clamp(Duration::from_millis(200), Duration::from_secs(3)),
+    };
+    let fault = Fault::plan(args.mode, &region, &http);
+
+    let start = Instant::now();
+    let load = load::run_load(&plan, &client, &factory);
+    let fault_schedule = async {
+        let mut events = Vec::new();
+        // The fault's moment is part of the plan, not a wait for a condition.
+        tokio::time::sleep_until(start + duration / 3).await;
+        let at = client_log::now_ms();
+        let injected = fault.inject().await;
+        let mut report = FaultReport {
+            mode: args.mode,
+            injected: injected.is_ok(),
+            at: injected.is_ok().then_some(at),
+            steps: Vec::new(),
+            error: None,
+        };
+        match injected {
+            Ok(steps) => {
+                events.push((at, format!("fault injected: {}", steps.join("; "))));
+                report.steps = steps;
+            }
+            Err(e) => {
+                events.push((at, format!("fault NOT injected: {e}")));
+                report.error = Some(e.to_string());
+            }
+        }
+        tokio::time::sleep_until(start + duration).await;
+        if report.injected && args.mode == FaultMode::Partition {
+            let at = client_log::now_ms();
+            match fault.heal().await {
+                Ok(steps) => events.push((at, format!("fault healed: {}", steps.join("; ")))),
+                Err(e) => {
+                    events.push((at, format!("healing FAILED: {e}")));
+                    report.error = Some(format!("healing: {e}"));
+                }
+            }
+        }
+        (report, events)
+    };
+    timeline.record("load started");
+    let ((), (fault_report, fault_events)) = tokio::join!(load, fault_schedule);
+    for (at, what) in fault_events {
+        timeline.record_at(at, what);
+    }
+    timeline.record("load finished: every operation answered or out of time");
+
+    let failback = if args.failback {
+        timeline.record(format!("failback of {} requested", region.name));
+        let result = failback::fail_back(
+            &cluster.router.url,
+            &cluster.admin_token,
+            &region.name,
+            &affected,
+            &client,
+            &factory,
+            Duration::from_secs(args.failback_timeout),
+        )
+        .await;
+        match result.home_again_at {
+            Some(at) => timeline.record_at(
+                at,
+                format!(
+                    "failback done: every tenant served by {} again",
+                    region.name
+                ),
+            ),
+            None => {
+                timeline.record(format!(
+                    "failback NOT done (router answered {:?}): still away: {}",
+                    result.router_status,
+                    result.not_home.join(", ")
+                ));
+            }
+        }
+        Some(result)
+    } else {
+        None
+    };
+
+    let evidence = gather::gather(&cluster, log.snapshot(), &http).await;
+    timeline.record(format!(
+        "evidence gathered: {} payment rows, {} ledger entries, {} store records, {} gaps",
+        evidence.payments.len(),
+        evidence.ledger.len(),
+        evidence
+            .store_records
+            .as_ref()
+            .map_or_else(|| "no".to_owned(), |r| r.len().to_string()),
+        evidence.gaps.len()
+    ));
+    let checks = check::check_all(&evidence);
+    let failed_checks: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.clone())
+        .collect();
+    timeline.record(if failed_checks.is_empty() {
+        "checks done: every invariant held".to_owned()
+    } else {
+        format!("checks done: BROKEN: {}", failed_checks.join(", "))
+    });
+    let affected_ids: Vec<String> = affected.iter().map(|t| t.id.clone()).collect();
+    let report = Report {
+        cluster: args.cluster.display().to_string(),
+        region: region.name.clone(),
+        duration_seconds: duration.as_secs(),
+        rate: args.rate,
+        measurements: measure::measure(&evidence.log, fault_report.at, &affected_ids),
+        timeline,
+        fault: fault_report,
+        failback,
+        evidence: EvidenceSummary::of(&evidence),
+        invariants_held: failed_checks.is_empty(),
+        checks,
+    };
+    report
+        .write(&out, &evidence)
+        .context("writing the drill report")?;
+    Ok(DrillOutcome {
+        report_dir: out,
+        invariants_held: report.invariants_held,
+        fault_injected: report.fault.injected,
+        failed_checks,
+        report,
+    })
+}

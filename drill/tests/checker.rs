@@ -1,0 +1,400 @@
+//! The invariant checker against planted violations: a clean drill passes
+//! every check, and each planted violation is caught by the check that owns
+//! it, with evidence.
+
+use once_drill::check::{self, CheckResult};
+use once_drill::client_log::{Attempt, ClientLog, Intent, Operation};
+use once_drill::evidence::{BusinessKey, Charge, Evidence, PaymentRow, StoreRecord};
+
+const ACCOUNT: &str = "acc_drill_acme";
+
+fn payment_body(id: &str, reference: &str, created: &str) -> String {
+    format!(
+        r#"{{"object":"payment","id":"{id}","status":"succeeded","accountId":"{ACCOUNT}","amount":{{"value":"10.00","currency":"EUR","minorUnits":1000}},"merchantReference":"{reference}","channel":"web","region":"eu-west","createdAt":"{created}"}}"#
+    )
+}
+
+fn operation(id: u64, intent: Intent, key: &str, reference: &str, amount: &str) -> Operation {
+    let body = format!(
+        r#"{{"accountId":"{ACCOUNT}","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#
+    );
+    Operation {
+        id,
+        intent,
+        tenant: "acme".into(),
+        key: key.into(),
+        account_id: ACCOUNT.into(),
+        merchant_reference: reference.into(),
+        body_sha256: once_drill::client_log::body_hash(body.as_bytes()),
+        body,
+    }
+}
+
+fn answer(
+    op: &Operation,
+    at: u64,
+    status: Option<u16>,
+    code: Option<&str>,
+    body: Option<String>,
+) -> Attempt {
+    Attempt {
+        op: op.id,
+        tenant: op.tenant.clone(),
+        key: op.key.clone(),
+        body_sha256: op.body_sha256.clone(),
+        sent_at: at,
+        answered_at: at + 5,
+        status,
+        error_code: code.map(str::to_owned),
+        transport_error: status.is_none().then(|| "connection refused".to_owned()),
+        response_body: body,
+        region: Some("eu-west".into()),
+        replayed: false,
+    }
+}
+
+fn row(database: &str, id: &str, reference: &str) -> PaymentRow {
+    PaymentRow {
+        database: database.into(),
+        id: id.into(),
+        tenant_id: "acme".into(),
+        account_id: ACCOUNT.into(),
+        merchant_reference: reference.into(),
+        amount_minor: 1000,
+        currency: "EUR".into(),
+        status: "succeeded".into(),
+        provider_key: format!("provider_payment_{id}"),
+        region: "eu-west".into(),
+    }
+}
+
+fn charge(payment: &str, reference: &str) -> Charge {
+    Charge {
+        id: format!("ch_{payment}"),
+        idempotency_key: format!("provider_payment_{payment}"),
+        status: "succeeded".into(),
+        decline_code: None,
+        account_id: ACCOUNT.into(),
+        amount_minor: 1000,
+        currency: "EUR".into(),
+        merchant_reference: reference.into(),
+        requests: 1,
+    }
+}
+
+/// A drill where everything went right: a payment that needed a retry, its
+/// replay, a reused key with another body, and a pair of duplicates; the
+/// payment materialized in two regions.
+fn clean() -> Evidence {
+    let first = operation(1, Intent::Payment, "k1", "order-1", "10.00");
+    let replay = Operation {
+        id: 2,
+        intent: Intent::Replay { of: 1 },
+        ..first.clone()
+    };
+    let mismatch = operation(
+        3,
+        Intent::MismatchedBody { of: 1 },
+        "k1",
+        "order-1",
+        "10.01",
+    );
+    let dup_a = operation(
+        4,
+        Intent::KeylessDuplicate { group: 100 },
+        "k4",
+        "dup-1",
+        "25.00",
+    );
+    let dup_b = operation(
+        5,
+        Intent::KeylessDuplicate { group: 100 },
+        "k5",
+        "dup-1",
+        "25.00",
+    );
+    let body_1 = payment_body("pay_1", "order-1", "2026-11-29T20:06:36.803Z");
+    let body_2 = payment_body("pay_2", "dup-1", "2026-11-29T20:06:37.000Z");
+    let mut replayed = answer(&replay, 300, Some(201), None, Some(body_1.clone()));
+    replayed.replayed = true;
+    let attempts = vec![
+        answer(
+            &first,
+            100,
+            Some(503),
+            Some("SERVICE_UNAVAILABLE"),
+            Some("{}".into()),
+        ),
+        answer(&first, 200, Some(201), None, Some(body_1.clone())),
+        replayed,
+        answer(
+            &mismatch,
+            400,
+            Some(409),
+            Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"),
+            Some(r#"{"errorCode":"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"}"#.into()),
+        ),
+        answer(&dup_a, 500, Some(201), None, Some(body_2.clone())),
+        answer(
+            &dup_b,
+            500,
+            Some(409),
+            Some("DUPLICATE_MERCHANT_REFERENCE"),
+            Some(r#"{"errorCode":"DUPLICATE_MERCHANT_REFERENCE","paymentId":"pay_2"}"#.into()),
+        ),
+    ];
+    Evidence {
+        log: ClientLog {
+            operations: vec![first, replay, mismatch, dup_a, dup_b],
+            attempts,
+        },
+        payments: vec![
+            row("eu-west", "pay_1", "order-1"),
+            row("us-east", "pay_1", "order-1"),
+            row("eu-west", "pay_2", "dup-1"),
+        ],
+        ledger: vec![charge("pay_1", "order-1"), charge("pay_2", "dup-1")],
+        store_records: Some(vec![StoreRecord {
+            tenant: "acme".into(),
+            principal: "drill".into(),
+            key: "k1".into(),
+            status: "Completed".into(),
+            payment_id: Some("pay_1".into()),
+            business_key: Some(BusinessKey {
+                tenant: "acme".into(),
+                account_id: ACCOUNT.into(),
+                merchant_reference: "order-1".into(),
+            }),
+            response_status: Some(201),
+            response_body: Some(body_1),
+        }]),
+        gaps: Vec::new(),
+    }
+}
+
+fn failed(results: &[CheckResult]) -> Vec<&str> {
+    results
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+#[test]
+fn a_clean_drill_passes_every_check() {
+    let results = check::check_all(&clean());
+    assert_eq!(failed(&results), Vec::<&str>::new(), "{results:#?}");
+    assert_eq!(results.len(), 6);
+}
+
+#[test]
+fn a_second_charge_for_one_merchant_reference_is_caught() {
+    let mut evidence = clean();
+    evidence.ledger.push(charge("pay_9", "order-1"));
+    let result = check::no_duplicate_charge(&evidence);
+    assert!(!result.passed);
+    assert!(result.violations[0].what.contains("order-1"), "{result:#?}");
+}
+
+#[test]
+fn a_provider_key_charged_twice_is_caught() {
+    let mut evidence = clean();
+    let mut again = charge("pay_1", "order-1");
+    again.id = "ch_other".into();
+    evidence.ledger.push(again);
+    let result = check::no_duplicate_charge(&evidence);
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what.contains("provider key provider_payment_pay_1"))
+    );
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what.contains("payment pay_1 charged 2 times"))
+    );
+}
+
+#[test]
+fn an_acknowledged_payment_missing_from_every_database_is_caught() {
+    let mut evidence = clean();
+    evidence.payments.retain(|r| r.id != "pay_2");
+    let result = check::no_acknowledged_payment_lost(&evidence);
+    assert!(!result.passed);
+    assert!(
+        result.violations[0]
+            .what
+            .contains("pay_2 is in no regional database")
+    );
+}
+
+#[test]
+fn an_acknowledged_success_without_a_charge_is_caught() {
+    let mut evidence = clean();
+    evidence
+        .ledger
+        .retain(|c| c.idempotency_key != "provider_payment_pay_1");
+    let result = check::no_acknowledged_payment_lost(&evidence);
+    assert!(result.violations.iter().any(|v| {
+        v.what
+            .contains("pay_1 succeeded but the provider has no charge")
+    }));
+}
+
+#[test]
+fn a_replay_with_a_changed_body_is_caught() {
+    let mut evidence = clean();
+    let replay = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 2)
+        .unwrap();
+    replay.response_body = Some(payment_body("pay_1", "order-1", "2026-11-29T20:06:39.000Z"));
+    let result = check::faithful_replay(&evidence);
+    assert!(!result.passed);
+    assert!(
+        result.violations[0].what.contains("different body"),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn a_replay_not_marked_as_replayed_is_caught() {
+    let mut evidence = clean();
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 2)
+        .unwrap()
+        .replayed = false;
+    let result = check::faithful_replay(&evidence);
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what.contains("Idempotent-Replayed"))
+    );
+}
+
+#[test]
+fn a_stored_response_that_differs_from_the_first_answer_is_caught() {
+    let mut evidence = clean();
+    evidence.store_records.as_mut().unwrap()[0].response_body = Some("{}".into());
+    assert!(!check::faithful_replay(&evidence).passed);
+}
+
+#[test]
+fn a_duplicate_merchant_reference_across_regions_is_caught() {
+    let mut evidence = clean();
+    let mut other = row("us-east", "pay_4", "dup-1");
+    other.region = "us-east".into();
+    evidence.payments.push(other);
+    let dup_b = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 5)
+        .unwrap();
+    dup_b.status = Some(201);
+    dup_b.error_code = None;
+    dup_b.response_body = Some(payment_body("pay_4", "dup-1", "2026-11-29T20:06:38.000Z"));
+
+    let payments = check::no_duplicate_payment(&evidence);
+    assert!(
+        payments.violations[0]
+            .what
+            .contains("2 payments for merchant reference dup-1")
+    );
+    let keyless = check::keyless_duplicates_at_most_one_payment(&evidence);
+    assert!(
+        keyless
+            .violations
+            .iter()
+            .any(|v| v.what.contains("created 2 payments"))
+    );
+    assert!(
+        keyless
+            .violations
+            .iter()
+            .any(|v| v.what.contains("2 payments in the databases"))
+    );
+}
+
+#[test]
+fn a_duplicate_answer_naming_another_payment_is_caught() {
+    let mut evidence = clean();
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 5)
+        .unwrap()
+        .response_body =
+        Some(r#"{"errorCode":"DUPLICATE_MERCHANT_REFERENCE","paymentId":"pay_1"}"#.into());
+    assert!(!check::keyless_duplicates_at_most_one_payment(&evidence).passed);
+}
+
+#[test]
+fn one_key_answered_with_two_payments_is_caught() {
+    let mut evidence = clean();
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 2)
+        .unwrap()
+        .response_body = Some(payment_body("pay_7", "order-1", "2026-11-29T20:06:36.803Z"));
+    let result = check::no_duplicate_payment(&evidence);
+    assert!(result.violations.iter().any(|v| {
+        v.what
+            .contains("key k1 of tenant acme was answered with 2 different payments")
+    }));
+}
+
+#[test]
+fn a_mismatched_body_that_got_201_is_caught() {
+    let mut evidence = clean();
+    let mismatch = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 3)
+        .unwrap();
+    mismatch.status = Some(201);
+    mismatch.error_code = None;
+    mismatch.response_body = Some(payment_body("pay_1", "order-1", "2026-11-29T20:06:36.803Z"));
+    let result = check::loud_mismatch(&evidence);
+    assert!(!result.passed);
+    assert!(
+        result.violations[0]
+            .what
+            .contains("key k1 reused with a different body got 201")
+    );
+}
+
+#[test]
+fn a_mismatched_body_answered_with_another_error_is_caught() {
+    let mut evidence = clean();
+    let mismatch = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 3)
+        .unwrap();
+    mismatch.status = Some(422);
+    mismatch.error_code = Some("VALIDATION_FAILED".into());
+    assert!(!check::loud_mismatch(&evidence).passed);
+}
+
+#[test]
+fn an_operation_still_unanswered_is_noted_not_condemned() {
+    let mut evidence = clean();
+    evidence.log.attempts.retain(|a| a.op != 3);
+    let result = check::loud_mismatch(&evidence);
+    assert!(result.passed);
+    assert!(result.notes[0].contains("1 unanswered"));
+}

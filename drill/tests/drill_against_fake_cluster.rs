@@ -1,0 +1,297 @@
+//! The whole drill, `run`, against a small in-process stand-in for a
+//! cluster: a router/node that keeps payments in a real SQLite `payments`
+//! table (the migration's schema), a provider ledger, and a store member
+//! without the partition switch. It proves the drill's plumbing end to end:
+//! load with retries, a missing switch reported rather than pretended,
+//! failback, evidence gathering, checks and report files — and that a node
+//! that replays a changed body is caught.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use once_drill::{DrillArgs, fault::FaultMode};
+use serde_json::{Value, json};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+
+/// (tenant, key) → (request body, status, response body)
+type Records = HashMap<(String, String), (Bytes, u16, String)>;
+/// (tenant, account, reference) → payment id
+type BusinessKeys = HashMap<(String, String, String), String>;
+
+#[derive(Clone)]
+struct Fake {
+    db: SqlitePool,
+    ledger: Arc<Mutex<Vec<Value>>>,
+    records: Arc<Mutex<Records>>,
+    business_keys: Arc<Mutex<BusinessKeys>>,
+    requests: Arc<AtomicU64>,
+    /// Misbehave: render a replay afresh instead of returning the stored body.
+    rerender_replays: bool,
+}
+
+fn json_response(status: u16, body: String, replayed: bool) -> Response {
+    let mut response = (
+        StatusCode::from_u16(status).unwrap(),
+        [
+            ("content-type", "application/json"),
+            ("x-once-region", "eu-west"),
+        ],
+        body,
+    )
+        .into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", "true".parse().unwrap());
+    }
+    response
+}
+
+async fn create_payment(State(fake): State<Fake>, headers: HeaderMap, body: Bytes) -> Response {
+    // Every 7th request fails before doing anything: clients must retry.
+    if fake.requests.fetch_add(1, Ordering::Relaxed) % 7 == 6 {
+        return json_response(
+            503,
+            r#"{"errorCode":"SERVICE_UNAVAILABLE","message":"shed"}"#.into(),
+            false,
+        );
+    }
+    let tenant = headers["authorization"]
+        .to_str()
+        .unwrap()
+        .trim_start_matches("Bearer key-")
+        .to_owned();
+    let key = headers["idempotency-key"].to_str().unwrap().to_owned();
+    let command: Value = serde_json::from_slice(&body).unwrap();
+    let (account, reference) = (
+        command["accountId"].as_str().unwrap().to_owned(),
+        command["merchantReference"].as_str().unwrap().to_owned(),
+    );
+    if let Some((first, status, response)) = fake
+        .records
+        .lock()
+        .unwrap()
+        .get(&(tenant.clone(), key.clone()))
+        .cloned()
+    {
+        if first != body {
+            return json_response(
+                409,
+                r#"{"errorCode":"IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST","message":"no"}"#
+                    .into(),
+                false,
+            );
+        }
+        let response = if fake.rerender_replays {
+            response.replace("\"createdAt\":\"t0\"", "\"createdAt\":\"t1\"")
+        } else {
+            response
+        };
+        return json_response(status, response, true);
+    }
+    let id = format!("pay_{}", uuid::Uuid::now_v7().simple());
+    let holder = fake
+        .business_keys
+        .lock()
+        .unwrap()
+        .entry((tenant.clone(), account.clone(), reference.clone()))
+        .or_insert_with(|| id.clone())
+        .clone();
+    let (status, response) = if holder != id {
+        (409, json!({"errorCode": "DUPLICATE_MERCHANT_REFERENCE", "message": "dup", "paymentId": holder}).to_string())
+    } else {
+        sqlx::query("INSERT INTO payments (id, tenant_id, account_id, merchant_reference, amount_minor, currency, channel, status, provider_key, region, created_at, updated_at) VALUES (?, ?, ?, ?, 1000, 'EUR', 'web', 'succeeded', ?, 'eu-west', 0, 0)")
+            .bind(&id).bind(&tenant).bind(&account).bind(&reference).bind(format!("provider_payment_{id}"))
+            .execute(&fake.db).await.unwrap();
+        fake.ledger.lock().unwrap().push(json!({
+            "id": format!("ch_{id}"), "idempotencyKey": format!("provider_payment_{id}"),
+            "status": "succeeded", "declineCode": null, "accountId": account,
+            "amountMinor": 1000, "currency": "EUR", "merchantReference": reference, "requests": 1,
+        }));
+        (
+            201,
+            json!({"object": "payment", "id": id, "status": "succeeded", "createdAt": "t0"})
+                .to_string(),
+        )
+    };
+    fake.records
+        .lock()
+        .unwrap()
+        .insert((tenant, key), (body, status, response.clone()));
+    json_response(status, response, false)
+}
+
+async fn serve(router: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+async fn fake_cluster(
+    dir: &std::path::Path,
+    rerender_replays: bool,
+    pids: (u32, u32),
+) -> std::path::PathBuf {
+    let db_path = dir.join("eu-west.db");
+    let db = SqlitePool::connect_with(
+        SqliteConnectOptions::new()
+            .filename(&db_path)
+            .create_if_missing(true),
+    )
+    .await
+    .unwrap();
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../migrations/sqlite/0001_payments_and_idempotency.sql"
+    ))
+    .unwrap();
+    sqlx::raw_sql(&schema).execute(&db).await.unwrap();
+    let fake = Fake {
+        db,
+        ledger: Arc::default(),
+        records: Arc::default(),
+        business_keys: Arc::default(),
+        requests: Arc::default(),
+        rerender_replays,
+    };
+    let ledger = fake.ledger.clone();
+    let provider = serve(Router::new().route(
+        "/charges",
+        get(move || {
+            let ledger = ledger.clone();
+            async move { axum::Json(ledger.lock().unwrap().clone()) }
+        }),
+    ))
+    .await;
+    let router = serve(
+        Router::new()
+            .route("/payments", post(create_payment))
+            .route("/admin/failback", post(|| async { "{}" }))
+            .with_state(fake),
+    )
+    .await;
+    // A store member from before the partition switch existed.
+    let store = serve(Router::new().route("/healthz", get(|| async { "ok" }))).await;
+    let cluster = json!({
+        "router": {"url": format!("http://{router}")},
+        "provider": {"url": format!("http://{provider}")},
+        "admin_token": "admin",
+        "tenants": [
+            {"id": "acme", "api_key": "key-acme", "home_region": "eu-west"},
+            {"id": "globex", "api_key": "key-globex", "home_region": "eu-west"},
+        ],
+        "regions": [{
+            "name": "eu-west",
+            "node": {"url": format!("http://{router}"), "pid": pids.0},
+            "store": {"api_url": format!("http://{store}"), "pid": pids.1},
+            "database_url": format!("sqlite://{}", db_path.display()),
+        }],
+    });
+    let path = dir.join("cluster.json");
+    std::fs::write(&path, cluster.to_string()).unwrap();
+    path
+}
+
+fn args(cluster: std::path::PathBuf, out: std::path::PathBuf) -> DrillArgs {
+    DrillArgs {
+        cluster,
+        region: "eu-west".into(),
+        mode: FaultMode::Partition,
+        duration: 2,
+        rate: 25,
+        failback: true,
+        out: Some(out),
+        grace: 5,
+        failback_timeout: 5,
+    }
+}
+
+#[tokio::test]
+async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_switch_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = fake_cluster(dir.path(), false, (0, 0)).await;
+    let outcome = once_drill::run(args(cluster, dir.path().join("report")))
+        .await
+        .unwrap();
+
+    assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
+    assert!(!outcome.fault_injected);
+    let error = outcome.report.fault.error.clone().unwrap();
+    assert!(error.contains("HTTP 404"), "{error}");
+    let m = &outcome.report.measurements;
+    assert!(m.operations > 40, "{m:#?}");
+    assert_eq!(m.unanswered, 0, "{m:#?}");
+    assert!(m.errors.contains_key("503 SERVICE_UNAVAILABLE"), "{m:#?}");
+    assert!(
+        m.errors.contains_key("409 DUPLICATE_MERCHANT_REFERENCE"),
+        "{m:#?}"
+    );
+    assert!(
+        m.errors
+            .contains_key("409 IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"),
+        "{m:#?}"
+    );
+    assert!(
+        outcome
+            .report
+            .failback
+            .as_ref()
+            .unwrap()
+            .home_again_at
+            .is_some()
+    );
+    assert!(outcome.report.evidence.payment_rows_by_region["eu-west"] > 30);
+    let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
+    assert!(md.contains("The fault was not injected"), "{md}");
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(outcome.report_dir.join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["invariants_held"], true);
+    assert!(outcome.report_dir.join("evidence.json").exists());
+}
+
+#[tokio::test]
+async fn a_cluster_that_replays_a_changed_body_fails_the_drill() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = fake_cluster(dir.path(), true, (0, 0)).await;
+    let outcome = once_drill::run(args(cluster, dir.path().join("report")))
+        .await
+        .unwrap();
+
+    assert!(outcome.invariant_broken());
+    assert_eq!(outcome.failed_checks, vec!["faithful replay".to_owned()]);
+}
+
+#[tokio::test]
+async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut node = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let mut store = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = fake_cluster(dir.path(), false, (node.id(), store.id())).await;
+    let mut args = args(cluster, dir.path().join("report"));
+    args.mode = FaultMode::Kill;
+    args.failback = false;
+    let outcome = once_drill::run(args).await.unwrap();
+
+    assert!(outcome.fault_injected, "{:#?}", outcome.report.fault);
+    assert_eq!(node.wait().unwrap().signal(), Some(9));
+    assert_eq!(store.wait().unwrap().signal(), Some(9));
+    assert!(outcome.invariants_held);
+    assert!(outcome.report.measurements.fault_at.is_some());
+}
