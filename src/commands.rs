@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod drill;
 pub mod events;
 pub mod keys;
 pub mod migrate;

@@ -36,6 +36,9 @@ enum Command {
     Events(commands::events::EventsArgs),
     /// Drive load at a running node and report throughput and latency.
     Bench(once_loadgen::BenchArgs),
+    /// Failover drills against a running cluster (`once up`).
+    #[command(subcommand)]
+    Drill(commands::drill::DrillCommand),
 }
 
 impl Command {
@@ -50,7 +53,8 @@ impl Command {
             | Command::Keys(_)
             | Command::Records(_)
             | Command::Events(_)
-            | Command::Bench(_) => ("once-cli", None),
+            | Command::Bench(_)
+            | Command::Drill(_) => ("once-cli", None),
         };
         once_telemetry::Role { service, region }
     }
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
             Command::Records(args) => commands::records::run(args).await,
             Command::Events(args) => commands::events::run(args).await,
             Command::Bench(args) => once_loadgen::run(args).await,
+            Command::Drill(cmd) => commands::drill::run(cmd).await,
         }
     });
     match result {

@@ -1,50 +1,77 @@
-//! `once up`: the whole system on this machine with embedded storage and
-//! nothing to install. Today that is one region: a node on a SQLite file,
-//! the provider simulator (reached over HTTP) and demo tenants. A second `once up --dir
-//! DIR` resumes from the same data and keys.
+//! `once up`: the whole system on this machine, embedded storage only,
+//! nothing to install. For `--regions N` (default 3) it runs, as child
+//! processes of itself: one raft-store member, one node and one SQLite
+//! database per region, and a router in front; the provider simulator runs
+//! inside this process and is reached over HTTP. It bootstraps the store,
+//! places demo tenants (at least one homed in each region), writes
+//! `DIR/cluster.json` and prints how to use it. Ctrl-C or SIGTERM stops
+//! every child cleanly; a second `once up --dir DIR` resumes from the same
+//! data, ports and keys.
+//!
+//! `--wan-latency MS` adds that round trip to every link that crosses
+//! regions (Raft RPC, node → store member, router → node), inside the
+//! project's own transports, so a laptop behaves like three regions.
+
+mod children;
+mod layout;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use once_node::provider::HttpProviderConfig;
-use once_node::{ApiKeys, Application, NodeConfig};
+use once_raft_store::client::{ClientOptions, StoreClient};
+use once_raft_store::command::Reply;
 use serde_json::json;
 
+use self::children::ChildProcess;
+use self::layout::{Layout, RegionLayout};
 use super::keys::generate_key;
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Where data, keys and cluster.json live.
+    /// Where data, keys, logs and cluster.json live.
     #[arg(long, default_value = "once-data")]
     pub dir: PathBuf,
-    /// Address of the API.
+    /// Address of the router (the API clients use).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// How many regions to run.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=7))]
+    pub regions: u8,
+    /// Simulated round trip, in milliseconds, on every link between regions.
+    #[arg(long, default_value_t = 0)]
+    pub wan_latency: u64,
 }
 
-const REGION: &str = "local";
-const DEMO_TENANTS: &[&str] = &["acme", "globex"];
+/// Demo tenants; tenant i is homed in region i mod N.
+const DEMO_TENANTS: &[&str] = &["acme", "globex", "initech"];
+
+/// How long a child may take to answer after it starts.
+const START_LIMIT: Duration = Duration::from_secs(60);
+/// How long a child may take to exit after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Demo keys are made once and kept in `DIR/demo-keys.txt` (plaintext, for
 /// development only; production uses hashed key files).
 fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
     let path = dir.join("demo-keys.txt");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let keys: Vec<(String, String)> = text
-            .lines()
-            .filter_map(|l| l.split_once(':'))
-            .map(|(t, k)| (t.to_owned(), k.to_owned()))
-            .collect();
-        if !keys.is_empty() {
-            return Ok(keys);
-        }
-    }
-    let keys: Vec<(String, String)> = DEMO_TENANTS
-        .iter()
-        .map(|t| ((*t).to_owned(), generate_key()))
+    let mut keys: Vec<(String, String)> = std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(t, k)| (t.to_owned(), k.to_owned()))
         .collect();
+    let missing: Vec<&str> = DEMO_TENANTS
+        .iter()
+        .copied()
+        .filter(|t| !keys.iter().any(|(have, _)| have == t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(keys);
+    }
+    keys.extend(missing.iter().map(|t| ((*t).to_owned(), generate_key())));
     let text: String = keys.iter().map(|(t, k)| format!("{t}:{k}\n")).collect();
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     #[cfg(unix)]
@@ -58,25 +85,225 @@ fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
 /// The admin token, made once and kept in `DIR/admin-token`.
 fn demo_admin_token(dir: &Path) -> anyhow::Result<String> {
     let path = dir.join("admin-token");
-    if let Ok(token) = std::fs::read_to_string(&path) {
-        if token.trim().len() >= 16 {
-            return Ok(token.trim().to_owned());
-        }
+    if let Ok(token) = std::fs::read_to_string(&path)
+        && token.trim().len() >= 16
+    {
+        return Ok(token.trim().to_owned());
     }
     let token = format!("adm_{}", generate_key().trim_start_matches("sk_"));
     std::fs::write(&path, &token).with_context(|| format!("writing {}", path.display()))?;
     Ok(token)
 }
 
-pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.dir)
-        .with_context(|| format!("creating {}", args.dir.display()))?;
-    let keys = demo_keys(&args.dir)?;
-    let list: Vec<String> = keys.iter().map(|(t, k)| format!("{t}:demo:{k}")).collect();
-    let api_keys = ApiKeys::from_plaintext_list(&list.join(","))?;
+/// Everything `once up` started.
+#[derive(Debug, Default)]
+struct Running {
+    stores: Vec<ChildProcess>,
+    nodes: Vec<ChildProcess>,
+    router: Option<ChildProcess>,
+}
 
-    // The provider simulator, in this process: the node reaches it over
-    // real HTTP, exactly as it would a real provider.
+impl Running {
+    /// Front to back: the router first, the stores last, so nothing is
+    /// left talking to a member that is already gone.
+    async fn stop(self) {
+        if let Some(router) = self.router {
+            router.stop(STOP_GRACE).await;
+        }
+        futures_join(self.nodes).await;
+        futures_join(self.stores).await;
+    }
+}
+
+async fn futures_join(children: Vec<ChildProcess>) {
+    let stops: Vec<_> = children
+        .into_iter()
+        .map(|c| tokio::spawn(c.stop(STOP_GRACE)))
+        .collect();
+    for stop in stops {
+        let _ = stop.await;
+    }
+}
+
+struct Plan<'a> {
+    args: &'a UpArgs,
+    layout: &'a Layout,
+    logs: PathBuf,
+    provider_url: String,
+    admin_token: String,
+    api_keys: String,
+}
+
+impl Plan<'_> {
+    fn latency(&self) -> Vec<String> {
+        vec!["--wan-latency".into(), self.args.wan_latency.to_string()]
+    }
+
+    fn database_url(&self, region: &RegionLayout) -> String {
+        self.args
+            .dir
+            .join(format!("region-{}.db", region.name))
+            .display()
+            .to_string()
+    }
+
+    fn store(&self, region: &RegionLayout) -> anyhow::Result<ChildProcess> {
+        let mut args: Vec<String> = vec![
+            "store".into(),
+            "--id".into(),
+            region.store_id.to_string(),
+            "--raft-addr".into(),
+            region.store_raft.to_string(),
+            "--api-addr".into(),
+            region.store_api.to_string(),
+            "--data-dir".into(),
+            self.args
+                .dir
+                .join(format!("store-{}", region.name))
+                .display()
+                .to_string(),
+            "--peers".into(),
+            self.layout.peers(),
+            "--region".into(),
+            region.name.clone(),
+            "--peer-regions".into(),
+            self.layout.peer_regions(),
+        ];
+        if self.args.wan_latency == 0 {
+            // Members on one machine: fast elections, fast failover.
+            args.extend(
+                [
+                    "--heartbeat",
+                    "100ms",
+                    "--election-min",
+                    "500ms",
+                    "--election-max",
+                    "1000ms",
+                ]
+                .map(String::from),
+            );
+        }
+        args.extend(self.latency());
+        ChildProcess::spawn(&self.logs, &format!("store-{}", region.name), &args, &[])
+    }
+
+    fn node(&self, region: &RegionLayout) -> anyhow::Result<ChildProcess> {
+        let mut args: Vec<String> = vec![
+            "node".into(),
+            "--listen".into(),
+            region.node.to_string(),
+            "--region".into(),
+            region.name.clone(),
+            "--database-url".into(),
+            self.database_url(region),
+            "--idempotency-store".into(),
+            "raft".into(),
+            "--store-endpoints".into(),
+            self.layout.store_endpoints_from(region).join(","),
+            "--provider-url".into(),
+            self.provider_url.clone(),
+        ];
+        args.extend(self.latency());
+        ChildProcess::spawn(
+            &self.logs,
+            &format!("node-{}", region.name),
+            &args,
+            &[
+                ("ONCE_API_KEYS", self.api_keys.clone()),
+                ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
+            ],
+        )
+    }
+
+    fn router(&self) -> anyhow::Result<ChildProcess> {
+        let home = &self.layout.regions[0];
+        let mut args: Vec<String> = vec![
+            "router".into(),
+            "--listen".into(),
+            self.args.listen.to_string(),
+            "--region".into(),
+            home.name.clone(),
+            "--store-endpoints".into(),
+            self.layout.store_endpoints_from(home).join(","),
+            "--nodes".into(),
+            self.layout.nodes(),
+        ];
+        args.extend(self.latency());
+        ChildProcess::spawn(
+            &self.logs,
+            "router",
+            &args,
+            &[
+                ("ONCE_API_KEYS", self.api_keys.clone()),
+                ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
+            ],
+        )
+    }
+}
+
+/// Homes tenant i in region i mod N, unless it already has a placement (a
+/// resumed cluster keeps whatever failovers decided).
+async fn place_tenants(
+    layout: &Layout,
+    keys: &[(String, String)],
+) -> anyhow::Result<Vec<(String, String)>> {
+    let endpoints = layout.store_endpoints_from(&layout.regions[0]);
+    let store = StoreClient::new(&endpoints, ClientOptions::default())?;
+    let names: Vec<String> = layout.regions.iter().map(|r| r.name.clone()).collect();
+    let mut homes = Vec::new();
+    for (i, (tenant, _)) in keys.iter().enumerate() {
+        let home = names[i % names.len()].clone();
+        let standbys: Vec<String> = names.iter().filter(|n| **n != home).cloned().collect();
+        let placed = match store.set_placement(tenant, 0, &home, &standbys).await? {
+            Reply::Placement(p) => p.home,
+            Reply::PlacementConflict { current: Some(p) } => p.home,
+            other => anyhow::bail!("placing {tenant}: unexpected answer {other:?}"),
+        };
+        homes.push((tenant.clone(), placed));
+    }
+    Ok(homes)
+}
+
+async fn start(plan: &Plan<'_>, running: &mut Running) -> anyhow::Result<()> {
+    let layout = plan.layout;
+    for region in &layout.regions {
+        running.stores.push(plan.store(region)?);
+    }
+    for (store, region) in running.stores.iter_mut().zip(&layout.regions) {
+        store
+            .wait_ready(
+                &format!("http://{}/api/status", region.store_api),
+                START_LIMIT,
+            )
+            .await?;
+    }
+    once_raft_store::admin::leader_endpoint(&layout.store_endpoints_from(&layout.regions[0]))
+        .await
+        .context("waiting for a raft-store leader")?;
+    for region in &layout.regions {
+        running.nodes.push(plan.node(region)?);
+    }
+    for (node, region) in running.nodes.iter_mut().zip(&layout.regions) {
+        node.wait_ready(&format!("http://{}/readyz", region.node), START_LIMIT)
+            .await?;
+    }
+    let mut router = plan.router()?;
+    router
+        .wait_ready(&format!("http://{}/readyz", plan.args.listen), START_LIMIT)
+        .await?;
+    running.router = Some(router);
+    Ok(())
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(args.dir.join("logs"))
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let layout = Layout::load_or_create(&args.dir, usize::from(args.regions))?;
+    let keys = demo_keys(&args.dir)?;
+    let admin_token = demo_admin_token(&args.dir)?;
+
+    // The provider simulator, in this process: nodes reach it over real
+    // HTTP, exactly as they would a real provider.
     let (provider_addr_tx, provider_addr_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(once_provider_sim::serve(
         "127.0.0.1:0".parse().expect("static address"),
@@ -91,54 +318,106 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .await
             .context("starting the provider simulator")?
     );
-    let admin_token = demo_admin_token(&args.dir)?;
 
-    let database_url = args
-        .dir
-        .join(format!("region-{REGION}.db"))
-        .display()
-        .to_string();
-    let mut config = NodeConfig::new(args.listen, REGION, &database_url);
-    config.provider = Some(HttpProviderConfig::new(&provider_url));
-    config.admin_token = Some(admin_token.clone());
-    let app = Application::builder(config, api_keys).build().await?;
-    let url = format!("http://{}", app.address());
+    let plan = Plan {
+        args: &args,
+        layout: &layout,
+        logs: args.dir.join("logs"),
+        provider_url: provider_url.clone(),
+        admin_token: admin_token.clone(),
+        api_keys: keys
+            .iter()
+            .map(|(t, k)| format!("{t}:demo:{k}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let mut running = Running::default();
+    let started = tokio::select! {
+        started = start(&plan, &mut running) => started,
+        () = once_node::shutdown_signal() => Err(anyhow::anyhow!("interrupted while starting")),
+    };
+    let homes = match started {
+        Ok(()) => place_tenants(&layout, &keys).await,
+        Err(e) => Err(e),
+    };
+    let homes = match homes {
+        Ok(homes) => homes,
+        Err(e) => {
+            running.stop().await;
+            return Err(e.context(format!("see the logs in {}", plan.logs.display())));
+        }
+    };
 
+    let router_url = format!("http://{}", args.listen);
     let cluster = json!({
-        "router": { "url": url },
+        "router": { "url": router_url, "pid": running.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
         "admin_token": admin_token,
-        "tenants": keys.iter().map(|(t, k)| json!({ "id": t, "api_key": k, "home_region": REGION })).collect::<Vec<_>>(),
-        "regions": [{
-            "name": REGION,
-            "node": { "url": url, "pid": std::process::id() },
-            "database_url": database_url,
-        }],
+        "wan_latency_ms": args.wan_latency,
+        "tenants": keys.iter().zip(&homes).map(|((t, k), (_, home))| json!({
+            "id": t, "api_key": k, "home_region": home,
+        })).collect::<Vec<_>>(),
+        "regions": layout.regions.iter().zip(running.nodes.iter().zip(&running.stores)).map(|(r, (node, store))| json!({
+            "name": r.name,
+            "node": { "url": format!("http://{}", r.node), "pid": node.pid() },
+            "store": { "id": r.store_id, "api_url": format!("http://{}", r.store_api), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
+            "database_url": plan.database_url(r),
+        })).collect::<Vec<_>>(),
     });
     let cluster_path = args.dir.join("cluster.json");
     std::fs::write(&cluster_path, serde_json::to_vec_pretty(&cluster)?)?;
 
-    let (tenant, key) = &keys[0];
+    print_welcome(
+        &args,
+        &router_url,
+        &provider_url,
+        &admin_token,
+        &keys,
+        &homes,
+        &cluster_path,
+    );
+    once_node::shutdown_signal().await;
+    println!("stopping every process of the cluster …");
+    running.stop().await;
+    Ok(())
+}
+
+fn print_welcome(
+    args: &UpArgs,
+    router_url: &str,
+    provider_url: &str,
+    admin_token: &str,
+    keys: &[(String, String)],
+    homes: &[(String, String)],
+    cluster_path: &Path,
+) {
     println!(
-        "once is up: {url}  (region {REGION}, data in {})",
+        "once is up: {router_url}  ({} regions, data in {})",
+        args.regions,
         args.dir.display()
     );
-    for (t, k) in &keys {
-        println!("  tenant {t:<8} API key {k}");
+    for ((t, k), (_, home)) in keys.iter().zip(homes) {
+        println!("  tenant {t:<8} home {home:<9} API key {k}");
     }
     println!("  provider simulator {provider_url}  (ledger: GET {provider_url}/charges)");
-    println!("  admin token {admin_token}  (once records list --node {url} --admin-token …)");
+    println!("  admin token {admin_token}");
     println!("  cluster description: {}", cluster_path.display());
+    println!("  logs: {}", args.dir.join("logs").display());
     println!();
+    let (tenant, key) = &keys[0];
     println!("Create a payment as {tenant} (run it twice: the second answer is a replay):");
     println!(
-        "  curl -si {url}/payments -H 'Authorization: Bearer {key}' -H 'Idempotency-Key: order-1' \\\n    \
+        "  curl -si {router_url}/payments -H 'Authorization: Bearer {key}' -H 'Idempotency-Key: order-1' \\\n    \
          -H 'Content-Type: application/json' \\\n    \
          -d '{{\"accountId\":\"acc_1\",\"amount\":\"10.00\",\"currency\":\"EUR\",\"merchantReference\":\"order-1\"}}'"
+    );
+    println!(
+        "Rehearse losing a region: once drill failover --cluster {} --region {}",
+        cluster_path.display(),
+        homes.first().map_or("eu-west", |(_, h)| h.as_str())
     );
     println!(
         "Ctrl-C stops it; `once up --dir {}` resumes from the same data.",
         args.dir.display()
     );
-    app.run_until(once_node::shutdown_signal()).await
 }

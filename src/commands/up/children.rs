@@ -1,0 +1,101 @@
+//! The processes `once up` runs: each role is this same binary started as a
+//! child, its output in `DIR/logs/<name>.log`, waited for until it answers
+//! HTTP, and stopped with SIGTERM (SIGKILL only after a grace period).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+#[derive(Debug)]
+pub struct ChildProcess {
+    pub name: String,
+    pub child: Child,
+}
+
+impl ChildProcess {
+    /// Starts `once <args>` with `env`, logging to `logs/<name>.log`.
+    pub fn spawn(
+        logs: &Path,
+        name: &str,
+        args: &[String],
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
+        let log_path = logs.join(format!("{name}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let exe = std::env::current_exe().context("locating the once binary")?;
+        let mut command = Command::new(exe);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Waits until `url` answers 2xx, failing early if the process exits.
+    pub async fn wait_ready(&mut self, url: &str, limit: Duration) -> anyhow::Result<()> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()?;
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("{} exited ({status}); see its log", self.name);
+            }
+            if http
+                .get(url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "{} did not become ready at {url} within {limit:?}",
+                self.name
+            );
+        }
+    }
+
+    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Ok(None) = self.child.try_wait() {
+            if let Some(pid) = self.child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+            if tokio::time::timeout(grace, self.child.wait())
+                .await
+                .is_err()
+            {
+                let _ = self.child.kill().await;
+            }
+        }
+    }
+}
