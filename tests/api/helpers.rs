@@ -466,6 +466,18 @@ pub struct NodeProcess {
 impl NodeProcess {
     /// A node over `db` (and its raft-store, in the raft mode).
     pub async fn start(db: &TestDb, extra_args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_in("test", &db.url, &db.node_args(), extra_args, env).await
+    }
+
+    /// A node of `region` over `database_url`, with `store_args` choosing
+    /// its store mode.
+    pub async fn start_in(
+        region: &str,
+        database_url: &str,
+        store_args: &[String],
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_once"));
         command
             .args([
@@ -473,11 +485,11 @@ impl NodeProcess {
                 "--listen",
                 "127.0.0.1:0",
                 "--region",
-                "test",
+                region,
                 "--database-url",
-                &db.url,
+                database_url,
             ])
-            .args(db.node_args())
+            .args(store_args)
             .args(extra_args)
             .env("ONCE_API_KEYS", API_KEYS)
             .env("RUST_LOG", "warn")
