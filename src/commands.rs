@@ -1,11 +1,13 @@
 //! One module per subcommand.
 
+pub mod api_keys;
 pub mod events;
 pub mod keys;
 pub mod migrate;
 pub mod node;
 pub mod provider_sim;
 pub mod records;
+pub mod router;
 pub mod store;
 pub mod up;
 
