@@ -12,5 +12,6 @@ mod isolation;
 mod ops;
 mod provider;
 mod raft_store;
+mod router;
 mod telemetry;
 mod validation;

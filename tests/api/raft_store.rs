@@ -3,8 +3,8 @@
 //! restart, a member wiped and re-added through a snapshot, a partition,
 //! and a member whose clock runs 60 s ahead.
 
-mod cluster;
-mod proxy;
+pub mod cluster;
+pub mod proxy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
