@@ -257,8 +257,8 @@ async fn requests_go_to_the_tenants_home_region_and_say_which_served() {
                 .as_u16()
         }
     };
-    let acme_id = acme["paymentId"].as_str().expect("payment id").to_owned();
-    let globex_id = globex["paymentId"].as_str().expect("payment id").to_owned();
+    let acme_id = acme["id"].as_str().expect("payment id").to_owned();
+    let globex_id = globex["id"].as_str().expect("payment id").to_owned();
     assert_eq!(
         find(regions.us.url.clone(), ACME_KEY, acme_id.clone()).await,
         200
