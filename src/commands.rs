@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod api_keys;
 pub mod drill;
 pub mod events;
 pub mod keys;
@@ -7,6 +8,7 @@ pub mod migrate;
 pub mod node;
 pub mod provider_sim;
 pub mod records;
+pub mod router;
 pub mod store;
 pub mod up;
 

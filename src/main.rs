@@ -23,6 +23,8 @@ enum Command {
     Node(Box<commands::node::NodeArgs>),
     /// Apply database migrations and exit.
     Migrate(commands::migrate::MigrateArgs),
+    /// Run a router: authenticate, forward to the tenant's home region, fail over.
+    Router(commands::router::RouterArgs),
     /// Run a raft-store member, or administer a cluster.
     Store(commands::store::StoreArgs),
     /// Manage API keys.
@@ -47,6 +49,7 @@ impl Command {
         let (service, region) = match self {
             Command::Up(_) => ("once-up", None),
             Command::Node(args) => ("once-node", Some(args.region.clone())),
+            Command::Router(args) => ("once-router", Some(args.region.clone())),
             Command::ProviderSim(_) => ("once-provider-sim", None),
             Command::Store(_) => ("once-store", None),
             Command::Migrate(_)
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             Command::Up(args) => commands::up::run(args).await,
             Command::Node(args) => commands::node::run(*args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
+            Command::Router(args) => commands::router::run(args).await,
             Command::Store(args) => commands::store::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
             Command::ProviderSim(args) => commands::provider_sim::run(args).await,

@@ -112,18 +112,7 @@ pub enum StoreKind {
 }
 
 fn load_keys(args: &NodeArgs) -> anyhow::Result<ApiKeys> {
-    let mut keys = match std::env::var("ONCE_API_KEYS") {
-        Ok(list) => ApiKeys::from_plaintext_list(&list)?,
-        Err(_) => ApiKeys::default(),
-    };
-    if let Some(path) = &args.api_keys_file {
-        keys = keys.merge(ApiKeys::from_hashed_file(path)?)?;
-    }
-    anyhow::ensure!(
-        !keys.is_empty(),
-        "no API keys: set ONCE_API_KEYS or --api-keys-file"
-    );
-    Ok(keys)
+    super::api_keys::load(args.api_keys_file.as_deref())
 }
 
 pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {

@@ -25,11 +25,11 @@ const OVERLAYS: &[&str] = &["eu-west", "us-east", "ap-south"];
 
 /// Roles deployed by the manifests but not subcommands of this binary yet,
 /// with what they are waiting for.
-const PENDING_ROLES: &[(&str, &str)] = &[("router", "router, coming with the multi-region work")];
+const PENDING_ROLES: &[(&str, &str)] = &[];
 
 /// Roles that must be checked in every overlay, so the test cannot pass by
 /// checking nothing.
-const REQUIRED_ROLES: &[&str] = &["node", "migrate", "store"];
+const REQUIRED_ROLES: &[&str] = &["node", "migrate", "store", "router"];
 
 const PENDING_ARGS: &str = "once.dev/pending-args";
 

@@ -16,6 +16,8 @@ use once_node::domain::{SystemClock, UnixMillis};
 use once_node::events::consumer::{ConsumeError, Consumer, Outcome};
 use once_node::events::email::dedupe_key;
 use once_node::events::email_sender::FakeEmailSender;
+// Used by the failpoint scenarios only.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
 use once_node::events::email_sink::EmailSink;
 use once_node::events::ledger::LedgerConsumer;
 use once_node::events::message::PAYMENT_SUCCEEDED;
@@ -821,6 +823,7 @@ async fn publishers_publish_every_outbox_row_once_and_in_order(backend: Backend)
 }
 
 /// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
 async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
     let text = client
         .get(format!("{url}/metrics"))

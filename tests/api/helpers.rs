@@ -530,6 +530,7 @@ impl NodeProcess {
     }
 
     /// Waits for the process to exit on its own (a failpoint abort).
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
     pub async fn wait_for_exit(&mut self) -> std::process::ExitStatus {
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await

@@ -13,5 +13,6 @@ mod ops;
 mod provider;
 mod raft_store;
 mod regions;
+mod router;
 mod telemetry;
 mod validation;

@@ -4,7 +4,7 @@
 //! and a member whose clock runs 60 s ahead.
 
 pub mod cluster;
-mod proxy;
+pub mod proxy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};

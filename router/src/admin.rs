@@ -1,0 +1,152 @@
+//! Operator endpoints, behind their own bearer token (`--admin-token`);
+//! without one they do not exist (404, like any unknown route).
+//!
+//! - `POST /admin/failover {"region":"eu-west"}`: what the health checker
+//!   does when a region goes down, on command (drills).
+//! - `POST /admin/failback {"region":"eu-west"}`: every tenant whose
+//!   preferred home is that region, and which lives elsewhere, goes home.
+//! - `GET /admin/placements`: the cached table and this router's view of
+//!   each region.
+//!
+//! Both moves answer the tenants moved, with their new epochs, and those
+//! left where they were, with the reason.
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use once_node::error::ApiError;
+use once_raft_store::command::RegionStatus;
+use serde::Deserialize;
+use subtle::ConstantTimeEq;
+
+use crate::failover::{MoveReport, Trigger};
+use crate::state::SharedState;
+
+pub fn router() -> Router<SharedState> {
+    Router::new()
+        .route("/admin/failover", post(failover))
+        .route("/admin/failback", post(failback))
+        .route("/admin/placements", get(placements))
+}
+
+/// Proof that the caller presented the admin token.
+#[derive(Debug)]
+pub struct Operator;
+
+impl FromRequestParts<SharedState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &SharedState) -> Result<Self, ApiError> {
+        let expected = state
+            .config
+            .admin_token
+            .as_deref()
+            .ok_or(ApiError::NotFound)?;
+        let presented = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(ApiError::Unauthorized)?;
+        // Digests first, so the comparison's length says nothing either.
+        let same =
+            once_node::auth::digest(presented.trim()).ct_eq(&once_node::auth::digest(expected));
+        if bool::from(same) {
+            Ok(Operator)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RegionRequest {
+    pub region: String,
+}
+
+fn known_region(state: &SharedState, region: &str) -> Result<(), ApiError> {
+    if state.config.nodes.contains(region) {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidCommand(format!(
+            "unknown region {region:?}: not in --nodes"
+        )))
+    }
+}
+
+#[tracing::instrument(name = "operator fails a region over", skip_all, fields(region = %body.region))]
+async fn failover(
+    _: Operator,
+    State(state): State<SharedState>,
+    Json(body): Json<RegionRequest>,
+) -> Result<Json<MoveReport>, ApiError> {
+    known_region(&state, &body.region)?;
+    tracing::warn!(region = %body.region, "operator failover requested");
+    state
+        .store
+        .set_region_status(&body.region, RegionStatus::Down)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.into()))?;
+    let report = state
+        .mover()
+        .fail_over(&body.region, Trigger::Command)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.into()))?;
+    Ok(Json(report))
+}
+
+#[tracing::instrument(name = "operator fails tenants back", skip_all, fields(region = %body.region))]
+async fn failback(
+    _: Operator,
+    State(state): State<SharedState>,
+    Json(body): Json<RegionRequest>,
+) -> Result<Json<MoveReport>, ApiError> {
+    known_region(&state, &body.region)?;
+    tracing::warn!(region = %body.region, "operator failback requested");
+    state
+        .store
+        .set_region_status(&body.region, RegionStatus::Healthy)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.into()))?;
+    let report = state
+        .mover()
+        .fail_back(&body.region)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.into()))?;
+    Ok(Json(report))
+}
+
+async fn placements(_: Operator, State(state): State<SharedState>) -> Json<serde_json::Value> {
+    let placements: serde_json::Map<String, serde_json::Value> = state
+        .placements
+        .all()
+        .into_iter()
+        .map(|(tenant, p)| {
+            (
+                tenant,
+                serde_json::json!({
+                    "home": p.home,
+                    "standbys": p.standbys,
+                    "epoch": p.epoch,
+                    "preferredHome": p.preferred_home,
+                }),
+            )
+        })
+        .collect();
+    let regions: Vec<_> = state
+        .health
+        .snapshot()
+        .into_iter()
+        .map(|(region, up, failures)| {
+            serde_json::json!({ "region": region, "up": up, "consecutiveFailures": failures })
+        })
+        .collect();
+    Json(serde_json::json!({
+        "region": state.config.region,
+        "loaded": state.placements.is_loaded(),
+        "placements": placements,
+        "regions": regions,
+    }))
+}

@@ -1,0 +1,116 @@
+//! The router's validated configuration.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::nodes::NodeDirectory;
+
+/// A configuration the router refuses to start with.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--store-endpoints must name at least one raft-store member")]
+    NoStoreEndpoints,
+    #[error("--region {0:?} has no nodes in --nodes")]
+    OwnRegionWithoutNodes(String),
+    #[error("--health-check-failures and --health-check-successes must be at least 1")]
+    ZeroThreshold,
+    #[error("--health-check-interval and --placement-refresh must be positive")]
+    ZeroInterval,
+    #[error("--body-limit must be at least 1 byte")]
+    ZeroBodyLimit,
+    #[error("--admin-token must be at least 16 characters")]
+    ShortAdminToken,
+}
+
+#[derive(Debug)]
+pub struct RouterConfig {
+    pub listen: SocketAddr,
+    /// The region this router runs in: tenants without a placement are
+    /// served here, and forwarding elsewhere pays `wan_latency`.
+    pub region: String,
+    pub store_endpoints: Vec<String>,
+    pub nodes: NodeDirectory,
+    pub health: HealthConfig,
+    /// How often the whole placement table is re-read (a 421 re-reads the
+    /// tenant at once).
+    pub placement_refresh: Duration,
+    pub auto_failover: bool,
+    /// Bearer token of `/admin/*`; `None` disables those endpoints.
+    pub admin_token: Option<String>,
+    /// Simulated round trip added before forwarding to another region.
+    pub wan_latency: Duration,
+    /// Largest request body buffered for forwarding (and re-sending after a 421).
+    pub body_limit: usize,
+    /// Longest wait for a node's answer to a forwarded request.
+    pub node_timeout: Duration,
+    pub drain_timeout: Duration,
+}
+
+/// When a region counts as down, and as back.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthConfig {
+    /// Time between checks; also each check's timeout.
+    pub interval: Duration,
+    /// Consecutive failed rounds (every node of the region failing) before
+    /// the region is down.
+    pub failures: u32,
+    /// Consecutive good rounds before a down region is healthy again.
+    pub successes: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(1),
+            failures: 3,
+            successes: 5,
+        }
+    }
+}
+
+impl RouterConfig {
+    /// Defaults as the command line has them.
+    pub fn new(
+        listen: SocketAddr,
+        region: &str,
+        store_endpoints: Vec<String>,
+        nodes: NodeDirectory,
+    ) -> Self {
+        Self {
+            listen,
+            region: region.to_owned(),
+            store_endpoints,
+            nodes,
+            health: HealthConfig::default(),
+            placement_refresh: Duration::from_secs(2),
+            auto_failover: true,
+            admin_token: None,
+            wan_latency: Duration::ZERO,
+            body_limit: 64 * 1024,
+            node_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.store_endpoints.is_empty() {
+            return Err(ConfigError::NoStoreEndpoints);
+        }
+        if !self.nodes.contains(&self.region) {
+            return Err(ConfigError::OwnRegionWithoutNodes(self.region.clone()));
+        }
+        if self.health.failures == 0 || self.health.successes == 0 {
+            return Err(ConfigError::ZeroThreshold);
+        }
+        if self.health.interval.is_zero() || self.placement_refresh.is_zero() {
+            return Err(ConfigError::ZeroInterval);
+        }
+        if self.body_limit == 0 {
+            return Err(ConfigError::ZeroBodyLimit);
+        }
+        if self.admin_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(ConfigError::ShortAdminToken);
+        }
+        Ok(())
+    }
+}

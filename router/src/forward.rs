@@ -1,0 +1,275 @@
+//! `/payments…`: authenticate, find the tenant's home, forward to one of
+//! its nodes, stream the answer back.
+//!
+//! ```text
+//! client ─► 401? ─► body ≤ --body-limit (413) ─► home = placement(tenant) or own region
+//!   ─► [WAN wait if home ≠ own region] ─► node (round-robin; next node on connect error)
+//!        ├─ answer        ─► stream back + X-Once-Region
+//!        ├─ 421           ─► re-read the tenant's placement ─► re-send once ─► answer (even a 421)
+//!        └─ no answer     ─► 503 SERVICE_UNAVAILABLE, Retry-After: 1
+//! ```
+//!
+//! **Why the request body is buffered.** A 421 means the node refused the
+//! request before doing anything, and the router must send the *same*
+//! request again to the new home; a streamed body would be gone by then.
+//! Payment commands are small (the node itself refuses bodies over
+//! 16 KiB), so buffering up to `--body-limit` (64 KiB) costs little and a
+//! bigger body is answered with the node's own `413 PAYLOAD_TOO_LARGE`.
+//! Answers are streamed: they are never re-sent.
+//!
+//! Re-sending is safe for the same reason client retries are: the request
+//! carries its `Idempotency-Key`, and the node decides exactly once.
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use http_body_util::LengthLimitError;
+use once_node::error::ApiError;
+use tracing::Instrument;
+
+use crate::auth::tenant_of;
+use crate::headers;
+use crate::metrics::{ForwardLabels, Metrics};
+use crate::state::{RouterState, SharedState};
+
+/// Names the region whose node answered, on every forwarded answer.
+pub const X_ONCE_REGION: HeaderName = HeaderName::from_static("x-once-region");
+/// A node's hint on a 421: the home region it believes in.
+pub const X_ONCE_HOME_REGION: HeaderName = HeaderName::from_static("x-once-home-region");
+
+pub fn router() -> Router<SharedState> {
+    Router::new()
+        .route("/payments", any(forward))
+        .route("/payments/{*rest}", any(forward))
+}
+
+/// A forward that got no answer from a node.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("region {0} has no nodes configured")]
+    NoNodes(String),
+    #[error("node {url} of region {region} did not answer")]
+    Unreachable {
+        region: String,
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+/// What the router keeps of a request to send it (again).
+struct Outgoing {
+    method: Method,
+    path_and_query: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+async fn forward(State(state): State<SharedState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let tenant = match tenant_of(&state.api_keys, &parts.headers) {
+        Ok(tenant) => tenant,
+        Err(e) => return answer_error(&state.metrics, "", e),
+    };
+    tracing::Span::current().record("tenant", tenant.as_str());
+    let limit = state.config.body_limit;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return answer_error(&state.metrics, "", ApiError::PayloadTooLarge { limit });
+    }
+    let body = match axum::body::to_bytes(body, limit).await {
+        Ok(body) => body,
+        Err(e) if is_length_limit(&e) => {
+            return answer_error(&state.metrics, "", ApiError::PayloadTooLarge { limit });
+        }
+        Err(e) => {
+            return answer_error(
+                &state.metrics,
+                "",
+                ApiError::MalformedJson(format!("could not read the request body: {e}")),
+            );
+        }
+    };
+    let outgoing = Outgoing {
+        method: parts.method,
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned()),
+        headers: headers::to_node(&parts.headers),
+        body,
+    };
+
+    let home = home_of(&state, &tenant);
+    let (region, response) = match send(&state, &home, &outgoing).await {
+        Ok(response) if response.status() == StatusCode::MISDIRECTED_REQUEST => {
+            state.metrics.misdirected.inc();
+            let new_home = rehome(&state, &tenant, &home, response.headers()).await;
+            match send(&state, &new_home, &outgoing).await {
+                Ok(again) => {
+                    if again.status() == StatusCode::MISDIRECTED_REQUEST {
+                        state.metrics.misdirected.inc();
+                    }
+                    (new_home, again)
+                }
+                Err(e) => return unavailable(&state.metrics, e),
+            }
+        }
+        Ok(response) => (home, response),
+        Err(e) => return unavailable(&state.metrics, e),
+    };
+    tracing::Span::current().record("region", region.as_str());
+    count(&state.metrics, &region, response.status());
+    stream_back(&region, response)
+}
+
+/// The tenant's home as cached; a tenant without a placement lives in the
+/// router's own region.
+fn home_of(state: &RouterState, tenant: &str) -> String {
+    state
+        .placements
+        .get(tenant)
+        .map_or_else(|| state.config.region.clone(), |p| p.home)
+}
+
+/// After a 421: the tenant's home as the store says now. If the store
+/// cannot be read, the node's hint (when it names a region we can reach),
+/// else the home we had.
+async fn rehome(state: &RouterState, tenant: &str, tried: &str, answer: &HeaderMap) -> String {
+    let hint = answer
+        .get(X_ONCE_HOME_REGION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|r| state.config.nodes.contains(r))
+        .map(str::to_owned);
+    let home = match state.placements.refresh_tenant(tenant).await {
+        Ok(Some(placement)) => placement.home,
+        Ok(None) => state.config.region.clone(),
+        Err(e) => {
+            tracing::warn!(error = %e, "placement re-read after a 421 failed; using the node's hint");
+            hint.clone().unwrap_or_else(|| tried.to_owned())
+        }
+    };
+    tracing::info!(tenant, tried, home = %home, hint = ?hint, "misdirected: re-sending to the home region");
+    home
+}
+
+/// Sends `outgoing` to a node of `region`: round-robin, moving on to the
+/// region's next node only when a connection could not be made (nothing
+/// was sent, so nothing can have happened).
+async fn send(
+    state: &RouterState,
+    region: &str,
+    outgoing: &Outgoing,
+) -> Result<reqwest::Response, ForwardError> {
+    let span = tracing::info_span!(
+        "forward to a node",
+        otel.kind = "client",
+        region,
+        node = tracing::field::Empty
+    );
+    async {
+        if region != state.config.region && !state.config.wan_latency.is_zero() {
+            // The simulated WAN round trip of `--wan-latency` (local
+            // multi-region runs only); the one sleep in the router.
+            tokio::time::sleep(state.config.wan_latency).await;
+        }
+        let mut headers = outgoing.headers.clone();
+        // Our span becomes the node's parent; the caller's trace continues.
+        once_telemetry::context::inject_current(&mut headers);
+        let mut last = None;
+        for url in state.config.nodes.rotation(region) {
+            tracing::Span::current().record("node", url);
+            let result = state
+                .http
+                .request(outgoing.method.clone(), format!("{url}{}", outgoing.path_and_query))
+                .headers(headers.clone())
+                .body(outgoing.body.clone())
+                .timeout(state.config.node_timeout)
+                .send()
+                .await;
+            match result {
+                Ok(response) => return Ok(response),
+                Err(e) if e.is_connect() => {
+                    tracing::warn!(url, error = %e, "node refused the connection; trying the region's next node");
+                    last = Some((url.to_owned(), e));
+                }
+                Err(e) => {
+                    last = Some((url.to_owned(), e));
+                    break;
+                }
+            }
+        }
+        match last {
+            Some((url, source)) => {
+                state.metrics.unreachable.get_or_create(&Metrics::region(region)).inc();
+                Err(ForwardError::Unreachable {
+                    region: region.to_owned(),
+                    url,
+                    source,
+                })
+            }
+            None => Err(ForwardError::NoNodes(region.to_owned())),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+fn stream_back(region: &str, response: reqwest::Response) -> Response {
+    let status = response.status();
+    let mut headers = headers::to_client(response.headers());
+    if let Ok(v) = HeaderValue::try_from(region) {
+        headers.insert(X_ONCE_REGION, v);
+    }
+    let mut answer = Response::new(Body::from_stream(response.bytes_stream()));
+    *answer.status_mut() = status;
+    *answer.headers_mut() = headers;
+    answer
+}
+
+/// The node's 503, with `Retry-After: 1`: the client retries with the same
+/// `Idempotency-Key`, which is safe whatever the node did.
+fn unavailable(metrics: &Metrics, error: ForwardError) -> Response {
+    let region = match &error {
+        ForwardError::NoNodes(region) | ForwardError::Unreachable { region, .. } => region.clone(),
+    };
+    let mut response = answer_error(metrics, &region, ApiError::Unavailable(error.into()));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+fn answer_error(metrics: &Metrics, region: &str, error: ApiError) -> Response {
+    let response = error.into_response();
+    count(metrics, region, response.status());
+    response
+}
+
+fn count(metrics: &Metrics, region: &str, status: StatusCode) {
+    metrics
+        .requests
+        .get_or_create(&ForwardLabels {
+            region: region.to_owned(),
+            status: status.as_u16(),
+        })
+        .inc();
+}
+
+fn is_length_limit(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}

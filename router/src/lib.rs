@@ -1,0 +1,63 @@
+//! The `once` router: the region's public entry point. It authenticates a
+//! request with the node's API keys, finds the tenant's home region in
+//! raft-store's placement table and forwards the request to a node of that
+//! region (DESIGN §6). It health-checks every region's nodes and, when a
+//! region goes down, moves its tenants to their standbys by compare-and-set
+//! on the placement epoch, so several routers can decide at once safely.
+//!
+//! # Layout
+//!
+//! - [`app`]: build (store client, HTTP client, bind) and run (serve,
+//!   placement refresher, health checker, drain).
+//! - [`config`]: validated configuration; [`nodes`]: `--nodes`, the node
+//!   URLs of each region and their round-robin rotation.
+//! - [`state`]: what handlers and background tasks share.
+//! - [`auth`]: API key → tenant, with the node's keys and 401.
+//! - [`forward`]: `/payments…` — resolve, forward, 421 retry, 503.
+//! - [`headers`]: end-to-end headers pass, hop-by-hop ones stop.
+//! - [`placement`]: the placement cache and its refresher.
+//! - [`regions`]: this router's up/down view of each region (thresholds).
+//! - [`health`]: the health-check loop and automatic failover.
+//! - [`failover`]: moving tenants — failover and failback by epoch CAS.
+//! - [`admin`]: operator failover, failback and the placement table.
+//! - [`http`], [`ops`], [`metrics`]: span and trace ids, health/readiness/
+//!   metrics endpoints, Prometheus counters.
+//!
+//! # A request, and a region failing
+//!
+//! ```text
+//! client ─► router ─ Bearer key → tenant (401) ─ placement cache → home ─► node(home)
+//!                                                                   │
+//!             ◄── answer streamed back + X-Once-Region ─────────────┤
+//!             421 (node is not home) ─► re-read placement ─► resend once to the new home
+//!             no answer ─► 503 SERVICE_UNAVAILABLE, Retry-After: 1
+//!
+//! health checker ── GET /readyz every interval ──► every node of every region
+//!   N rounds all failed ─► store: region Down ─► for each tenant homed there:
+//!     set_placement(tenant, epoch, first healthy standby, …) ── CAS: one router wins
+//! ```
+//!
+//! The router never decides anything about a payment: the node does, and
+//! fences by placement. A router with a stale cache costs a 421 and a
+//! retry; two routers disagreeing about a region cost at most one epoch
+//! bump per tenant, because the store applies one CAS per epoch.
+
+pub mod admin;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod failover;
+pub mod forward;
+pub mod headers;
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod nodes;
+pub mod ops;
+pub mod placement;
+pub mod regions;
+pub mod state;
+
+pub use app::RouterApp;
+pub use config::{HealthConfig, RouterConfig};
+pub use nodes::NodeDirectory;

@@ -1,0 +1,146 @@
+//! The router's Prometheus metrics, one registry per router instance (so
+//! several routers in one test process never share counters).
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ForwardLabels {
+    /// The region that served (or was meant to serve) the request.
+    pub region: String,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RegionLabels {
+    pub region: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct MoveLabels {
+    pub from: String,
+    pub to: String,
+    /// `automatic`, `command` (operator failover) or `failback`.
+    pub trigger: String,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `router_requests_total{region,status}`: answers to `/payments…`.
+    pub requests: Family<ForwardLabels, Counter>,
+    /// `router_misdirected_total`: 421s received from nodes.
+    pub misdirected: Counter,
+    /// `router_node_unreachable_total{region}`: forwards that got no answer.
+    pub unreachable: Family<RegionLabels, Counter>,
+    /// `router_placement_moves_total{from,to,trigger}`: tenants this router moved.
+    pub placement_moves: Family<MoveLabels, Counter>,
+    /// `router_region_failovers_total{region}`: regions this router declared down.
+    pub region_failovers: Family<RegionLabels, Counter>,
+    /// `router_region_healthy{region}`: 1 while this router sees the region up.
+    pub region_healthy: Family<RegionLabels, Gauge>,
+    /// `router_region_consecutive_failures{region}`.
+    pub region_failures: Family<RegionLabels, Gauge>,
+    /// `router_placements`: tenants in the placement cache.
+    pub placements: Gauge<i64, std::sync::atomic::AtomicI64>,
+    /// `router_placement_refresh_failures_total`.
+    pub refresh_failures: Counter<u64, AtomicU64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<ForwardLabels, Counter>::default();
+        registry.register(
+            "router_requests",
+            "Answers to /payments requests, by serving region and status",
+            requests.clone(),
+        );
+        let misdirected = Counter::default();
+        registry.register(
+            "router_misdirected",
+            "421 Misdirected Request answers received from nodes",
+            misdirected.clone(),
+        );
+        let unreachable = Family::<RegionLabels, Counter>::default();
+        registry.register(
+            "router_node_unreachable",
+            "Forwards that got no answer from the region's nodes",
+            unreachable.clone(),
+        );
+        let placement_moves = Family::<MoveLabels, Counter>::default();
+        registry.register(
+            "router_placement_moves",
+            "Tenant placements this router moved (failover, failback)",
+            placement_moves.clone(),
+        );
+        let region_failovers = Family::<RegionLabels, Counter>::default();
+        registry.register(
+            "router_region_failovers",
+            "Regions this router declared down after failed health checks",
+            region_failovers.clone(),
+        );
+        let region_healthy = Family::<RegionLabels, Gauge>::default();
+        registry.register(
+            "router_region_healthy",
+            "1 while this router's health checks see the region up",
+            region_healthy.clone(),
+        );
+        let region_failures = Family::<RegionLabels, Gauge>::default();
+        registry.register(
+            "router_region_consecutive_failures",
+            "Consecutive failed health-check rounds of the region",
+            region_failures.clone(),
+        );
+        let placements = Gauge::default();
+        registry.register(
+            "router_placements",
+            "Tenants in the placement cache",
+            placements.clone(),
+        );
+        let refresh_failures = Counter::default();
+        registry.register(
+            "router_placement_refresh_failures",
+            "Placement refreshes that could not read raft-store",
+            refresh_failures.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            misdirected,
+            unreachable,
+            placement_moves,
+            region_failovers,
+            region_healthy,
+            region_failures,
+            placements,
+            refresh_failures,
+        }
+    }
+
+    pub fn region(region: &str) -> RegionLabels {
+        RegionLabels {
+            region: region.to_owned(),
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,143 @@
+//! The placement cache: every tenant's placement, read from raft-store.
+//!
+//! The whole table is re-read every `--placement-refresh` and at once when
+//! a node answers 421 (then the one tenant first, so the retry does not
+//! wait for the full read). A stale entry costs one 421 and a retry, never
+//! a wrong answer: the node fences by placement, the router only guesses.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use once_raft_store::client::{ClientError, StoreClient};
+use once_raft_store::command::Placement;
+use tokio::sync::Notify;
+
+use crate::metrics::Metrics;
+
+#[derive(Debug)]
+pub struct PlacementCache {
+    store: Arc<StoreClient>,
+    /// A std lock: held only to copy in or out, never across an await.
+    by_tenant: RwLock<HashMap<String, Placement>>,
+    /// Set by the first full read; `/readyz` waits for it.
+    loaded: AtomicBool,
+    /// Wakes the refresher early (a 421 was seen).
+    refresh_now: Notify,
+}
+
+impl PlacementCache {
+    pub fn new(store: Arc<StoreClient>) -> Self {
+        Self {
+            store,
+            by_tenant: RwLock::new(HashMap::new()),
+            loaded: AtomicBool::new(false),
+            refresh_now: Notify::new(),
+        }
+    }
+
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::Acquire)
+    }
+
+    /// The cached placement of `tenant`.
+    pub fn get(&self, tenant: &str) -> Option<Placement> {
+        self.read().get(tenant).cloned()
+    }
+
+    /// Every cached placement, sorted by tenant.
+    pub fn all(&self) -> Vec<(String, Placement)> {
+        let mut all: Vec<_> = self
+            .read()
+            .iter()
+            .map(|(t, p)| (t.clone(), p.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Tenants whose cached home is `region`.
+    pub fn homed_in(&self, region: &str) -> Vec<String> {
+        self.read()
+            .iter()
+            .filter(|(_, p)| p.home == region)
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+
+    /// Re-reads the whole table from the store.
+    pub async fn refresh_all(&self, metrics: &Metrics) -> Result<(), ClientError> {
+        let placements = match self.store.placements().await {
+            Ok(p) => p,
+            Err(e) => {
+                metrics.refresh_failures.inc();
+                return Err(e);
+            }
+        };
+        metrics.placements.set(placements.len() as i64);
+        let mut fresh: HashMap<String, Placement> = placements.into_iter().collect();
+        let mut map = self.write();
+        // A failover this router wrote while the read was in flight may be
+        // newer than the table just read: keep the higher epoch.
+        for (tenant, cached) in map.drain() {
+            if let Some(read) = fresh.get_mut(&tenant)
+                && read.epoch < cached.epoch
+            {
+                *read = cached;
+            }
+        }
+        *map = fresh;
+        drop(map);
+        self.loaded.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Re-reads one tenant (after a 421) and asks for a full refresh soon.
+    pub async fn refresh_tenant(&self, tenant: &str) -> Result<Option<Placement>, ClientError> {
+        self.refresh_now.notify_one();
+        let placement = self.store.placement(tenant).await?;
+        self.remember(tenant, placement.clone());
+        Ok(placement)
+    }
+
+    /// Records a placement learnt from a write (a failover this router made).
+    /// An older epoch never replaces a newer one.
+    pub fn remember(&self, tenant: &str, placement: Option<Placement>) {
+        let mut map = self.write();
+        match placement {
+            Some(p) => {
+                if map.get(tenant).is_none_or(|old| old.epoch <= p.epoch) {
+                    map.insert(tenant.to_owned(), p);
+                }
+            }
+            None => {
+                map.remove(tenant);
+            }
+        }
+    }
+
+    /// Refreshes every `interval`, or sooner when a 421 asks. Runs until
+    /// the task is aborted.
+    pub async fn keep_fresh(self: Arc<Self>, interval: Duration, metrics: Arc<Metrics>) {
+        loop {
+            if let Err(e) = self.refresh_all(&metrics).await {
+                tracing::warn!(error = %e, "placement refresh failed; serving the cached table");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = self.refresh_now.notified() => {}
+            }
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Placement>> {
+        // A panic while holding the lock cannot leave the map half-written
+        // (every write replaces whole entries), so poisoning is ignored.
+        self.by_tenant.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Placement>> {
+        self.by_tenant.write().unwrap_or_else(|p| p.into_inner())
+    }
+}

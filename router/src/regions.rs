@@ -1,0 +1,142 @@
+//! This router's view of each region's health, fed by the health checker.
+//!
+//! A region is *down* after `failures` consecutive rounds in which every
+//! one of its nodes failed `/readyz`, and *up* again after `successes`
+//! consecutive good rounds. The view is local to this router; the store's
+//! region status is where routers publish their verdicts.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::config::HealthConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing changed state.
+    Unchanged,
+    /// The region just crossed the failure threshold.
+    WentDown,
+    /// A down region just crossed the success threshold.
+    CameBack,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct RegionState {
+    down: bool,
+    consecutive_failures: u32,
+    consecutive_successes: u32,
+}
+
+/// Health of every region named in `--nodes`.
+#[derive(Debug)]
+pub struct RegionHealth {
+    thresholds: HealthConfig,
+    /// A std mutex: held for a counter update, never across an await.
+    states: Mutex<BTreeMap<String, RegionState>>,
+}
+
+impl RegionHealth {
+    /// Every region starts up: a router that just started has no evidence
+    /// against any of them, and failing over on no evidence moves tenants.
+    pub fn new<'a>(regions: impl Iterator<Item = &'a str>, thresholds: HealthConfig) -> Self {
+        Self {
+            thresholds,
+            states: Mutex::new(
+                regions
+                    .map(|r| (r.to_owned(), RegionState::default()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Records one round of checks of `region`.
+    pub fn record(&self, region: &str, ok: bool) -> (Verdict, u32) {
+        let mut states = self.lock();
+        let state = states.entry(region.to_owned()).or_default();
+        if ok {
+            state.consecutive_failures = 0;
+            state.consecutive_successes = state.consecutive_successes.saturating_add(1);
+            if state.down && state.consecutive_successes >= self.thresholds.successes {
+                state.down = false;
+                return (Verdict::CameBack, 0);
+            }
+        } else {
+            state.consecutive_successes = 0;
+            state.consecutive_failures = state.consecutive_failures.saturating_add(1);
+            if !state.down && state.consecutive_failures >= self.thresholds.failures {
+                state.down = true;
+                return (Verdict::WentDown, state.consecutive_failures);
+            }
+        }
+        (Verdict::Unchanged, state.consecutive_failures)
+    }
+
+    /// Whether `region` is known and not down: a failover target.
+    pub fn is_up(&self, region: &str) -> bool {
+        self.lock().get(region).is_some_and(|s| !s.down)
+    }
+
+    pub fn down_regions(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, s)| s.down)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
+    /// `(region, up, consecutive failures)` for `/admin/placements`.
+    pub fn snapshot(&self) -> Vec<(String, bool, u32)> {
+        self.lock()
+            .iter()
+            .map(|(r, s)| (r.clone(), !s.down, s.consecutive_failures))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, RegionState>> {
+        self.states.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn health() -> RegionHealth {
+        RegionHealth::new(
+            ["eu", "us"].into_iter(),
+            HealthConfig {
+                interval: Duration::from_secs(1),
+                failures: 3,
+                successes: 2,
+            },
+        )
+    }
+
+    #[test]
+    fn a_region_goes_down_after_the_failure_threshold_and_back_after_the_success_threshold() {
+        let h = health();
+        assert_eq!(h.record("eu", false).0, Verdict::Unchanged);
+        assert_eq!(h.record("eu", false).0, Verdict::Unchanged);
+        assert!(h.is_up("eu"));
+        assert_eq!(h.record("eu", false).0, Verdict::WentDown);
+        assert!(!h.is_up("eu"));
+        assert_eq!(h.record("eu", false).0, Verdict::Unchanged);
+        assert_eq!(h.record("eu", true).0, Verdict::Unchanged);
+        assert_eq!(h.record("eu", true).0, Verdict::CameBack);
+        assert!(h.is_up("eu"));
+        assert!(!h.is_up("ap"), "unknown regions are never failover targets");
+    }
+
+    #[test]
+    fn one_success_resets_the_failure_count() {
+        let h = health();
+        h.record("us", false);
+        h.record("us", false);
+        h.record("us", true);
+        assert_eq!(h.record("us", false).0, Verdict::Unchanged);
+        assert_eq!(h.record("us", false).0, Verdict::Unchanged);
+        assert_eq!(h.record("us", false).0, Verdict::WentDown);
+    }
+}

@@ -1,0 +1,43 @@
+//! The state every handler and background task of a router shares.
+
+use std::sync::Arc;
+
+use once_node::ApiKeys;
+use once_raft_store::client::StoreClient;
+
+use crate::config::RouterConfig;
+use crate::failover::Mover;
+use crate::metrics::Metrics;
+use crate::placement::PlacementCache;
+use crate::regions::RegionHealth;
+
+/// Shared by reference count; nothing in it is cloned per request.
+pub type SharedState = Arc<RouterState>;
+
+#[derive(Debug)]
+pub struct RouterState {
+    pub config: RouterConfig,
+    /// The node's keys, the node's check: a request the router lets through
+    /// is one the node would authenticate too (it checks again).
+    pub api_keys: ApiKeys,
+    /// raft-store: placements and region status.
+    pub store: Arc<StoreClient>,
+    pub placements: Arc<PlacementCache>,
+    /// This router's health-check view of each region.
+    pub health: RegionHealth,
+    pub metrics: Arc<Metrics>,
+    /// One client for every forward and health check: its connection pool
+    /// keeps connections to each node warm.
+    pub http: reqwest::Client,
+}
+
+impl RouterState {
+    pub fn mover(&self) -> Mover<'_> {
+        Mover {
+            store: &self.store,
+            cache: &self.placements,
+            health: &self.health,
+            metrics: &self.metrics,
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `once router`: the region's entry point — authenticate, forward to the
+//! tenant's home region, health-check regions and fail tenants over.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args};
+use once_router::{HealthConfig, NodeDirectory, RouterApp, RouterConfig};
+
+use super::config_error;
+
+#[derive(Debug, Args)]
+pub struct RouterArgs {
+    /// Address to listen on; port 0 picks a free one (printed on stdout).
+    #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// This router's region: tenants without a placement are served here.
+    #[arg(long, env = "ONCE_REGION", default_value = "local")]
+    pub region: String,
+    /// raft-store client API endpoints, comma-separated (this region's first).
+    #[arg(
+        long,
+        env = "ONCE_STORE_ENDPOINTS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub store_endpoints: Vec<String>,
+    /// Key file of `tenant:principal:sha256hex` lines (the node's format).
+    /// Plaintext development keys come from `ONCE_API_KEYS`.
+    #[arg(long, env = "ONCE_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// Nodes of every region: `REGION=URL,REGION=URL,…`; repeat a region
+    /// for several nodes (round-robin).
+    #[arg(long, env = "ONCE_NODES", value_delimiter = ',', required = true)]
+    pub nodes: Vec<String>,
+    /// Time between health checks of every region's nodes (also their timeout).
+    #[arg(long, env = "ONCE_HEALTH_CHECK_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    pub health_check_interval: Duration,
+    /// Consecutive failed rounds (every node of the region failing) before
+    /// the region is down and its tenants fail over.
+    #[arg(long, env = "ONCE_HEALTH_CHECK_FAILURES", default_value_t = 3)]
+    pub health_check_failures: u32,
+    /// Consecutive good rounds before a down region is healthy again
+    /// (tenants are not moved back: `POST /admin/failback`).
+    #[arg(long, env = "ONCE_HEALTH_CHECK_SUCCESSES", default_value_t = 5)]
+    pub health_check_successes: u32,
+    /// How often the whole placement table is re-read (a 421 re-reads at once).
+    #[arg(long, env = "ONCE_PLACEMENT_REFRESH", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub placement_refresh: Duration,
+    /// Move tenants off a region the health checks declare down
+    /// (`--auto-failover=false` only reports it).
+    #[arg(long, env = "ONCE_AUTO_FAILOVER", default_value_t = true, action = ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub auto_failover: bool,
+    /// Bearer token of `/admin/*` (failover, failback, placements); unset disables them.
+    #[arg(long, env = "ONCE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Milliseconds to wait before forwarding to another region: a
+    /// simulated WAN round trip for local multi-region runs.
+    #[arg(long, env = "ONCE_WAN_LATENCY", default_value_t = 0)]
+    pub wan_latency: u64,
+    /// Largest request body, in bytes, buffered for forwarding (bigger: 413).
+    #[arg(long, env = "ONCE_BODY_LIMIT", default_value_t = 64 * 1024)]
+    pub body_limit: usize,
+    /// Longest wait for a node's answer to a forwarded request.
+    #[arg(long, env = "ONCE_NODE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub node_timeout: Duration,
+    /// How long in-flight requests may finish after SIGTERM.
+    #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Duration,
+    /// Parse and validate everything, print the effective configuration
+    /// (without secrets) and exit without binding or connecting.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
+    let nodes = NodeDirectory::parse(&args.nodes)?;
+    let mut config = RouterConfig::new(
+        args.listen,
+        &args.region,
+        args.store_endpoints
+            .iter()
+            .map(|e| e.trim().to_owned())
+            .filter(|e| !e.is_empty())
+            .collect(),
+        nodes,
+    );
+    config.health = HealthConfig {
+        interval: args.health_check_interval,
+        failures: args.health_check_failures,
+        successes: args.health_check_successes,
+    };
+    config.placement_refresh = args.placement_refresh;
+    config.auto_failover = args.auto_failover;
+    config.admin_token = args.admin_token.clone();
+    config.wan_latency = Duration::from_millis(args.wan_latency);
+    config.body_limit = args.body_limit;
+    config.node_timeout = args.node_timeout;
+    config.drain_timeout = args.drain_timeout;
+    config.validate()?;
+    Ok(config)
+}
+
+pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
+    let config = config_of(&args).map_err(config_error)?;
+    let keys = super::api_keys::load(args.api_keys_file.as_deref()).map_err(config_error)?;
+    if args.check_config {
+        println!(
+            "{}",
+            serde_json::json!({
+                "role": "router",
+                "listen": config.listen.to_string(),
+                "region": config.region,
+                "storeEndpoints": config.store_endpoints,
+                "nodes": config.nodes.describe(),
+                "apiKeys": keys.len(),
+                "healthCheck": {
+                    "interval": humantime::format_duration(config.health.interval).to_string(),
+                    "failures": config.health.failures,
+                    "successes": config.health.successes,
+                },
+                "placementRefresh": humantime::format_duration(config.placement_refresh).to_string(),
+                "autoFailover": config.auto_failover,
+                "adminEndpoints": config.admin_token.is_some(),
+                "wanLatencyMs": config.wan_latency.as_millis() as u64,
+                "bodyLimit": config.body_limit,
+                "nodeTimeout": humantime::format_duration(config.node_timeout).to_string(),
+                "drainTimeout": humantime::format_duration(config.drain_timeout).to_string(),
+            })
+        );
+        return Ok(());
+    }
+    let app = RouterApp::build(config, keys).await?;
+    let addr = app.address();
+    tracing::info!(%addr, region = %app.state().config.region, "router listening");
+    // One machine-readable line on stdout for harnesses and scripts.
+    println!("listening on http://{addr}");
+    app.run_until(once_node::shutdown_signal()).await
+}

@@ -1,0 +1,548 @@
+//! `once router` as a real process in front of real `once node` processes
+//! (SQLite) and a 3-member `once store` cluster: routing by placement, the
+//! node's 401, keys and trace context reaching the node, a region SIGKILLed
+//! and its tenant failed over, two routers racing that failover, failback on
+//! command, and an unreachable node answered with 503 + Retry-After.
+//!
+//! The nodes run in `sql` mode and never answer 421 (that is the node's
+//! raft mode); these scenarios do not depend on it.
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::time::Duration;
+
+use once_raft_store::client::{ClientOptions, StoreClient};
+use once_raft_store::command::{Placement, RegionStatus, Reply};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::helpers::{
+    ACME_KEY, API_KEYS, Answer, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually, payment_body,
+    send,
+};
+use crate::raft_store::cluster::Cluster;
+
+const ADMIN_TOKEN: &str = "router-admin-token-0123456789";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A real `once router` process.
+#[derive(Debug)]
+struct RouterProcess {
+    url: String,
+    /// Killed when dropped (`kill_on_drop`).
+    _child: Child,
+    client: reqwest::Client,
+}
+
+impl RouterProcess {
+    async fn start(args: &[String]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
+            .args(["router", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("ONCE_API_KEYS", API_KEYS)
+            .env("RUST_LOG", "warn")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn once router");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr: SocketAddr = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("read stdout") {
+                if let Some(addr) = line.strip_prefix("listening on http://") {
+                    return addr.parse().expect("address");
+                }
+            }
+            panic!("router exited before listening");
+        })
+        .await
+        .expect("router starts within a minute");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            url: format!("http://{addr}"),
+            _child: child,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    fn pay(&self, key: &str, idempotency_key: &str, body: String) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}/payments", self.url))
+            .bearer_auth(key)
+            .header("Idempotency-Key", idempotency_key)
+            .header("Content-Type", "application/json")
+            .body(body)
+    }
+
+    /// Waits for `/readyz`: the store answers and placements are loaded.
+    async fn wait_ready(&self) {
+        eventually(WAIT, || async {
+            let r = self
+                .client
+                .get(format!("{}/readyz", self.url))
+                .send()
+                .await
+                .ok()?;
+            r.status().is_success().then_some(())
+        })
+        .await;
+    }
+
+    async fn admin(&self, path: &str, region: &str) -> Answer {
+        send(
+            self.client
+                .post(format!("{}{path}", self.url))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&serde_json::json!({ "region": region })),
+        )
+        .await
+    }
+
+    /// Sum of a metric's samples whose line contains `filter`.
+    async fn metric(&self, name: &str, filter: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        text.lines()
+            .filter(|l| l.starts_with(name) && l.contains(filter))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// Two regions, `eu` and `us`, one SQLite node each, and the store.
+struct Regions {
+    cluster: Cluster,
+    store: StoreClient,
+    eu: Option<NodeProcess>,
+    us: NodeProcess,
+    eu_url: String,
+    _dbs: (TestDb, TestDb),
+}
+
+impl Regions {
+    async fn start() -> Self {
+        let cluster = Cluster::start(3).await;
+        let store = cluster.client(ClientOptions::default());
+        let (eu_db, us_db) = (
+            TestDb::new(Backend::Sqlite).await,
+            TestDb::new(Backend::Sqlite).await,
+        );
+        let eu = NodeProcess::start(&eu_db, &[], &[]).await;
+        let us = NodeProcess::start(&us_db, &[], &[]).await;
+        Self {
+            eu_url: eu.url.clone(),
+            cluster,
+            store,
+            eu: Some(eu),
+            us,
+            _dbs: (eu_db, us_db),
+        }
+    }
+
+    /// Flags of a router in `eu` over both regions; `extra` adds or tunes.
+    fn router_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "--region".to_owned(),
+            "eu".to_owned(),
+            "--store-endpoints".to_owned(),
+            self.cluster.endpoints().join(","),
+            "--nodes".to_owned(),
+            format!("eu={},us={}", self.eu_url, self.us.url),
+            "--placement-refresh".to_owned(),
+            "200ms".to_owned(),
+            "--admin-token".to_owned(),
+            ADMIN_TOKEN.to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Places `tenant` for the first time; returns the placement (epoch 1).
+    async fn place(&self, tenant: &str, home: &str, standbys: &[&str]) -> Placement {
+        let standbys: Vec<String> = standbys.iter().map(|s| s.to_string()).collect();
+        match self
+            .store
+            .set_placement(tenant, 0, home, &standbys)
+            .await
+            .expect("store answers")
+        {
+            Reply::Placement(p) => p,
+            other => panic!("placement not set: {other:?}"),
+        }
+    }
+
+    async fn placement(&self, tenant: &str) -> Placement {
+        self.store
+            .placement(tenant)
+            .await
+            .expect("store answers")
+            .expect("tenant is placed")
+    }
+
+    async fn kill_eu(&mut self) {
+        if let Some(eu) = self.eu.take() {
+            eu.kill().await;
+        }
+    }
+}
+
+fn region_of(answer: &reqwest::Response) -> String {
+    answer
+        .headers()
+        .get("x-once-region")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// Sends a payment through the router until it succeeds from `region`
+/// (the router's cache catches up with the store within a refresh).
+async fn pay_until_served_by(
+    router: &RouterProcess,
+    key: &str,
+    idempotency_key: &str,
+    region: &str,
+) -> serde_json::Value {
+    eventually(WAIT, || async {
+        let r = router
+            .pay(
+                key,
+                idempotency_key,
+                payment_body("acc_1", "10.00", idempotency_key),
+            )
+            .send()
+            .await
+            .ok()?;
+        let served = region_of(&r);
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.ok()?;
+        (served == region && (status == 201 || status == 200)).then_some(body)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_to_the_tenants_home_region_and_say_which_served() {
+    let regions = Regions::start().await;
+    regions.place("acme", "us", &["eu"]).await;
+    let router = RouterProcess::start(&regions.router_args(&["--auto-failover=false"])).await;
+    router.wait_ready().await;
+
+    // acme lives in us; globex has no placement, so it lives in the router's own region.
+    let acme = pay_until_served_by(&router, ACME_KEY, "route-acme-1", "us").await;
+    let globex = pay_until_served_by(&router, GLOBEX_KEY, "route-globex-1", "eu").await;
+
+    // The payments exist where the router said, and only there.
+    let client = reqwest::Client::new();
+    let find = |node: String, key: &'static str, id: String| {
+        let client = client.clone();
+        async move {
+            client
+                .get(format!("{node}/payments/{id}"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .expect("node answers")
+                .status()
+                .as_u16()
+        }
+    };
+    let acme_id = acme["id"].as_str().expect("payment id").to_owned();
+    let globex_id = globex["id"].as_str().expect("payment id").to_owned();
+    assert_eq!(
+        find(regions.us.url.clone(), ACME_KEY, acme_id.clone()).await,
+        200
+    );
+    assert_eq!(
+        find(regions.eu_url.clone(), ACME_KEY, acme_id.clone()).await,
+        404
+    );
+    assert_eq!(
+        find(regions.eu_url.clone(), GLOBEX_KEY, globex_id.clone()).await,
+        200
+    );
+    assert_eq!(
+        find(regions.us.url.clone(), GLOBEX_KEY, globex_id).await,
+        404
+    );
+
+    // A read is routed the same way.
+    let read = router
+        .client
+        .get(format!("{}/payments/{acme_id}", router.url))
+        .bearer_auth(ACME_KEY)
+        .send()
+        .await
+        .expect("router answers");
+    assert_eq!(read.status(), 200);
+    assert_eq!(region_of(&read), "us");
+
+    assert!(
+        router
+            .metric("router_requests_total", "region=\"us\"")
+            .await
+            >= 2.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_and_trace_context_reach_the_node() {
+    let regions = Regions::start().await;
+    let router = RouterProcess::start(&regions.router_args(&["--auto-failover=false"])).await;
+    router.wait_ready().await;
+
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-01");
+    let first = router
+        .pay(
+            ACME_KEY,
+            "trace-1",
+            payment_body("acc_1", "10.00", "trace-1"),
+        )
+        .header("traceparent", &traceparent)
+        .send()
+        .await
+        .expect("router answers");
+    assert_eq!(first.status(), 201);
+    assert_eq!(region_of(&first), "eu");
+    // The node continued the caller's trace (its X-Trace-Id is the node's
+    // own span's trace, reached through the router's span).
+    assert_eq!(first.headers()["x-trace-id"], trace_id);
+    let traceresponse = first.headers()["traceresponse"].to_str().unwrap();
+    assert!(traceresponse.contains(trace_id), "{traceresponse}");
+    let first = Answer::of(first).await;
+
+    // The same Idempotency-Key again: the node replays (the key got there).
+    let again = send(router.pay(
+        ACME_KEY,
+        "trace-1",
+        payment_body("acc_1", "10.00", "trace-1"),
+    ))
+    .await;
+    assert!(again.replayed, "the node saw the same key");
+    assert_eq!(again.body, first.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_region_fails_over_to_its_standby() {
+    let mut regions = Regions::start().await;
+    let before = regions.place("acme", "eu", &["us"]).await;
+    let router = RouterProcess::start(&regions.router_args(&[
+        "--health-check-interval",
+        "300ms",
+        "--health-check-failures",
+        "3",
+    ]))
+    .await;
+    router.wait_ready().await;
+    pay_until_served_by(&router, ACME_KEY, "failover-1", "eu").await;
+
+    regions.kill_eu().await;
+
+    let after = eventually(WAIT, || async {
+        let p = regions.placement("acme").await;
+        (p.epoch > before.epoch).then_some(p)
+    })
+    .await;
+    assert_eq!(after.home, "us");
+    assert_eq!(after.epoch, before.epoch + 1);
+    assert_eq!(
+        after.standbys,
+        ["eu"],
+        "the failed region is the last standby"
+    );
+    assert_eq!(after.preferred_home, "eu");
+    let statuses = regions.store.regions().await.expect("store answers");
+    assert!(statuses.contains(&("eu".to_owned(), RegionStatus::Down)));
+
+    // Requests succeed again, from the standby.
+    pay_until_served_by(&router, ACME_KEY, "failover-2", "us").await;
+    assert_eq!(
+        router
+            .metric("router_placement_moves_total", "trigger=\"automatic\"")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routers_racing_a_failover_move_the_tenant_once() {
+    let mut regions = Regions::start().await;
+    let before = regions.place("acme", "eu", &["us"]).await;
+    let args = regions.router_args(&[
+        "--health-check-interval",
+        "200ms",
+        "--health-check-failures",
+        "2",
+    ]);
+    let (a, b) = tokio::join!(RouterProcess::start(&args), RouterProcess::start(&args));
+    a.wait_ready().await;
+    b.wait_ready().await;
+
+    regions.kill_eu().await;
+
+    // Both routers see the region down and act on it ...
+    for router in [&a, &b] {
+        eventually(WAIT, || async {
+            (router
+                .metric("router_region_failovers_total", "region=\"eu\"")
+                .await
+                >= 1.0)
+                .then_some(())
+        })
+        .await;
+    }
+    // ... and the store applied exactly one move.
+    let after = eventually(WAIT, || async {
+        let p = regions.placement("acme").await;
+        (p.home == "us").then_some(p)
+    })
+    .await;
+    assert_eq!(after.epoch, before.epoch + 1, "one epoch bump, not two");
+    let moves = a.metric("router_placement_moves_total", "").await
+        + b.metric("router_placement_moves_total", "").await;
+    assert_eq!(moves, 1.0, "one router won the CAS, the other skipped");
+
+    pay_until_served_by(&a, ACME_KEY, "race-1", "us").await;
+    pay_until_served_by(&b, ACME_KEY, "race-2", "us").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_fails_a_region_over_and_back() {
+    let regions = Regions::start().await;
+    let before = regions.place("acme", "eu", &["us"]).await;
+    regions.place("globex", "us", &["eu"]).await;
+    let router = RouterProcess::start(&regions.router_args(&[
+        "--auto-failover=false",
+        "--health-check-interval",
+        "500ms",
+    ]))
+    .await;
+    router.wait_ready().await;
+
+    // Without the admin token: the node's 401.
+    let refused = send(
+        router
+            .client
+            .post(format!("{}/admin/failover", router.url))
+            .json(&serde_json::json!({ "region": "eu" })),
+    )
+    .await;
+    assert_eq!(refused.status, 401);
+
+    let failover = router.admin("/admin/failover", "eu").await;
+    assert_eq!(
+        failover.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&failover.body)
+    );
+    let moved = failover.json()["moved"].clone();
+    assert_eq!(moved.as_array().map(Vec::len), Some(1), "{moved}");
+    assert_eq!(moved[0]["tenant"], "acme");
+    assert_eq!(moved[0]["to"], "us");
+    assert_eq!(moved[0]["epoch"], before.epoch + 1);
+    pay_until_served_by(&router, ACME_KEY, "drill-1", "us").await;
+
+    let failback = router.admin("/admin/failback", "eu").await;
+    assert_eq!(
+        failback.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&failback.body)
+    );
+    let moved = failback.json()["moved"].clone();
+    assert_eq!(
+        moved.as_array().map(Vec::len),
+        Some(1),
+        "only acme prefers eu: {moved}"
+    );
+    assert_eq!(moved[0]["tenant"], "acme");
+    assert_eq!(moved[0]["to"], "eu");
+    assert_eq!(moved[0]["epoch"], before.epoch + 2);
+    let home = regions.placement("acme").await;
+    assert_eq!(
+        (home.home.as_str(), home.standbys.as_slice()),
+        ("eu", ["us".to_owned()].as_slice())
+    );
+    assert_eq!(regions.placement("globex").await.home, "us", "untouched");
+    pay_until_served_by(&router, ACME_KEY, "drill-2", "eu").await;
+
+    // A second failback finds nothing to move.
+    let again = router.admin("/admin/failback", "eu").await;
+    assert_eq!(again.json()["moved"], serde_json::json!([]));
+
+    let table = send(
+        router
+            .client
+            .get(format!("{}/admin/placements", router.url))
+            .bearer_auth(ADMIN_TOKEN),
+    )
+    .await;
+    assert_eq!(table.json()["placements"]["acme"]["home"], "eu");
+}
+
+/// No store needed: a tenant without a placement goes to the router's own
+/// region, whose only node is not listening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_node_answers_503_with_retry_after_and_bad_requests_get_the_nodes_errors() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let node = NodeProcess::start(&db, &[], &[]).await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr")
+    };
+    let router = RouterProcess::start(&[
+        "--region".into(),
+        "eu".into(),
+        "--store-endpoints".into(),
+        format!("{closed}"),
+        "--nodes".into(),
+        format!("eu=http://{closed},us={}", node.url),
+        "--auto-failover=false".into(),
+        "--body-limit".into(),
+        "1024".into(),
+    ])
+    .await;
+
+    let down = send(router.pay(ACME_KEY, "down-1", payment_body("acc_1", "1.00", "down-1"))).await;
+    assert_eq!(down.status, 503);
+    assert_eq!(down.error_code(), "SERVICE_UNAVAILABLE");
+    assert_eq!(down.retry_after.as_deref(), Some("1"));
+
+    // No key, or a wrong one: exactly the node's 401.
+    let from_node = send(
+        reqwest::Client::new()
+            .post(format!("{}/payments", node.url))
+            .header("Idempotency-Key", "x")
+            .body("{}"),
+    )
+    .await;
+    for request in [
+        router.client.post(format!("{}/payments", router.url)),
+        router
+            .client
+            .post(format!("{}/payments", router.url))
+            .bearer_auth("sk_test_not_a_key_at_all"),
+    ] {
+        let answer = send(request.header("Idempotency-Key", "x").body("{}")).await;
+        assert_eq!(answer.status, 401);
+        assert_eq!(answer.body, from_node.body);
+    }
+
+    // Too big to buffer: the node's 413 shape.
+    let big = send(router.pay(ACME_KEY, "big-1", "x".repeat(2048))).await;
+    assert_eq!(big.status, 413);
+    assert_eq!(big.error_code(), "PAYLOAD_TOO_LARGE");
+    node.kill().await;
+}
