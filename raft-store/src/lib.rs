@@ -124,4 +124,5 @@ pub mod read_index;
 pub mod server;
 pub mod state_machine;
 pub mod types;
+pub mod wan;
 pub mod wire;
