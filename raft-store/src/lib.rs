@@ -115,8 +115,10 @@
 //!  client (eu) ─RTT─► member 3 (ap, leader) ──RTT──► member 1 (eu)   answer commits
 //! ```
 //!
-//! A claim costs one RTT from beside the leader and two from elsewhere
-//! (measured in `BENCHMARKS.md`).
+//! A claim needs one RTT for the quorum plus one to reach a remote leader;
+//! a sequential caller beside the leader pays ~2 as well, because openraft
+//! 0.9 keeps one append in flight per follower and the previous commit's
+//! notice occupies it (measured and explained in `BENCHMARKS.md`).
 //!
 //! # Throughput
 //!
