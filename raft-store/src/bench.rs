@@ -120,14 +120,14 @@ pub async fn claims(
 /// with `--wan-latency` of the same value), claiming one fresh key at a
 /// time: the claim latency a caller sees across regions.
 ///
-/// Where the round trips go: a client beside the leader pays one — the
-/// leader's append to the followers, answered by the first of them (a
-/// quorum of two) — plus local fsyncs; a client beside a follower pays one
-/// more to reach the leader (the follower redirects, the client remembers
-/// the leader). An append already in flight to a follower (a heartbeat, or
-/// the round that tells the followers the previous commit) delays the next
-/// one by up to one more round trip, since openraft keeps one RPC in flight
-/// per follower.
+/// Where the round trips go: the leader's append to the followers, answered
+/// by the first of them (a quorum of two), is one; reaching a remote leader
+/// is one more (the client remembers the leader after a redirect). openraft
+/// 0.9 keeps one append in flight per follower and, after each commit,
+/// sends one to carry the new commit index: a sequential caller beside the
+/// leader finds that notice in flight and waits one more round trip for
+/// it, so it pays ~2 as well (see `BENCHMARKS.md`); a heartbeat in flight
+/// adds up to one more at the tail.
 pub async fn wan_claims(
     endpoints: &[String],
     requests: usize,
