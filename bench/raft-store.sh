@@ -2,20 +2,31 @@
 # Claim throughput and latency of a three-member raft-store on this machine
 # (members on 127.0.0.1–3, data on disk, every commit fsynced), at several
 # concurrencies. Usage: bench/raft-store.sh [REQUESTS]   (default 20000)
-# Needs a release build: cargo build --release -p once
+#
+# Simulated WAN latency figure: bench/raft-store.sh wan [REQUESTS] [RTT_MS]
+# (default 500 claims, 70 ms): the members run with --wan-latency RTT_MS
+# (each its own region, so every Raft RPC waits one RTT), and one client,
+# RTT_MS from every member but its local one, claims one key at a time —
+# once beside the leader, once beside a follower.
+# Needs a release build: cargo build --release --bin once
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
-REQUESTS="${1:-20000}"
+MODE=throughput
+if [[ "${1:-}" == wan ]]; then MODE=wan; shift; fi
+REQUESTS="${1:-$([[ $MODE == wan ]] && echo 500 || echo 20000)}"
+RTT_MS="${2:-70}"
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT
 
+WAN_FLAGS=()
+[[ $MODE == wan ]] && WAN_FLAGS=(--wan-latency "$RTT_MS")
 PEERS="1=127.0.0.1:27001,2=127.0.0.2:27001,3=127.0.0.3:27001"
 for i in 1 2 3; do
   RUST_LOG=error "$ONCE" store --id "$i" --raft-addr "127.0.0.$i:27001" --api-addr "127.0.0.$i:27101" \
-    --data-dir "$DIR/m$i" --peers "$PEERS" >"$DIR/out$i" 2>&1 &
+    --data-dir "$DIR/m$i" --peers "$PEERS" "${WAN_FLAGS[@]}" >"$DIR/out$i" 2>&1 &
   PIDS+=($!)
 done
 ENDPOINTS="127.0.0.1:27101,127.0.0.2:27101,127.0.0.3:27101"
@@ -23,6 +34,15 @@ ENDPOINTS="127.0.0.1:27101,127.0.0.2:27101,127.0.0.3:27101"
 leader() { [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *'"state":"Leader"'* ]]; }
 for _ in $(seq 1 100); do leader && break; sleep 0.1; done
 leader || { echo "no leader"; exit 1; }
+
+if [[ $MODE == wan ]]; then
+  echo "# $(nproc) cores, members with --wan-latency $RTT_MS, one sequential client, $REQUESTS claims per run, binary $ONCE"
+  for local in leader follower; do
+    "$ONCE" store bench --endpoints "$ENDPOINTS" --requests "$REQUESTS" \
+      --wan-latency "$RTT_MS" --local-member "$local"
+  done
+  exit 0
+fi
 
 echo "# $(nproc) cores, $REQUESTS claims per run, binary $ONCE"
 for c in 1 16 64 256; do

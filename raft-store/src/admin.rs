@@ -1,5 +1,5 @@
 //! Operator actions against a running cluster (behind `once store status |
-//! add-learner | change-membership | snapshot`): plain JSON over the client
+//! add-learner | change-membership | snapshot | partition`): plain JSON over the client
 //! API listener, following the leader when a member redirects.
 
 use std::time::Duration;
@@ -11,6 +11,7 @@ use crate::protocol::{
     SNAPSHOT_PATH, STATUS_PATH, Status,
 };
 use crate::types::NodeId;
+use crate::wan::{PARTITION_PATH, PartitionState, SetPartition};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -134,4 +135,27 @@ pub async fn snapshot(endpoint: &str) -> Result<(), AdminError> {
 /// Starts an election on the member at `endpoint`.
 pub async fn elect(endpoint: &str) -> Result<(), AdminError> {
     post(endpoint, ELECT_PATH, &()).await
+}
+
+/// Isolates the member at `endpoint` from every other region (`true`) or
+/// heals it (`false`); see [`crate::wan`].
+pub async fn set_partition(endpoint: &str, isolated: bool) -> Result<(), AdminError> {
+    post(endpoint, PARTITION_PATH, &SetPartition { isolated }).await
+}
+
+/// Whether the member at `endpoint` is isolated, and its region.
+pub async fn partition(endpoint: &str) -> Result<PartitionState, AdminError> {
+    let url = format!("{}{PARTITION_PATH}", base(endpoint));
+    let r = http()
+        .get(&url)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|source| AdminError::Http {
+            url: url.clone(),
+            source,
+        })?;
+    r.json()
+        .await
+        .map_err(|source| AdminError::Http { url, source })
 }

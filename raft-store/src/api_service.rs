@@ -8,6 +8,11 @@
 //! retryable or expired ones), so any member that has applied it holds the
 //! same bytes the leader would return. A member that has not applied it yet
 //! answers `NotFinalHere` and the client asks the leader.
+//!
+//! `GET|POST /admin/partition` shows or sets this member's isolation
+//! ([`crate::wan`]); while isolated, requests of clients that declare
+//! another region (`X-Once-Client-Region`) are refused, and requests that
+//! declare none are served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -28,6 +33,7 @@ use crate::protocol::{
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
 use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError};
+use crate::wan::{self, CLIENT_REGION_HEADER, PARTITION_PATH, SetPartition, SimulatedWan};
 use crate::wire::Postcard;
 
 /// What every handler shares.
@@ -41,6 +47,9 @@ pub struct ApiState {
     pub read_index: ReadIndex,
     pub raft_addr: String,
     pub api_addr: String,
+    /// The simulated WAN this member's transports share: the partition
+    /// endpoint flips it, the client API consults it.
+    pub wan: Arc<SimulatedWan>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -52,6 +61,8 @@ impl std::fmt::Debug for ApiState {
 }
 
 pub fn router(state: Arc<ApiState>) -> Router {
+    // Outside the partition check: an operator must always reach it.
+    let partition_admin = Router::new().route(PARTITION_PATH, get(partition).post(set_partition));
     Router::new()
         .route(WRITE_PATH, post(write))
         .route(READ_PATH, post(read))
@@ -62,6 +73,12 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(ELECT_PATH, post(elect))
         .route("/metrics", get(crate::metrics::render))
+        // Clients of another region cannot reach an isolated member.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refuse_across_partition,
+        ))
+        .merge(partition_admin)
         // A server span per request, continuing the caller's trace.
         .layer(axum::middleware::from_fn(server_span))
         .with_state(state)
@@ -73,6 +90,37 @@ async fn server_span(request: axum::extract::Request, next: axum::middleware::Ne
     let span = tracing::info_span!("store request", otel.name = %name, otel.kind = "server");
     once_telemetry::context::set_remote_parent(&span, request.headers());
     next.run(request).instrument(span).await
+}
+
+async fn refuse_across_partition(
+    State(state): State<Arc<ApiState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let from = wan::header(request.headers(), CLIENT_REGION_HEADER);
+    if state.wan.accepts_client(from) {
+        next.run(request).await
+    } else {
+        state.wan.refusal(from)
+    }
+}
+
+async fn partition(State(state): State<Arc<ApiState>>) -> Response {
+    Json(state.wan.state()).into_response()
+}
+
+/// Isolates this member's region from the others, or heals it.
+async fn set_partition(
+    State(state): State<Arc<ApiState>>,
+    Json(request): Json<SetPartition>,
+) -> Response {
+    state.wan.set_isolated(request.isolated);
+    tracing::warn!(
+        isolated = request.isolated,
+        region = state.wan.region(),
+        "simulated partition changed"
+    );
+    Json(state.wan.state()).into_response()
 }
 
 #[tracing::instrument(name = "raft write", skip_all)]

@@ -3,6 +3,10 @@
 //! key) as fast as the cluster answers; reports throughput and latency.
 //! Closed loop: latency under overload is understated (coordinated
 //! omission), so read the throughput, and the latency at low concurrency.
+//!
+//! [`wan_claims`] is the latency figure under a simulated WAN ([`crate::wan`]):
+//! members started with `--wan-latency`, one client in one member's region
+//! paying the same round trip to the others, claiming one key at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,8 +14,19 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::admin::{self, AdminError};
 use crate::client::{ClientOptions, StoreClient};
 use crate::command::{BusinessKey, NewClaim, Reply, Scope, Step};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("building the client")]
+    Client(#[from] reqwest::Error),
+    #[error("asking the members who leads")]
+    Admin(#[from] AdminError),
+    #[error("no member is a {0}")]
+    NoSuchMember(&'static str),
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -24,6 +39,46 @@ pub struct BenchReport {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// Only in a simulated-WAN run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wan: Option<WanFigures>,
+}
+
+/// The latency of a simulated-WAN run in round trips.
+#[derive(Debug, Clone, Serialize)]
+pub struct WanFigures {
+    pub rtt_ms: f64,
+    /// The client's own (first, no latency) endpoint, and whether it led.
+    pub local_endpoint: String,
+    pub local_is_leader: bool,
+    /// Claims before the measured ones (finding the leader), not counted.
+    pub warmup: usize,
+    pub p50_rtts: f64,
+    pub p99_rtts: f64,
+}
+
+/// Which member the client of [`wan_claims`] sits beside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LocalMember {
+    /// The first endpoint, whatever its role.
+    First,
+    /// The leader: a claim pays the leader's replication round trip only.
+    Leader,
+    /// A follower: a claim also crosses the WAN to reach the leader.
+    Follower,
+}
+
+impl std::str::FromStr for LocalMember {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "first" => Ok(Self::First),
+            "leader" => Ok(Self::Leader),
+            "follower" => Ok(Self::Follower),
+            other => Err(format!("{other:?} is not first, leader or follower")),
+        }
+    }
 }
 
 fn fresh_claim(run: u64, n: usize) -> NewClaim {
@@ -58,8 +113,73 @@ pub async fn claims(
     concurrency: usize,
     requests: usize,
 ) -> Result<BenchReport, reqwest::Error> {
-    let client = Arc::new(StoreClient::new(endpoints, ClientOptions::default())?);
+    let client = StoreClient::new(endpoints, ClientOptions::default())?;
+    Ok(claims_through(Arc::new(client), rand::random(), concurrency, requests).await)
+}
+
+/// One client beside one member, `rtt` from the others (members started
+/// with `--wan-latency` of the same value), claiming one fresh key at a
+/// time: the claim latency a caller sees across regions.
+///
+/// Where the round trips go: the leader's append to the followers, answered
+/// by the first of them (a quorum of two), is one; reaching a remote leader
+/// is one more (the client remembers the leader after a redirect). openraft
+/// 0.9 keeps one append in flight per follower and, after each commit,
+/// sends one to carry the new commit index: a sequential caller beside the
+/// leader finds that notice in flight and waits one more round trip for
+/// it, so it pays ~2 as well (see `BENCHMARKS.md`); a heartbeat in flight
+/// adds up to one more at the tail.
+pub async fn wan_claims(
+    endpoints: &[String],
+    requests: usize,
+    rtt: Duration,
+    local: LocalMember,
+) -> Result<BenchReport, BenchError> {
+    let mut ordered = endpoints.to_vec();
+    let leader = admin::leader_endpoint(endpoints).await?;
+    let local_index = match local {
+        LocalMember::First => 0,
+        LocalMember::Leader => ordered.iter().position(|e| *e == leader).unwrap_or(0),
+        LocalMember::Follower => ordered
+            .iter()
+            .position(|e| *e != leader)
+            .ok_or(BenchError::NoSuchMember("follower"))?,
+    };
+    ordered.swap(0, local_index);
+    let options = ClientOptions {
+        wan_latency: rtt,
+        local_endpoints: 1,
+        ..ClientOptions::default()
+    };
+    let client = Arc::new(StoreClient::new(&ordered, options)?);
     let run: u64 = rand::random();
+    // The first claims find the leader (a redirect and a status round);
+    // a long-lived client has done that long before.
+    let warmup = 5;
+    for n in 0..warmup {
+        let _ = client.claim(fresh_claim(run, requests + n)).await;
+    }
+    let mut report = claims_through(client, run, 1, requests).await;
+    let ms = rtt.as_secs_f64() * 1000.0;
+    report.wan = Some(WanFigures {
+        rtt_ms: ms,
+        local_is_leader: ordered[0] == leader,
+        local_endpoint: ordered.swap_remove(0),
+        warmup,
+        p50_rtts: if ms > 0.0 { report.p50_ms / ms } else { 0.0 },
+        p99_rtts: if ms > 0.0 { report.p99_ms / ms } else { 0.0 },
+    });
+    Ok(report)
+}
+
+/// `concurrency` callers claim keys `0..requests` of run `run` through one
+/// shared client.
+async fn claims_through(
+    client: Arc<StoreClient>,
+    run: u64,
+    concurrency: usize,
+    requests: usize,
+) -> BenchReport {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -91,14 +211,7 @@ pub async fn claims(
             errors += e;
         }
     }
-    Ok(report(
-        concurrency,
-        requests,
-        claimed,
-        errors,
-        started,
-        latencies,
-    ))
+    report(concurrency, requests, claimed, errors, started, latencies)
 }
 
 /// The same closed loop against etcd (3.4's JSON gateway), for comparison:
@@ -203,5 +316,6 @@ fn report(
         p50_ms: at(0.5),
         p99_ms: at(0.99),
         max_ms: at(1.0),
+        wan: None,
     }
 }

@@ -15,6 +15,12 @@
 //! - **Time**: the client stamps `now` into each command from its clock
 //!   (with an optional offset, for skew tests); members never read a clock
 //!   while applying.
+//! - **Simulated WAN** ([`crate::wan`]): with [`ClientOptions::wan_latency`],
+//!   every request to an endpoint at index `local_endpoints` or beyond
+//!   waits that long first (one round trip to another region); with
+//!   [`ClientOptions::region`] every request declares the caller's region,
+//!   so an isolated member refuses it — a refusal the client counts as
+//!   "not sent", like a connection refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -28,6 +34,7 @@ use crate::protocol::{
     WRITE_PATH, WriteAnswer,
 };
 use crate::types::NodeId;
+use crate::wan::{self, CLIENT_REGION_HEADER};
 use crate::wire;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +58,15 @@ pub struct ClientOptions {
     pub deadline: Duration,
     /// Added to this machine's clock when stamping commands (tests only).
     pub clock_offset_ms: i64,
+    /// Simulated WAN round trip to a member outside the caller's region,
+    /// waited before every request to one. Default zero.
+    pub wan_latency: Duration,
+    /// How many of the endpoints, from the first, are in the caller's
+    /// region (no `wan_latency`). Default 1.
+    pub local_endpoints: usize,
+    /// The caller's region, sent as `X-Once-Client-Region` so a member
+    /// isolated from it refuses. Default none: every member serves it.
+    pub region: Option<String>,
 }
 
 impl Default for ClientOptions {
@@ -59,6 +75,20 @@ impl Default for ClientOptions {
             attempt_timeout: Duration::from_secs(5),
             deadline: Duration::from_secs(15),
             clock_offset_ms: 0,
+            wan_latency: Duration::ZERO,
+            local_endpoints: 1,
+            region: None,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// The simulated delay before a request to `endpoints[index]`.
+    pub fn delay_to(&self, index: usize) -> Duration {
+        if index < self.local_endpoints {
+            Duration::ZERO
+        } else {
+            self.wan_latency
         }
     }
 }
@@ -369,13 +399,36 @@ impl StoreClient {
         }
     }
 
-    async fn attempt_raw(&self, target: usize, path: &str, body: Vec<u8>) -> Attempt<Vec<u8>> {
+    /// A request to `endpoints[target]`, after the simulated WAN delay and
+    /// with the caller's region when it has one.
+    async fn request_to(
+        &self,
+        target: usize,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        let delay = self.options.delay_to(target);
+        if !delay.is_zero() {
+            // Simulated network latency to another region, not a wait for
+            // a condition.
+            tokio::time::sleep(delay).await;
+        }
         let url = format!("{}{path}", self.endpoints[target]);
-        let sent = self
+        let request = self
             .http
-            .post(url)
+            .request(method, url)
+            .timeout(self.options.attempt_timeout);
+        match &self.options.region {
+            Some(region) => request.header(CLIENT_REGION_HEADER, region),
+            None => request,
+        }
+    }
+
+    async fn attempt_raw(&self, target: usize, path: &str, body: Vec<u8>) -> Attempt<Vec<u8>> {
+        let sent = self
+            .request_to(target, reqwest::Method::POST, path)
+            .await
             .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
-            .timeout(self.options.attempt_timeout)
             .body(body)
             .send()
             .await;
@@ -384,6 +437,10 @@ impl StoreClient {
                 Ok(b) => Attempt::Done(b.to_vec()),
                 Err(e) => Attempt::Maybe(e.to_string()),
             },
+            // Refused at the member's door by a partition: nothing proposed.
+            Ok(r) if wan::is_partition_refusal(r.status().as_u16(), r.headers()) => {
+                Attempt::NotSent(format!("member {target} is partitioned from this region"))
+            }
             Ok(r) => Attempt::Maybe(format!("member answered {}", r.status())),
             // Connection refused: nothing reached the member.
             Err(e) if e.is_connect() => Attempt::NotSent(e.to_string()),
@@ -393,11 +450,9 @@ impl StoreClient {
 
     /// The status of the member at `endpoints[i]`.
     pub async fn status_of(&self, i: usize) -> Result<Status, ClientError> {
-        let url = format!("{}{STATUS_PATH}", self.endpoints[i]);
         let response = self
-            .http
-            .get(url)
-            .timeout(self.options.attempt_timeout)
+            .request_to(i, reqwest::Method::GET, STATUS_PATH)
+            .await
             .send()
             .await
             .map_err(|e| ClientError::Unavailable(e.to_string()))?;
@@ -442,5 +497,23 @@ impl StoreClient {
         })
         .await
         .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_endpoints_past_the_local_ones_pay_the_wan_latency() {
+        let options = ClientOptions {
+            wan_latency: Duration::from_millis(70),
+            local_endpoints: 2,
+            ..ClientOptions::default()
+        };
+        assert_eq!(options.delay_to(0), Duration::ZERO);
+        assert_eq!(options.delay_to(1), Duration::ZERO);
+        assert_eq!(options.delay_to(2), Duration::from_millis(70));
+        assert_eq!(ClientOptions::default().delay_to(5), Duration::ZERO);
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::types::NodeId;
+use crate::wan::WanConfig;
 
 /// Timeouts and limits of the Raft protocol and its transport.
 #[derive(Debug, Clone)]
@@ -64,6 +65,10 @@ pub struct StoreConfig {
     /// and most entries proposed at once (default 8).
     pub max_batch: usize,
     pub max_inflight_batches: usize,
+    /// This member's region, its peers' regions, and the simulated WAN
+    /// latency between regions (default: region `member-<id>`, every peer
+    /// elsewhere, no latency). See [`crate::wan`].
+    pub wan: WanConfig,
 }
 
 impl StoreConfig {
@@ -81,6 +86,7 @@ impl StoreConfig {
             keep_logs_after_snapshot: 1_000,
             max_batch: 512,
             max_inflight_batches: 8,
+            wan: WanConfig::alone(id),
         }
     }
 }

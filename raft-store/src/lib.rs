@@ -20,6 +20,8 @@
 //! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints), [`group_commit`], [`read_index`].
+//! - **simulated WAN**: [`wan`] — member regions, a per-RPC latency between
+//!   regions and partitions, enforced by the transports themselves.
 //! - **client API**: [`client`] (the library node and router use),
 //!   [`protocol`] (its messages), [`admin`] (operator actions).
 //!
@@ -95,6 +97,29 @@
 //!   reads from the leader. The one change a final record still undergoes,
 //!   expiry, is decided by the reader from `expires_at` anyway.
 //!
+//! # Simulated WAN
+//!
+//! Latency and failover drills run on one machine, inside the project's own
+//! transports ([`wan`]): `once store --region R --peer-regions 1=eu,2=us
+//! --wan-latency MS` makes every Raft RPC to a member of another region
+//! wait `MS` before it is sent (default: each member its own region, so
+//! every RPC waits); [`client::ClientOptions`]`::wan_latency` does the same
+//! for a client's requests to members beyond its `local_endpoints`.
+//! `POST /admin/partition {"isolated": true}` cuts a member's region off:
+//! its Raft RPCs to and from other regions (`X-Once-Region`) fail as
+//! `Unreachable`, and clients declaring another region
+//! (`X-Once-Client-Region`) are refused as never sent.
+//!
+//! ```text
+//!  client (eu) ──0──► member 1 (eu, leader) ──RTT──► member 2 (us)   quorum = 2: the first
+//!  client (eu) ─RTT─► member 3 (ap, leader) ──RTT──► member 1 (eu)   answer commits
+//! ```
+//!
+//! A claim needs one RTT for the quorum plus one to reach a remote leader;
+//! a sequential caller beside the leader pays ~2 as well, because openraft
+//! 0.9 keeps one append in flight per follower and the previous commit's
+//! notice occupies it (measured and explained in `BENCHMARKS.md`).
+//!
 //! # Throughput
 //!
 //! Group commit ([`group_commit`]) puts every request queued on the leader
@@ -124,4 +149,5 @@ pub mod read_index;
 pub mod server;
 pub mod state_machine;
 pub mod types;
+pub mod wan;
 pub mod wire;

@@ -9,8 +9,13 @@
 //! | other transport failure, undecodable answer | `Network` | retries at once |
 //! | body over the limit (checked before sending, or 413) | `PayloadTooLarge` | halves the batch |
 //! | the peer answered with a Raft error | `RemoteError` | acts on it |
+//! | partitioned ([`crate::wan`]): cut off here, or refused by the peer | `Unreachable` | backs off |
+//!
+//! Every RPC carries this member's region (`X-Once-Region`) and, to a
+//! member of another region, first waits the simulated WAN latency.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{NetworkError, PayloadTooLarge, RemoteError, Timeout, Unreachable};
@@ -23,6 +28,7 @@ use crate::types::{
     InstallSnapshotResponse, Node, NodeId, RaftError, RpcError, TypeConfig, VoteRequest,
     VoteResponse,
 };
+use crate::wan::{self, REGION_HEADER, SimulatedWan, WanConfig};
 use crate::wire;
 
 /// Paths of the Raft RPC listener.
@@ -38,6 +44,7 @@ pub struct Network {
     id: NodeId,
     http: reqwest::Client,
     max_body: usize,
+    wan: Arc<SimulatedWan>,
 }
 
 impl Network {
@@ -55,7 +62,17 @@ impl Network {
             .tcp_nodelay(true)
             .pool_max_idle_per_host(4)
             .build()?;
-        Ok(Self { id, http, max_body })
+        Ok(Self {
+            id,
+            http,
+            max_body,
+            wan: Arc::new(SimulatedWan::new(WanConfig::alone(id))),
+        })
+    }
+
+    /// Sends through `wan`: its latency and partition apply to every RPC.
+    pub fn with_wan(self, wan: Arc<SimulatedWan>) -> Self {
+        Self { wan, ..self }
     }
 }
 
@@ -69,6 +86,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             base: format!("http://{}", node.addr),
             http: self.http.clone(),
             max_body: self.max_body,
+            wan: self.wan.clone(),
         }
     }
 }
@@ -81,9 +99,19 @@ pub struct Connection {
     base: String,
     http: reqwest::Client,
     max_body: usize,
+    wan: Arc<SimulatedWan>,
 }
 
 impl Connection {
+    /// The error of an RPC the partition did not let through.
+    fn partitioned<E: std::error::Error>(&self, by: &str) -> RpcError<E> {
+        let e = std::io::Error::other(format!(
+            "partitioned: {by} (member {} to member {})",
+            self.id, self.target
+        ));
+        RpcError::Unreachable(Unreachable::new(&e))
+    }
+
     async fn call<Req, Resp, E>(
         &self,
         path: &str,
@@ -103,11 +131,28 @@ impl Connection {
                 PayloadTooLarge::new_entries_hint((entries / 2).max(1)),
             ));
         }
-        let timeout = option.hard_ttl();
+        // The simulated WAN: cut off, or one round trip away. Checked again
+        // after the wait, as a link cut while the packet was on its way.
+        if !self.wan.may_send_to(self.target) {
+            return Err(self.partitioned("this member is isolated"));
+        }
+        let delay = self.wan.delay_to(self.target);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+            if !self.wan.may_send_to(self.target) {
+                return Err(self.partitioned("this member is isolated"));
+            }
+        }
+        // The simulated round trip is part of the RPC's time budget.
+        let timeout = option
+            .hard_ttl()
+            .saturating_sub(delay)
+            .max(Duration::from_millis(1));
         let sent = self
             .http
             .post(format!("{}{path}", self.base))
             .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
+            .header(REGION_HEADER, self.wan.region())
             .timeout(timeout)
             .body(body)
             .send()
@@ -126,6 +171,9 @@ impl Connection {
             Err(e) => return Err(RpcError::Network(NetworkError::new(&e))),
         };
         let status = response.status();
+        if wan::is_partition_refusal(status.as_u16(), response.headers()) {
+            return Err(self.partitioned("the peer is isolated from this region"));
+        }
         if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && entries > 1 {
             return Err(RpcError::PayloadTooLarge(
                 PayloadTooLarge::new_entries_hint((entries / 2).max(1)),

@@ -1,9 +1,17 @@
 //! The receiving side of Raft RPC: an axum router on its own listener
 //! (apart from the client API, so client load and body limits never stall
 //! heartbeats), handing each postcard request to the local `Raft`.
+//!
+//! While this member is isolated ([`crate::wan`]), RPCs from another region
+//! are refused before they reach raft, with an answer the sender maps to
+//! `Unreachable`.
+
+use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::{get, post};
 
 use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
@@ -11,18 +19,32 @@ use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, Raft, RaftError, VoteRequest, VoteResponse,
 };
+use crate::wan::{self, REGION_HEADER, SimulatedWan};
 use crate::wire::Postcard;
 
 /// `max_body` bounds one append batch or snapshot chunk; a sender over it
-/// gets 413 and splits the batch.
-pub fn router(raft: Raft, max_body: usize) -> Router {
+/// gets 413 and splits the batch. `wan` decides which senders get through.
+pub fn router(raft: Raft, max_body: usize, wan: Arc<SimulatedWan>) -> Router {
     Router::new()
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(INITIALIZED_PATH, get(initialized))
         .layer(DefaultBodyLimit::max(max_body))
+        // Outermost: a partitioned sender's body is never even read.
+        .layer(axum::middleware::from_fn_with_state(wan, partition))
         .with_state(raft)
+}
+
+/// Refuses RPCs across a partition (the sender's region is in
+/// `X-Once-Region`; a sender that does not say counts as another region).
+async fn partition(State(wan): State<Arc<SimulatedWan>>, request: Request, next: Next) -> Response {
+    let from = wan::header(request.headers(), REGION_HEADER);
+    if wan.accepts(from) {
+        next.run(request).await
+    } else {
+        wan.refusal(from)
+    }
 }
 
 async fn append(

@@ -19,6 +19,7 @@ use crate::raft_service;
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
 use crate::types::{Node, NodeId, Raft};
+use crate::wan::{REGION_HEADER, SimulatedWan};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -54,6 +55,8 @@ pub struct StoreServer {
     pub state_machine: StateMachine,
     pub raft_addr: SocketAddr,
     pub api_addr: SocketAddr,
+    /// The simulated WAN of this member (to isolate it in-process).
+    pub wan: Arc<SimulatedWan>,
 }
 
 impl std::fmt::Debug for StoreServer {
@@ -97,13 +100,15 @@ impl StoreServer {
         let raft_addr = raft_listener.local_addr().expect("bound");
         let api_addr = api_listener.local_addr().expect("bound");
 
+        let wan = Arc::new(SimulatedWan::new(config.wan.clone()));
         let network = Network::new(
             config.id,
             Some(raft_addr.ip()),
             t.connect_timeout,
             config.max_body,
         )
-        .map_err(StartError::Client)?;
+        .map_err(StartError::Client)?
+        .with_wan(wan.clone());
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -126,8 +131,9 @@ impl StoreServer {
             read_index: ReadIndex::start(raft.clone()),
             raft_addr: raft_addr.to_string(),
             api_addr: api_addr.to_string(),
+            wan: wan.clone(),
         });
-        let raft_router = raft_service::router(raft.clone(), config.max_body);
+        let raft_router = raft_service::router(raft.clone(), config.max_body, wan.clone());
         tokio::spawn(async move { axum::serve(raft_listener, raft_router).await });
         let api_router = api_service::router(api);
         tokio::spawn(async move { axum::serve(api_listener, api_router).await });
@@ -137,6 +143,7 @@ impl StoreServer {
             config.id,
             config.peers.clone(),
             raft_addr.ip(),
+            wan.region().to_owned(),
         );
         Ok(Self {
             id: config.id,
@@ -144,6 +151,7 @@ impl StoreServer {
             state_machine,
             raft_addr,
             api_addr,
+            wan,
         })
     }
 
@@ -172,13 +180,25 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Start
 ///   cluster (it must be re-added with `add-learner`).
 ///
 /// Runs in the background, polling the peers until they have all answered.
-fn bootstrap(raft: Raft, id: NodeId, peers: BTreeMap<NodeId, String>, local: std::net::IpAddr) {
+fn bootstrap(
+    raft: Raft,
+    id: NodeId,
+    peers: BTreeMap<NodeId, String>,
+    local: std::net::IpAddr,
+    region: String,
+) {
     if peers.keys().next() != Some(&id) {
         return;
     }
     tokio::spawn(async move {
+        // Says its region like any Raft RPC, so a partition applies to it too.
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Ok(value) = reqwest::header::HeaderValue::from_str(&region) {
+            headers.insert(REGION_HEADER, value);
+        }
         let http = match reqwest::Client::builder()
             .local_address(local)
+            .default_headers(headers)
             .timeout(std::time::Duration::from_secs(2))
             .build()
         {

@@ -1,16 +1,20 @@
 //! The Raft RPC sender's error mapping, against small local servers:
 //! what openraft is told decides whether it backs off, retries at once or
-//! splits a batch.
+//! splits a batch; and the simulated WAN's latency and partitions.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use once_raft_store::command::{Batch, ClientRequest, Op};
 use once_raft_store::network::{APPEND_PATH, Network};
 use once_raft_store::types::{AppendEntriesRequest, Entry, LogId, Node, RpcError, Vote};
+use once_raft_store::wan::{REGION_HEADER, SimulatedWan, WanConfig};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::{CommittedLeaderId, EntryPayload};
 
@@ -101,4 +105,110 @@ async fn a_peer_that_does_not_answer_in_time_is_a_timeout() {
         .await
         .unwrap_err();
     assert!(matches!(err, RpcError::Timeout(_)), "{err:?}");
+}
+
+// The simulated WAN (`once_raft_store::wan`) in the sender.
+
+fn wan(region: &str, peer_regions: &[(u64, &str)], latency_ms: u64) -> Arc<SimulatedWan> {
+    Arc::new(SimulatedWan::new(WanConfig {
+        region: region.into(),
+        peer_regions: peer_regions
+            .iter()
+            .map(|(id, r)| (*id, r.to_string()))
+            .collect(),
+        latency: Duration::from_millis(latency_ms),
+    }))
+}
+
+async fn connection_through(
+    addr: String,
+    wan: Arc<SimulatedWan>,
+) -> once_raft_store::network::Connection {
+    let mut network = Network::new(2, None, Duration::from_secs(1), 1 << 20)
+        .unwrap()
+        .with_wan(wan);
+    network.new_client(1, &Node { addr }).await
+}
+
+/// A peer that counts the RPCs reaching it, remembers the sender's region
+/// and answers 500 (the sender's `Network` error).
+async fn counting_peer() -> (String, Arc<AtomicUsize>, Arc<Mutex<Option<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (count, region) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(None)));
+    let (c, r) = (count.clone(), region.clone());
+    let app = Router::new().route(
+        APPEND_PATH,
+        post(move |headers: HeaderMap, _: Bytes| async move {
+            c.fetch_add(1, Ordering::SeqCst);
+            *r.lock().unwrap() = headers
+                .get(REGION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+            (StatusCode::INTERNAL_SERVER_ERROR, "counted")
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, count, region)
+}
+
+#[tokio::test]
+async fn an_rpc_to_another_region_waits_one_simulated_round_trip_and_names_its_region() {
+    let (addr, count, region) = counting_peer().await;
+    let mut c = connection_through(addr, wan("eu-west", &[(1, "us-east")], 150)).await;
+    let started = Instant::now();
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Network(_)), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    assert_eq!(region.lock().unwrap().as_deref(), Some("eu-west"));
+}
+
+#[tokio::test]
+async fn an_isolated_member_sends_nothing_to_another_region_and_calls_it_unreachable() {
+    let (addr, count, _) = counting_peer().await;
+    let wan = wan("eu-west", &[], 0);
+    let mut c = connection_through(addr, wan.clone()).await;
+    wan.set_isolated(true);
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0, "nothing was sent");
+
+    wan.set_isolated(false);
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RpcError::Network(_)),
+        "healed: sent again, {err:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_peer_isolated_from_this_region_is_unreachable() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peer = wan("us-east", &[], 0);
+    peer.set_isolated(true);
+    let app = Router::new().route(
+        APPEND_PATH,
+        post(move |headers: HeaderMap, _: Bytes| async move {
+            peer.refusal(headers.get(REGION_HEADER).and_then(|v| v.to_str().ok()))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut c = connection_through(addr, wan("eu-west", &[], 0)).await;
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
 }

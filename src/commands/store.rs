@@ -1,5 +1,7 @@
 //! `once store`: run a raft-store member, or administer a running cluster
-//! (`status`, `add-learner`, `change-membership`, `snapshot`).
+//! (`status`, `add-learner`, `change-membership`, `snapshot`, `bench`,
+//! `partition`). `--region`, `--peer-regions` and `--wan-latency` place the
+//! member in a simulated WAN (see `once_raft_store::wan`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,11 +13,21 @@ use clap::{Args, Subcommand};
 use once_raft_store::admin;
 use once_raft_store::config::{StoreConfig, Timing};
 use once_raft_store::server::StoreServer;
+use once_raft_store::wan::{self, WanConfig};
 
 use super::config_error;
 
+const WAN_HELP: &str = "\
+Simulated WAN (latency and partition drills on one machine):
+  Every member has a region (--region, default member-<id>; peers' regions with
+  --peer-regions, a peer not listed is elsewhere). Each Raft RPC to a member of
+  another region waits --wan-latency MS before it is sent. POST /admin/partition
+  {\"isolated\": true} on a member's API (or `once store partition --endpoint E
+  --isolated true`) cuts its region off: no Raft RPC to or from other regions,
+  and clients declaring another region (X-Once-Client-Region) are refused.";
+
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(args_conflicts_with_subcommands = true, after_help = WAN_HELP)]
 pub struct StoreArgs {
     #[command(subcommand)]
     admin: Option<AdminCommand>,
@@ -53,6 +65,25 @@ struct MemberArgs {
     snapshot_every: u64,
     #[arg(long, default_value_t = 1_000)]
     keep_logs_after_snapshot: u64,
+    /// This member's region label [default: its --peer-regions entry, else
+    /// member-<id>]. Simulated WAN latency and partitions apply between
+    /// members of different regions.
+    #[arg(long, env = "ONCE_STORE_REGION")]
+    region: Option<String>,
+    /// Peers' regions `1=eu-west,2=us-east,3=ap-south`; a peer not listed
+    /// is in a region of its own (so by default every peer is remote).
+    #[arg(long, env = "ONCE_STORE_PEER_REGIONS", value_delimiter = ',')]
+    peer_regions: Vec<String>,
+    /// Simulated WAN: every Raft RPC to a member of another region waits
+    /// this many milliseconds before it is sent (one round trip per RPC).
+    /// For latency drills on one machine; 0 in production.
+    #[arg(
+        long,
+        env = "ONCE_STORE_WAN_LATENCY",
+        value_name = "MS",
+        default_value_t = 0
+    )]
+    wan_latency: u64,
     /// Parse and validate everything, print the effective configuration and
     /// exit without binding, opening the data directory or contacting peers.
     #[arg(long)]
@@ -100,6 +131,25 @@ enum AdminCommand {
         concurrency: usize,
         #[arg(long, default_value_t = 10_000)]
         requests: usize,
+        /// Simulated WAN: the client waits this many milliseconds before
+        /// every request to a member other than its local one, and claims
+        /// one key at a time (`--concurrency` is ignored). Start the members
+        /// with the same `--wan-latency`.
+        #[arg(long, value_name = "MS", conflicts_with = "etcd")]
+        wan_latency: Option<u64>,
+        /// With --wan-latency: the member the client sits beside —
+        /// `first` (the first endpoint), `leader` or `follower`.
+        #[arg(long, default_value = "first", requires = "wan_latency")]
+        local_member: once_raft_store::bench::LocalMember,
+    },
+    /// Show, or set with --isolated, whether a member is cut off from every
+    /// other region (simulated partition: Raft RPC and clients of other
+    /// regions are refused both ways; the process keeps running).
+    Partition {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        isolated: Option<bool>,
     },
 }
 
@@ -132,8 +182,17 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
             "--peers must include this member (id {id})"
         )));
     }
+    let peer_regions = wan::parse_peer_regions(&args.peer_regions)
+        .map_err(|e| config_error(anyhow::anyhow!("--peer-regions: {e}")))?;
+    let region = wan::own_region(id, args.region.as_deref(), &peer_regions)
+        .map_err(|e| config_error(anyhow::anyhow!(e)))?;
     let mut config = StoreConfig::new(id, args.raft_addr, args.api_addr, data_dir);
     config.peers = peers;
+    config.wan = WanConfig {
+        region,
+        peer_regions,
+        latency: Duration::from_millis(args.wan_latency),
+    };
     config.timing = Timing {
         heartbeat: args.heartbeat,
         election_min: args.election_min,
@@ -166,6 +225,9 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
                     humantime::format_duration(timing.election_max)
                 ),
                 "snapshotEvery": args.snapshot_every,
+                "region": config.wan.region,
+                "peerRegions": config.wan.peer_regions,
+                "wanLatencyMs": args.wan_latency,
             })
         );
         return Ok(());
@@ -205,14 +267,28 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             etcd,
             concurrency,
             requests,
+            wan_latency,
+            local_member,
         } => {
-            let report = match etcd {
-                Some(url) => {
-                    once_raft_store::bench::etcd_claims(&url, concurrency, requests).await?
+            use once_raft_store::bench;
+            let report = match (etcd, wan_latency) {
+                (Some(url), _) => bench::etcd_claims(&url, concurrency, requests).await?,
+                (None, Some(ms)) => {
+                    let rtt = Duration::from_millis(ms);
+                    bench::wan_claims(&endpoints, requests, rtt, local_member).await?
                 }
-                None => once_raft_store::bench::claims(&endpoints, concurrency, requests).await?,
+                (None, None) => bench::claims(&endpoints, concurrency, requests).await?,
             };
             println!("{}", serde_json::to_string(&report)?);
+        }
+        AdminCommand::Partition { endpoint, isolated } => {
+            if let Some(isolated) = isolated {
+                admin::set_partition(&endpoint, isolated).await?;
+            }
+            println!(
+                "{}",
+                serde_json::to_string(&admin::partition(&endpoint).await?)?
+            );
         }
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! raft-store as a cluster of real `once store` processes on 127.0.0.N with
 //! data on disk: a leader SIGKILLed under concurrent claims, a whole-cluster
 //! restart, a member wiped and re-added through a snapshot, a partition,
-//! and a member whose clock runs 60 s ahead.
+//! a member whose clock runs 60 s ahead, and a region isolated by the
+//! members' own simulated WAN (`once store --peer-regions`, `/admin/partition`).
 
 pub mod cluster;
 pub mod proxy;
@@ -576,4 +577,138 @@ async fn every_member_exposes_raft_metrics() {
             assert!(text.contains("raft_follower_lag{follower="), "{text}");
         }
     }
+}
+
+/// Members' regions for the simulated-WAN tests (`once store --peer-regions`).
+const PEER_REGIONS: &str = "1=eu-west,2=us-east,3=ap-south";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_heals() {
+    let cluster =
+        Cluster::start_with(3, &["--peer-regions", PEER_REGIONS], |_| (vec![], vec![])).await;
+    let isolated = cluster.wait_for_leader(&cluster.ids()).await;
+    let majority: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != isolated)
+        .collect();
+    let isolated_endpoint = cluster.members[&isolated].endpoint();
+    let isolated_region = admin::partition(&isolated_endpoint).await.unwrap().region;
+    let other_region = admin::partition(&cluster.members[&majority[0]].endpoint())
+        .await
+        .unwrap()
+        .region;
+    assert_ne!(isolated_region, other_region);
+
+    admin::set_partition(&isolated_endpoint, true)
+        .await
+        .unwrap();
+    assert!(admin::partition(&isolated_endpoint).await.unwrap().isolated);
+
+    // The other two stop hearing the leader and elect one of themselves.
+    let new_leader = cluster.wait_for_leader(&majority).await;
+    assert_ne!(new_leader, isolated);
+
+    // A client in the isolated region reaches its member, which cannot
+    // commit without another region.
+    let short = ClientOptions {
+        attempt_timeout: Duration::from_secs(1),
+        deadline: Duration::from_secs(3),
+        ..ClientOptions::default()
+    };
+    let stranded = StoreClient::new(
+        std::slice::from_ref(&isolated_endpoint),
+        ClientOptions {
+            region: Some(isolated_region.clone()),
+            ..short.clone()
+        },
+    )
+    .unwrap();
+    let answer = stranded
+        .claim(claim("stranded", "order-s", "isolated"))
+        .await;
+    assert!(
+        matches!(
+            answer,
+            Err(ClientError::Ambiguous(_) | ClientError::Unavailable(_))
+        ),
+        "the isolated member answered {answer:?}"
+    );
+
+    // A client of another region cannot reach the isolated member at all:
+    // refused at the door, so certainly not applied.
+    let foreign = StoreClient::new(
+        std::slice::from_ref(&isolated_endpoint),
+        ClientOptions {
+            region: Some(other_region.clone()),
+            ..short
+        },
+    )
+    .unwrap();
+    let answer = foreign.claim(claim("foreign", "order-f", "other")).await;
+    assert!(
+        matches!(answer, Err(ClientError::Unavailable(_))),
+        "a client of {other_region} got {answer:?}"
+    );
+
+    // A client of another region that knows every member routes around the
+    // isolated one and keeps claiming.
+    let routed = StoreClient::new(
+        &cluster.endpoints(),
+        ClientOptions {
+            region: Some(other_region.clone()),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    for n in 0..5 {
+        let key = format!("during-{n}");
+        let reply = routed
+            .claim(claim(&key, &format!("order-{key}"), "majority"))
+            .await;
+        assert!(matches!(reply, Ok(Reply::Claimed(_))), "{key}: {reply:?}");
+    }
+
+    // Healing: the isolated member rejoins under the new term, drops its
+    // uncommitted claim and catches up with the majority's.
+    admin::set_partition(&isolated_endpoint, false)
+        .await
+        .unwrap();
+    assert!(!admin::partition(&isolated_endpoint).await.unwrap().isolated);
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    assert_ne!(leader, isolated);
+    let after = routed
+        .claim(claim("after-heal", "order-after", "healed"))
+        .await;
+    assert!(matches!(after, Ok(Reply::Claimed(_))), "{after:?}");
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let records = assert_members_agree(&cluster).await;
+    let mut keys: Vec<&str> = records.iter().map(|r| r.scope.key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "after-heal",
+            "during-0",
+            "during-1",
+            "during-2",
+            "during-3",
+            "during-4"
+        ]
+    );
+    // The healed member serves every region again, and the majority's
+    // claims are there for anyone who repeats them.
+    let healed = StoreClient::new(
+        std::slice::from_ref(&isolated_endpoint),
+        ClientOptions {
+            region: Some(other_region),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(healed.status_of(0).await.unwrap().leader, Some(leader));
+    assert!(matches!(
+        routed.claim(claim("during-0", "order-during-0", "majority")).await,
+        Ok(Reply::Existing(r)) if r.fingerprint == "majority"
+    ));
 }
