@@ -99,6 +99,11 @@ pub struct NodeArgs {
     /// region's member first (`--idempotency-store raft`).
     #[arg(long, env = "ONCE_STORE_ENDPOINTS", value_delimiter = ',')]
     pub store_endpoints: Vec<String>,
+    /// Simulated round trip in milliseconds before every call to a store
+    /// member outside this region (all but the first endpoint): lets one
+    /// machine behave like several regions (`once up --wan-latency`).
+    #[arg(long, env = "ONCE_WAN_LATENCY", default_value_t = 0)]
+    pub wan_latency: u64,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
@@ -142,7 +147,13 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
         StoreKind::Sql => StoreMode::Sql,
         StoreKind::Raft => StoreMode::Raft(RaftStoreConfig {
             endpoints: args.store_endpoints.clone(),
-            client: ClientOptions::default(),
+            client: ClientOptions {
+                wan_latency: Duration::from_millis(args.wan_latency),
+                local_endpoints: 1,
+                // Declared so a member cut off from this region refuses us.
+                region: Some(args.region.clone()),
+                ..ClientOptions::default()
+            },
         }),
     };
     config.response_schema = ResponseSchema::from_version(args.response_schema)

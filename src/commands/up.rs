@@ -264,6 +264,23 @@ async fn place_tenants(
     Ok(homes)
 }
 
+/// Polls the members until one of them leads (a fresh cluster elects within
+/// a few election timeouts).
+async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + START_LIMIT;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        match once_raft_store::admin::leader_endpoint(endpoints).await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(anyhow::Error::new(e).context("waiting for a raft-store leader"));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 async fn start(plan: &Plan<'_>, running: &mut Running) -> anyhow::Result<()> {
     let layout = plan.layout;
     for region in &layout.regions {
@@ -277,9 +294,7 @@ async fn start(plan: &Plan<'_>, running: &mut Running) -> anyhow::Result<()> {
             )
             .await?;
     }
-    once_raft_store::admin::leader_endpoint(&layout.store_endpoints_from(&layout.regions[0]))
-        .await
-        .context("waiting for a raft-store leader")?;
+    wait_for_leader(&layout.store_endpoints_from(&layout.regions[0])).await?;
     for region in &layout.regions {
         running.nodes.push(plan.node(region)?);
     }
