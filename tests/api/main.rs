@@ -14,5 +14,6 @@ mod provider;
 mod raft_store;
 mod regions;
 mod router;
+mod up;
 mod telemetry;
 mod validation;

@@ -1,0 +1,149 @@
+//! `once up` with three regions as real child processes, and `once drill
+//! failover` against it: the drill's kill mode finds zero violations, the
+//! cluster stops cleanly on SIGTERM and resumes from its data.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::helpers::{eventually, payment_body, post, send, terminate};
+
+/// A running `once up`, its cluster description read back.
+struct Up {
+    child: Child,
+    cluster: serde_json::Value,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Up {
+    async fn start(dir: &Path, listen: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
+            .args(["up", "--regions", "3", "--listen", listen, "--dir"])
+            .arg(dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn once up");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        tokio::time::timeout(Duration::from_secs(120), async {
+            while let Some(line) = lines.next_line().await.expect("stdout") {
+                if line.starts_with("once is up:") {
+                    return;
+                }
+            }
+            panic!("once up exited before it was up");
+        })
+        .await
+        .expect("once up is up within two minutes");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let cluster = serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).unwrap())
+            .expect("cluster.json");
+        Self { child, cluster }
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        let regions = self.cluster["regions"].as_array().unwrap();
+        regions
+            .iter()
+            .flat_map(|r| [&r["node"]["pid"], &r["store"]["pid"]])
+            .chain([&self.cluster["router"]["pid"]])
+            .map(|p| p.as_i64().expect("pid") as i32)
+            .collect()
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
+}
+
+async fn drill(cluster: &Path, region: &str, mode: &str, out: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_once"))
+        .args(["drill", "failover", "--region", region, "--mode", mode])
+        .args(["--duration", "9", "--rate", "8", "--grace", "30"])
+        .arg("--cluster")
+        .arg(cluster)
+        .arg("--out")
+        .arg(out)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("run the drill")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_regions_survive_a_killed_region_stop_cleanly_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut up = Up::start(dir.path(), &listen).await;
+    let tenants = up.cluster["tenants"].as_array().unwrap().clone();
+    let homes: std::collections::BTreeSet<&str> = tenants
+        .iter()
+        .map(|t| t["home_region"].as_str().unwrap())
+        .collect();
+    assert_eq!(homes.len(), 3, "a tenant homed in every region");
+
+    // One payment per tenant through the router, served by its home.
+    let client = reqwest::Client::new();
+    let router = up.cluster["router"]["url"].as_str().unwrap().to_owned();
+    let mut first = Vec::new();
+    for t in &tenants {
+        let key = t["api_key"].as_str().unwrap();
+        let body = payment_body("acc_1", "5.00", "order-up");
+        let response = post(&client, &router, key, Some("k-up"), &body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["x-once-region"], t["home_region"].as_str().unwrap());
+        let answer = crate::helpers::Answer::of(response).await;
+        assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+        first.push((key.to_owned(), body, answer.body));
+    }
+
+    // Kill the region of the first tenant under load: no invariant breaks.
+    let victim = tenants[0]["home_region"].as_str().unwrap();
+    let out = dir.path().join("drill-kill");
+    let report = drill(&dir.path().join("cluster.json"), victim, "kill", &out).await;
+    assert!(
+        report.status.success(),
+        "drill: {}\n{}",
+        String::from_utf8_lossy(&report.stderr),
+        std::fs::read_to_string(out.join("report.md")).unwrap_or_default()
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["fault"]["injected"], true, "{json}");
+    assert_eq!(json["invariants_held"], true);
+
+    // SIGTERM stops every child; nothing is left running.
+    let pids = up.pids();
+    let status = terminate(&mut up.child).await;
+    assert!(status.success(), "{status:?}");
+    eventually(Duration::from_secs(30), || async {
+        pids.iter().all(|p| !alive(*p)).then_some(())
+    })
+    .await;
+
+    // A second `once up --dir` resumes: earlier answers replay, byte for byte.
+    let mut again = Up::start(dir.path(), &listen).await;
+    for (key, body, original) in &first {
+        let replay = send(post(&client, &router, key, Some("k-up"), body)).await;
+        assert_eq!(replay.status, 201);
+        assert!(replay.replayed);
+        assert_eq!(&replay.body, original);
+    }
+    terminate(&mut again.child).await;
+}
