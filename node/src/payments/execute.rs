@@ -298,6 +298,13 @@ async fn run(
             crash_point("after_provider_request_sent");
             state.provider.charge(&provider_key, &charge).await
         }
+        // The raft mode claims at `PROVIDER_REQUEST_SENT` (one consensus
+        // round fewer per payment; see `raft::store`): a record this request
+        // created and nobody else ever owned has not reached the provider.
+        Step::ProviderRequestSent if !took_over && record.takeovers == 0 => {
+            crash_point("after_provider_request_sent");
+            state.provider.charge(&provider_key, &charge).await
+        }
         // A previous owner may have charged: ask first, and only if the
         // provider has never seen this key send the charge (under the same
         // key, so a late duplicate of the old request is deduped too).
