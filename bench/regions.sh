@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Multi-region figures of `once up` on this machine (issue: multi-region):
+#  1. POST /payments latency for a tenant in its home region, through the
+#     router, with a simulated WAN round trip of RTT_MS between regions
+#     (`once up --wan-latency RTT_MS`), stated as a multiple of the RTT.
+#     The raft-store leader is first moved to the tenant's home region
+#     (`POST /admin/elect` on its member), the placement DESIGN §6 assumes.
+#  2. Failover time with default settings: `once drill failover --mode kill`
+#     on a cluster without simulated latency (SIGKILL of the home region's
+#     node and store member → first success of its tenants elsewhere).
+# Usage: bench/regions.sh [RTT_MS (default 70)] [SECONDS per run (default 20)]
+# Needs a release build: cargo build --release --bin once
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
+RTT_MS="${1:-70}"
+SECONDS_PER_RUN="${2:-20}"
+DIR=$(mktemp -d)
+UP_PID=
+cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Starts `once up` in $1 with extra flags; waits (deadline 120 s) until it is up.
+up() {
+  local dir=$1; shift
+  RUST_LOG=error "$ONCE" up --dir "$dir" --listen "127.0.0.1:$(free_port)" "$@" >"$dir.out" 2>&1 &
+  UP_PID=$!
+  for _ in $(seq 1 600); do grep -q '^once is up' "$dir.out" 2>/dev/null && return 0; sleep 0.2; done
+  cat "$dir.out"; exit 1
+}
+stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
+json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
+
+echo "# $(nproc) cores; once up --regions 3 --wan-latency $RTT_MS; binary $ONCE"
+up "$DIR/wan" --wan-latency "$RTT_MS"
+C="$DIR/wan/cluster.json"
+ROUTER=$(json "$C" "d['router']['url']")
+HOME_REGION=$(json "$C" "d['regions'][0]['name']")
+KEY=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$HOME_REGION'][0]")
+STORE=$(json "$C" "d['regions'][0]['store']['api_url']")
+STORE_ID=$(json "$C" "d['regions'][0]['store']['id']")
+ENDPOINTS=$(json "$C" "','.join(r['store']['api_url'] for r in d['regions'])")
+curl -sf -X POST "$STORE/admin/elect" >/dev/null
+for _ in $(seq 1 100); do
+  [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
+done
+echo "# leader: member $STORE_ID ($HOME_REGION); tenant homed in $HOME_REGION; router in $HOME_REGION"
+for c in 1 16; do
+  "$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
+    --label "home-region rtt=${RTT_MS}ms" | tee "$DIR/bench-$c.txt"
+  python3 - "$DIR/bench-$c.txt" "$RTT_MS" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(sys.argv[2])
+print(f"#   p50 = {r['p50_ms']/rtt:.2f} x RTT, p99 = {r['p99_ms']/rtt:.2f} x RTT")
+PY
+done
+stop
+
+echo "# failover with default settings (no simulated latency): drill, kill mode"
+up "$DIR/local"
+C="$DIR/local/cluster.json"
+VICTIM=$(json "$C" "d['regions'][0]['name']")
+"$ONCE" drill failover --cluster "$C" --region "$VICTIM" --mode kill --duration "$SECONDS_PER_RUN" --rate 20 \
+  --out "$DIR/drill" >/dev/null 2>&1 || { cat "$DIR/drill/report.md"; exit 1; }
+json "$DIR/drill/report.json" "'#   SIGKILL -> first failure seen by %s tenants: max %s ms; -> their first success again: max %s ms; invariants held: %s' % ('$VICTIM', d['measurements']['max_detection_ms'], d['measurements']['max_recovery_ms'], d['invariants_held'])"
+stop
