@@ -19,7 +19,10 @@
 //! - [`regions`]: this router's up/down view of each region (thresholds).
 //! - [`health`]: the health-check loop and automatic failover.
 //! - [`failover`]: moving tenants — failover and failback by epoch CAS.
-//! - [`admin`]: operator failover, failback and the placement table.
+//! - [`admin`]: operator failover, failback, the placement table and the
+//!   simulated partition switch.
+//! - [`partition`]: regions a drill has cut off from this router (their
+//!   nodes count as unreachable for forwarding and health checks).
 //! - [`http`], [`ops`], [`metrics`]: span and trace ids, health/readiness/
 //!   metrics endpoints, Prometheus counters.
 //!
@@ -54,6 +57,7 @@ pub mod http;
 pub mod metrics;
 pub mod nodes;
 pub mod ops;
+pub mod partition;
 pub mod placement;
 pub mod regions;
 pub mod state;
