@@ -197,7 +197,12 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub fn plan(mode: FaultMode, cluster: &Cluster, region: &Region, http: &reqwest::Client) -> Self {
+    pub fn plan(
+        mode: FaultMode,
+        cluster: &Cluster,
+        region: &Region,
+        http: &reqwest::Client,
+    ) -> Self {
         match mode {
             FaultMode::Kill => Fault::Kill {
                 region: region.clone(),

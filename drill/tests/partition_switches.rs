@@ -83,7 +83,12 @@ async fn stand_in(router_has_switch: bool) -> Stand {
 }
 
 fn bodies(calls: &Calls) -> Vec<Value> {
-    calls.lock().unwrap().iter().map(|(_, b)| b.clone()).collect()
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, b)| b.clone())
+        .collect()
 }
 
 fn plan(stand: &Stand, region: &str) -> Fault {

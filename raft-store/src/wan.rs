@@ -477,7 +477,9 @@ mod tests {
     #[test]
     fn a_change_replaces_only_the_fields_it_names() {
         let wan = eu_with_peers(0);
-        let state = wan.apply(SetPartition::cut(["us-east", "ap-south"])).unwrap();
+        let state = wan
+            .apply(SetPartition::cut(["us-east", "ap-south"]))
+            .unwrap();
         assert_eq!(state.cut_regions, ["ap-south", "us-east"]);
         assert!(!state.isolated);
         let state = wan.apply(SetPartition::isolated(true)).unwrap();
@@ -506,7 +508,10 @@ mod tests {
         let new: SetPartition =
             serde_json::from_str(r#"{"isolated": false, "cut_regions": ["eu-west"]}"#).unwrap();
         assert_eq!(new.isolated, Some(false));
-        assert_eq!(new.cut_regions.as_deref(), Some(&["eu-west".to_owned()][..]));
+        assert_eq!(
+            new.cut_regions.as_deref(),
+            Some(&["eu-west".to_owned()][..])
+        );
         assert!(serde_json::from_str::<SetPartition>(r#"{"cut_region": ["eu"]}"#).is_err());
         // A state from before `cut_regions` existed still reads.
         let state: PartitionState =

@@ -109,7 +109,11 @@ mod tests {
     fn nothing_is_cut_until_an_operator_says_so() {
         let cut = RegionCut::new("us-east");
         assert!(REGIONS.iter().all(|r| cut.reachable(r)));
-        assert!(cut.state(REGIONS.into_iter()).unreachable_regions.is_empty());
+        assert!(
+            cut.state(REGIONS.into_iter())
+                .unreachable_regions
+                .is_empty()
+        );
     }
 
     #[test]

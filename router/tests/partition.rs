@@ -155,7 +155,11 @@ async fn a_region_cut_at_the_router_answers_503_sends_nothing_and_fails_its_heal
     let us = misdirecting_node().await;
     let (eu, received) = eu_node().await;
     let router = router("us", us, eu).await;
-    assert_eq!(pay(&router).await.status(), 201, "eu reachable before the cut");
+    assert_eq!(
+        pay(&router).await.status(),
+        201,
+        "eu reachable before the cut"
+    );
     assert_eq!(received.load(Ordering::SeqCst), 1);
 
     let state = set_cut(&router, &["eu"]).await;
@@ -191,7 +195,11 @@ async fn a_router_in_the_cut_region_is_cut_off_from_every_other_region() {
     let state = set_cut(&router, &["us"]).await;
     assert_eq!(state["unreachable_regions"], json!(["eu"]));
     let answer = pay(&router).await;
-    assert_eq!(answer.status(), 503, "us's own node still answers, eu cannot");
+    assert_eq!(
+        answer.status(),
+        503,
+        "us's own node still answers, eu cannot"
+    );
     assert_eq!(received.load(Ordering::SeqCst), 0);
     eventually("eu is down in the router's view", || async {
         !region_up(&router, "eu").await
