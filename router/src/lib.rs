@@ -40,6 +40,10 @@
 //!     set_placement(tenant, epoch, first healthy standby, …) ── CAS: one router wins
 //! ```
 //!
+//! A drill's simulated partition (`POST /admin/partition`) makes a region's
+//! nodes count as unreachable in both places above: forwards answer 503
+//! with nothing sent, health checks fail, failover follows.
+//!
 //! The router never decides anything about a payment: the node does, and
 //! fences by placement. A router with a stale cache costs a 421 and a
 //! retry; two routers disagreeing about a region cost at most one epoch
