@@ -3,11 +3,22 @@
 //! - `kill`: SIGKILL the region's node and store member (pids from
 //!   `cluster.json`). Nothing to heal: bringing the processes back is the
 //!   supervisor's job (`once up`).
-//! - `partition`: flip every [`PartitionSwitch`] of the region to isolated,
-//!   and back when healed. Today the only switch is the store member's
-//!   `POST {api_url}/admin/partition {"isolated": bool}`; nodes and routers
-//!   get theirs later, as more implementations of the trait. A switch that
-//!   does not exist (HTTP 404) is reported as such, never treated as cut.
+//! - `partition`: cut region R off from the other regions inside the
+//!   project's own transports, by flipping every [`PartitionSwitch`]:
+//!
+//! ```text
+//!   R's store member         POST {api_url}/admin/partition {"isolated": true}
+//!   every other member       POST {api_url}/admin/partition {"cut_regions": [R]}
+//!   the router               POST {router}/admin/partition  {"cut_regions": [R]}  (admin token)
+//!   heal (all of them)       {"isolated": false} / {"cut_regions": []}
+//! ```
+//!
+//! Both sides of every store link refuse the other, so no Raft RPC and no
+//! client request declaring a region crosses the cut; the router treats R's
+//! nodes as unreachable (or, if it runs in R, every other region's). A
+//! switch that does not exist (HTTP 404) is reported as such, never treated
+//! as cut; a partition that could not be put in place whole is undone, so
+//! a half-cut cluster is never left behind.
 
 use std::fmt::Debug;
 
@@ -15,8 +26,12 @@ use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
-use crate::cluster::Region;
+use crate::cluster::{Cluster, Region};
+
+/// Where every partition switch listens, on stores and routers alike.
+pub const PARTITION_PATH: &str = "/admin/partition";
 
 #[derive(Debug, thiserror::Error)]
 pub enum FaultError {
@@ -52,46 +67,84 @@ pub enum FaultError {
 pub enum FaultMode {
     /// SIGKILL the region's node and store member.
     Kill,
-    /// Isolate the region's inter-region transports.
+    /// Cut the region's links to the other regions (store and router).
     Partition,
 }
 
-/// One switch that isolates a member from the other regions.
+/// One switch that cuts some links between the region and the others.
 #[async_trait]
 pub trait PartitionSwitch: Debug + Send + Sync {
     /// What the switch cuts, for reports.
     fn describe(&self) -> String;
-    async fn set_isolated(&self, isolated: bool) -> Result<(), FaultError>;
+    async fn cut(&self) -> Result<(), FaultError>;
+    async fn heal(&self) -> Result<(), FaultError>;
 }
 
-/// A raft-store member's `POST /admin/partition`.
+/// A `POST …/admin/partition` switch: one body cuts, another heals.
 #[derive(Debug, Clone)]
-pub struct StorePartition {
-    pub api_url: String,
+pub struct HttpSwitch {
+    what: String,
+    url: String,
+    bearer: Option<String>,
+    cut: Value,
+    heal: Value,
     http: reqwest::Client,
 }
 
-impl StorePartition {
-    pub fn new(api_url: &str, http: reqwest::Client) -> Self {
+impl HttpSwitch {
+    /// The partitioned region's own store member: isolated from every
+    /// other region.
+    pub fn isolate_store_member(api_url: &str, http: reqwest::Client) -> Self {
+        let base = api_url.trim_end_matches('/');
         Self {
-            api_url: api_url.trim_end_matches('/').to_owned(),
+            what: format!("store member {base}{PARTITION_PATH} (isolated)"),
+            url: format!("{base}{PARTITION_PATH}"),
+            bearer: None,
+            cut: json!({ "isolated": true }),
+            heal: json!({ "isolated": false }),
             http,
         }
     }
-}
 
-#[async_trait]
-impl PartitionSwitch for StorePartition {
-    fn describe(&self) -> String {
-        format!("store member {}/admin/partition", self.api_url)
+    /// Another region's store member: `region` is cut off from it.
+    pub fn store_member_cutting(api_url: &str, region: &str, http: reqwest::Client) -> Self {
+        let base = api_url.trim_end_matches('/');
+        Self {
+            what: format!("store member {base}{PARTITION_PATH} (cuts {region})"),
+            url: format!("{base}{PARTITION_PATH}"),
+            bearer: None,
+            cut: json!({ "cut_regions": [region] }),
+            heal: json!({ "cut_regions": [] }),
+            http,
+        }
     }
 
-    async fn set_isolated(&self, isolated: bool) -> Result<(), FaultError> {
+    /// The router: `region`'s nodes are unreachable from it (or, when it
+    /// runs in `region`, every other region's).
+    pub fn router_cutting(
+        router_url: &str,
+        admin_token: &str,
+        region: &str,
+        http: reqwest::Client,
+    ) -> Self {
+        let base = router_url.trim_end_matches('/');
+        Self {
+            what: format!("router {base}{PARTITION_PATH} (cuts {region})"),
+            url: format!("{base}{PARTITION_PATH}"),
+            bearer: Some(admin_token.to_owned()),
+            cut: json!({ "cut_regions": [region] }),
+            heal: json!({ "cut_regions": [] }),
+            http,
+        }
+    }
+
+    async fn post(&self, body: &Value) -> Result<(), FaultError> {
         let switch = self.describe();
-        let response = self
-            .http
-            .post(format!("{}/admin/partition", self.api_url))
-            .json(&serde_json::json!({ "isolated": isolated }))
+        let mut request = self.http.post(&self.url).json(body);
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
+        }
+        let response = request
             .send()
             .await
             .map_err(|e| FaultError::SwitchUnreachable {
@@ -111,6 +164,21 @@ impl PartitionSwitch for StorePartition {
     }
 }
 
+#[async_trait]
+impl PartitionSwitch for HttpSwitch {
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
+
+    async fn cut(&self) -> Result<(), FaultError> {
+        self.post(&self.cut).await
+    }
+
+    async fn heal(&self) -> Result<(), FaultError> {
+        self.post(&self.heal).await
+    }
+}
+
 /// What happened when the fault was applied, for the timeline.
 pub type FaultSteps = Vec<String>;
 
@@ -122,26 +190,26 @@ pub enum Fault {
     },
     Partition {
         region: String,
+        /// In the order they are cut: the region's own member first, so an
+        /// old build (404) is found before anything else changed.
         switches: Vec<Box<dyn PartitionSwitch>>,
     },
 }
 
 impl Fault {
-    pub fn plan(mode: FaultMode, region: &Region, http: &reqwest::Client) -> Self {
+    pub fn plan(
+        mode: FaultMode,
+        cluster: &Cluster,
+        region: &Region,
+        http: &reqwest::Client,
+    ) -> Self {
         match mode {
             FaultMode::Kill => Fault::Kill {
                 region: region.clone(),
             },
             FaultMode::Partition => Fault::Partition {
                 region: region.name.clone(),
-                switches: region
-                    .store
-                    .iter()
-                    .map(|s| {
-                        Box::new(StorePartition::new(&s.api_url, http.clone()))
-                            as Box<dyn PartitionSwitch>
-                    })
-                    .collect(),
+                switches: partition_switches(cluster, region, http),
             },
         }
     }
@@ -171,16 +239,26 @@ impl Fault {
                     });
                 }
                 let mut steps = Vec::new();
-                for switch in switches {
-                    switch.set_isolated(true).await?;
-                    steps.push(format!("isolated {}", switch.describe()));
+                for (done, switch) in switches.iter().enumerate() {
+                    if let Err(e) = switch.cut().await {
+                        // All or nothing: undo what was cut, best effort
+                        // (the error that stopped the cut is the one told).
+                        for undo in switches[..done].iter().rev() {
+                            if let Err(heal) = undo.heal().await {
+                                tracing::error!(error = %heal, "undoing a partial partition");
+                            }
+                        }
+                        return Err(e);
+                    }
+                    steps.push(format!("cut {}", switch.describe()));
                 }
                 Ok(steps)
             }
         }
     }
 
-    /// Undoes the fault where the drill can.
+    /// Undoes the fault where the drill can. Every switch is healed even if
+    /// one fails; the first failure is returned.
     pub async fn heal(&self) -> Result<FaultSteps, FaultError> {
         match self {
             Fault::Kill { .. } => Ok(vec![
@@ -188,14 +266,55 @@ impl Fault {
             ]),
             Fault::Partition { switches, .. } => {
                 let mut steps = Vec::new();
-                for switch in switches {
-                    switch.set_isolated(false).await?;
-                    steps.push(format!("healed {}", switch.describe()));
+                let mut first_error = None;
+                for switch in switches.iter().rev() {
+                    match switch.heal().await {
+                        Ok(()) => steps.push(format!("healed {}", switch.describe())),
+                        Err(e) => {
+                            tracing::error!(error = %e, "healing a partition switch");
+                            first_error.get_or_insert(e);
+                        }
+                    }
                 }
-                Ok(steps)
+                match first_error {
+                    None => Ok(steps),
+                    Some(e) => Err(e),
+                }
             }
         }
     }
+}
+
+/// Every switch of a partition of `region`: its own store member isolated,
+/// every other region's member cutting it, the router cutting it. Empty
+/// when `region` has no store member (there is nothing to isolate).
+fn partition_switches(
+    cluster: &Cluster,
+    region: &Region,
+    http: &reqwest::Client,
+) -> Vec<Box<dyn PartitionSwitch>> {
+    let Some(own) = &region.store else {
+        return Vec::new();
+    };
+    let mut switches: Vec<Box<dyn PartitionSwitch>> = vec![Box::new(
+        HttpSwitch::isolate_store_member(&own.api_url, http.clone()),
+    )];
+    for other in cluster.regions.iter().filter(|r| r.name != region.name) {
+        if let Some(store) = &other.store {
+            switches.push(Box::new(HttpSwitch::store_member_cutting(
+                &store.api_url,
+                &region.name,
+                http.clone(),
+            )));
+        }
+    }
+    switches.push(Box::new(HttpSwitch::router_cutting(
+        &cluster.router.url,
+        &cluster.admin_token,
+        &region.name,
+        http.clone(),
+    )));
+    switches
 }
 
 fn sigkill(what: &'static str, pid: i32) -> Result<String, FaultError> {

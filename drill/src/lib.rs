@@ -11,7 +11,8 @@
 //!
 //! ```text
 //!   load ──POST /payments──► router ──► nodes ──► provider
-//!    │ (client log)             ▲ fault: SIGKILL node+store | store /admin/partition
+//!    │ (client log)             ▲ fault: SIGKILL node+store | /admin/partition on
+//!    │                          │   every store member and the router
 //!    ▼                          │ failback: POST /admin/failback
 //!   gather: client log + payments (every region's DB) + provider ledger + raft-store records
 //!    ▼
@@ -23,7 +24,9 @@
 //! - [`cluster`]: `cluster.json`, the description `once up` writes.
 //! - [`client_log`]: operations and attempts as the clients saw them.
 //! - [`load`]: the paced, retrying clients and the planted requests.
-//! - [`fault`]: kill and partition, behind [`fault::PartitionSwitch`].
+//! - [`fault`]: kill, and partition behind [`fault::PartitionSwitch`]es
+//!   (the region's store member isolated, the other members and the router
+//!   cutting the region).
 //! - [`failback`]: asking the router to fail back and waiting for it.
 //! - [`measure`]: detection, recovery, errors, throughput from the log.
 //! - [`evidence`]: what the checker reads, as plain data.
@@ -158,7 +161,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         grace: Duration::from_secs(args.grace),
         replay_after: (duration / 10).clamp(Duration::from_millis(200), Duration::from_secs(3)),
     };
-    let fault = Fault::plan(args.mode, &region, &http);
+    let fault = Fault::plan(args.mode, &cluster, &region, &http);
 
     let start = Instant::now();
     let load = load::run_load(&plan, &client, &factory);

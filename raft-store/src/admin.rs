@@ -138,12 +138,19 @@ pub async fn elect(endpoint: &str) -> Result<(), AdminError> {
 }
 
 /// Isolates the member at `endpoint` from every other region (`true`) or
-/// heals it (`false`); see [`crate::wan`].
+/// heals it (`false`); see [`crate::wan`]. Its cut regions stay as they are.
 pub async fn set_partition(endpoint: &str, isolated: bool) -> Result<(), AdminError> {
-    post(endpoint, PARTITION_PATH, &SetPartition { isolated }).await
+    post(endpoint, PARTITION_PATH, &SetPartition::isolated(isolated)).await
 }
 
-/// Whether the member at `endpoint` is isolated, and its region.
+/// Cuts exactly `regions` off from the member at `endpoint` (`[]` heals
+/// them all); its isolation stays as it is.
+pub async fn set_cut_regions(endpoint: &str, regions: &[String]) -> Result<(), AdminError> {
+    post(endpoint, PARTITION_PATH, &SetPartition::cut(regions)).await
+}
+
+/// Whether the member at `endpoint` is isolated, which regions it cuts
+/// off, and its region.
 pub async fn partition(endpoint: &str) -> Result<PartitionState, AdminError> {
     let url = format!("{}{PARTITION_PATH}", base(endpoint));
     let r = http()

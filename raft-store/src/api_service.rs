@@ -9,10 +9,12 @@
 //! same bytes the leader would return. A member that has not applied it yet
 //! answers `NotFinalHere` and the client asks the leader.
 //!
-//! `GET|POST /admin/partition` shows or sets this member's isolation
-//! ([`crate::wan`]); while isolated, requests of clients that declare
-//! another region (`X-Once-Client-Region`) are refused, and requests that
-//! declare none are served.
+//! `GET|POST /admin/partition` shows or sets this member's partition state
+//! ([`crate::wan`]): `{"isolated": bool, "cut_regions": [..]}`, each field
+//! optional on `POST`. While isolated, requests of clients that declare
+//! another region (`X-Once-Client-Region`) are refused; while a region is
+//! cut, requests of clients that declare it are refused. Requests that
+//! declare no region are always served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -109,18 +111,24 @@ async fn partition(State(state): State<Arc<ApiState>>) -> Response {
     Json(state.wan.state()).into_response()
 }
 
-/// Isolates this member's region from the others, or heals it.
+/// Isolates this member's region from the others, cuts some other regions
+/// off from it, or heals either.
 async fn set_partition(
     State(state): State<Arc<ApiState>>,
     Json(request): Json<SetPartition>,
 ) -> Response {
-    state.wan.set_isolated(request.isolated);
-    tracing::warn!(
-        isolated = request.isolated,
-        region = state.wan.region(),
-        "simulated partition changed"
-    );
-    Json(state.wan.state()).into_response()
+    match state.wan.apply(request) {
+        Ok(now) => {
+            tracing::warn!(
+                isolated = now.isolated,
+                cut_regions = ?now.cut_regions,
+                region = %now.region,
+                "simulated partition changed"
+            );
+            Json(now).into_response()
+        }
+        Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).into_response(),
+    }
 }
 
 #[tracing::instrument(name = "raft write", skip_all)]

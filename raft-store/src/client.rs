@@ -19,8 +19,9 @@
 //!   every request to an endpoint at index `local_endpoints` or beyond
 //!   waits that long first (one round trip to another region); with
 //!   [`ClientOptions::region`] every request declares the caller's region,
-//!   so an isolated member refuses it — a refusal the client counts as
-//!   "not sent", like a connection refused.
+//!   so an isolated member, or one that has that region cut off, refuses
+//!   it — a refusal the client counts as "not sent", like a connection
+//!   refused.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -65,7 +66,8 @@ pub struct ClientOptions {
     /// region (no `wan_latency`). Default 1.
     pub local_endpoints: usize,
     /// The caller's region, sent as `X-Once-Client-Region` so a member
-    /// isolated from it refuses. Default none: every member serves it.
+    /// isolated from it, or cutting it off, refuses. Default none: every
+    /// member serves it.
     pub region: Option<String>,
 }
 

@@ -21,7 +21,8 @@
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints), [`group_commit`], [`read_index`].
 //! - **simulated WAN**: [`wan`] — member regions, a per-RPC latency between
-//!   regions and partitions, enforced by the transports themselves.
+//!   regions and partitions (an isolated member, regions cut off from a
+//!   member), enforced by the transports themselves.
 //! - **client API**: [`client`] (the library node and router use),
 //!   [`protocol`] (its messages), [`admin`] (operator actions).
 //!
@@ -109,6 +110,16 @@
 //! its Raft RPCs to and from other regions (`X-Once-Region`) fail as
 //! `Unreachable`, and clients declaring another region
 //! (`X-Once-Client-Region`) are refused as never sent.
+//! `POST /admin/partition {"cut_regions": ["eu-west"]}` is the same seen
+//! from the other side: this member neither sends to nor accepts Raft RPCs
+//! from eu-west's members, and refuses clients declaring eu-west. A
+//! partition of one region is both (the drill's `--mode partition`):
+//!
+//! ```text
+//!  eu-west member: isolated            us-east, ap-south members: cut_regions [eu-west]
+//!    ✗ RPC to/from us-east, ap-south      ✗ RPC to/from eu-west    ✓ between themselves
+//!    ✗ clients declaring us-east, ...     ✗ clients declaring eu-west
+//! ```
 //!
 //! ```text
 //!  client (eu) ──0──► member 1 (eu, leader) ──RTT──► member 2 (us)   quorum = 2: the first

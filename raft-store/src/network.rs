@@ -134,13 +134,13 @@ impl Connection {
         // The simulated WAN: cut off, or one round trip away. Checked again
         // after the wait, as a link cut while the packet was on its way.
         if !self.wan.may_send_to(self.target) {
-            return Err(self.partitioned("this member is isolated"));
+            return Err(self.partitioned("this member is isolated or the peer's region is cut"));
         }
         let delay = self.wan.delay_to(self.target);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
             if !self.wan.may_send_to(self.target) {
-                return Err(self.partitioned("this member is isolated"));
+                return Err(self.partitioned("this member is isolated or the peer's region is cut"));
             }
         }
         // The simulated round trip is part of the RPC's time budget.
@@ -172,7 +172,7 @@ impl Connection {
         };
         let status = response.status();
         if wan::is_partition_refusal(status.as_u16(), response.headers()) {
-            return Err(self.partitioned("the peer is isolated from this region"));
+            return Err(self.partitioned("the peer is cut off from this region"));
         }
         if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && entries > 1 {
             return Err(RpcError::PayloadTooLarge(

@@ -3,8 +3,8 @@
 //! heartbeats), handing each postcard request to the local `Raft`.
 //!
 //! While this member is isolated ([`crate::wan`]), RPCs from another region
-//! are refused before they reach raft, with an answer the sender maps to
-//! `Unreachable`.
+//! are refused before they reach raft, and so are RPCs from a region cut off
+//! from it, with an answer the sender maps to `Unreachable`.
 
 use std::sync::Arc;
 

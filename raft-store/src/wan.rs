@@ -7,22 +7,29 @@
 //!   round trip per RPC; the answer itself comes back at once);
 //! - **partition**: while a member is *isolated* it sends no Raft RPC to
 //!   another region and refuses every one from another region, and its
-//!   client API refuses clients that declare another region. Processes keep
-//!   running; only the links between regions are cut.
+//!   client API refuses clients that declare another region. A member may
+//!   also be told that some *other* regions are cut off from it
+//!   (`cut_regions`): the same, per pair — no Raft RPC to or from members
+//!   of those regions, no client that declares one of them. A drill
+//!   partitioning region R isolates R's member and cuts R at every other
+//!   member, so the cut holds from both sides whichever side sends first.
+//!   Processes keep running; only the links between regions are cut.
 //!
 //! ```text
 //!   member 1 (eu-west) ── Raft RPC + X-Once-Region: eu-west ──► member 2 (us-east)
-//!        │ sleep(latency) before sending             │ isolated and eu-west ≠ us-east?
-//!        │ isolated? → Unreachable, nothing sent     └─► 503 + X-Once-Partitioned
+//!        │ sleep(latency) before sending             │ isolated and eu-west ≠ us-east,
+//!        │ isolated, or us-east cut?                 │ or eu-west in cut_regions?
+//!        │   → Unreachable, nothing sent             └─► 503 + X-Once-Partitioned
 //!        ▼                                               (the sender maps it to Unreachable)
 //! ```
 //!
 //! The decisions ([`SimulatedWan::delay_to`], [`SimulatedWan::may_send_to`],
 //! [`SimulatedWan::accepts`]) are pure functions of the configuration and
-//! the isolation flag; the transports ([`crate::network`],
+//! the partition state; the transports ([`crate::network`],
 //! [`crate::raft_service`], [`crate::api_service`]) only act on them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -40,7 +47,7 @@ pub const CLIENT_REGION_HEADER: &str = "x-once-client-region";
 /// On a refusal caused by a partition: the sender treats it as unreachable
 /// (nothing was delivered), not as a failure of a delivered request.
 pub const PARTITIONED_HEADER: &str = "x-once-partitioned";
-/// `GET` the partition state, `POST` `{"isolated": bool}` to change it.
+/// `GET` the partition state, `POST` a [`SetPartition`] to change it.
 pub const PARTITION_PATH: &str = "/admin/partition";
 
 /// Where a member is and how far the others are (its part of
@@ -72,15 +79,56 @@ impl WanConfig {
 /// The partition state as `/admin/partition` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionState {
+    /// Cut off from every other region.
     pub isolated: bool,
+    /// Other regions cut off from this member, sorted.
+    #[serde(default)]
+    pub cut_regions: Vec<String>,
+    /// This member's own region.
     #[serde(default)]
     pub region: String,
 }
 
-/// The request body of `POST /admin/partition`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The request body of `POST /admin/partition`: each field given replaces
+/// that part of the state, a field left out keeps it, so the original
+/// `{"isolated": bool}` still only flips isolation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SetPartition {
-    pub isolated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated: Option<bool>,
+    /// The whole new set of cut regions (`[]` heals them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_regions: Option<Vec<String>>,
+}
+
+impl SetPartition {
+    /// `{"isolated": isolated}`.
+    pub fn isolated(isolated: bool) -> Self {
+        Self {
+            isolated: Some(isolated),
+            cut_regions: None,
+        }
+    }
+
+    /// `{"cut_regions": regions}`.
+    pub fn cut(regions: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            isolated: None,
+            cut_regions: Some(regions.into_iter().map(Into::into).collect()),
+        }
+    }
+}
+
+/// A partition change the member refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartitionError {
+    #[error(
+        "region {0:?} is this member's own region: a member cannot be cut off from itself (use \"isolated\" to cut it off from the others)"
+    )]
+    OwnRegion(String),
+    #[error("a cut region must have a name")]
+    EmptyRegion,
 }
 
 /// One member's view of the simulated WAN, shared by its Raft sender, its
@@ -91,6 +139,10 @@ pub struct SimulatedWan {
     /// Read on every RPC and flipped by an operator; an atomic, since no
     /// other state has to change with it.
     isolated: AtomicBool,
+    /// Other regions cut off from this member. Read on every RPC, written
+    /// only by an operator: a std `RwLock`, never held across an await, so
+    /// readers never wait on each other.
+    cut_regions: RwLock<BTreeSet<String>>,
 }
 
 impl SimulatedWan {
@@ -98,6 +150,7 @@ impl SimulatedWan {
         Self {
             config,
             isolated: AtomicBool::new(false),
+            cut_regions: RwLock::new(BTreeSet::new()),
         }
     }
 
@@ -113,6 +166,16 @@ impl SimulatedWan {
             .is_none_or(|r| *r != self.config.region)
     }
 
+    /// The region of `peer`: as listed, else `member-<id>` — the region
+    /// that member gives itself when nothing names one ([`own_region`]).
+    pub fn region_of(&self, peer: NodeId) -> String {
+        self.config
+            .peer_regions
+            .get(&peer)
+            .cloned()
+            .unwrap_or_else(|| format!("member-{peer}"))
+    }
+
     /// How long an RPC to `peer` waits before it is sent.
     pub fn delay_to(&self, peer: NodeId) -> Duration {
         if self.is_remote(peer) {
@@ -122,9 +185,13 @@ impl SimulatedWan {
         }
     }
 
-    /// Whether an RPC to `peer` may be sent now.
+    /// Whether an RPC to `peer` may be sent now: not while this member is
+    /// isolated and the peer is remote, nor while the peer's region is cut.
     pub fn may_send_to(&self, peer: NodeId) -> bool {
-        !(self.is_isolated() && self.is_remote(peer))
+        if self.is_isolated() && self.is_remote(peer) {
+            return false;
+        }
+        !self.is_cut(&self.region_of(peer))
     }
 
     /// Whether a request from `region` is accepted now. `None` is a sender
@@ -132,7 +199,11 @@ impl SimulatedWan {
     /// another region; for the client API it is served (see
     /// [`Self::accepts_client`]).
     pub fn accepts(&self, region: Option<&str>) -> bool {
-        !self.is_isolated() || region == Some(self.config.region.as_str())
+        let own = region == Some(self.config.region.as_str());
+        if self.is_isolated() {
+            return own;
+        }
+        region.is_none_or(|r| !self.is_cut(r))
     }
 
     /// Whether a client API request declaring `region` (or none) is served.
@@ -148,11 +219,63 @@ impl SimulatedWan {
         self.isolated.store(isolated, Ordering::Relaxed);
     }
 
+    /// Whether `region` is one of the regions cut off from this member.
+    pub fn is_cut(&self, region: &str) -> bool {
+        self.read_cut().contains(region)
+    }
+
+    /// Cuts exactly `regions` off from this member (`[]` heals them all).
+    /// This member's own region is refused: cutting it would cut the
+    /// member off from its own region's peers and clients, which no
+    /// network partition does.
+    pub fn set_cut_regions(
+        &self,
+        regions: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<(), PartitionError> {
+        let mut cut = BTreeSet::new();
+        for region in regions {
+            let region: String = region.into();
+            let region = region.trim();
+            if region.is_empty() {
+                return Err(PartitionError::EmptyRegion);
+            }
+            if region == self.config.region {
+                return Err(PartitionError::OwnRegion(region.to_owned()));
+            }
+            cut.insert(region.to_owned());
+        }
+        *self
+            .cut_regions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = cut;
+        Ok(())
+    }
+
+    /// Applies `change` (all of it or, when refused, none of it).
+    pub fn apply(&self, change: SetPartition) -> Result<PartitionState, PartitionError> {
+        if let Some(regions) = change.cut_regions {
+            self.set_cut_regions(regions)?;
+        }
+        if let Some(isolated) = change.isolated {
+            self.set_isolated(isolated);
+        }
+        Ok(self.state())
+    }
+
     pub fn state(&self) -> PartitionState {
         PartitionState {
             isolated: self.is_isolated(),
+            cut_regions: self.read_cut().iter().cloned().collect(),
             region: self.config.region.clone(),
         }
+    }
+
+    fn read_cut(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<String>> {
+        // A panic while holding the lock cannot leave a half-written set
+        // (it is replaced whole), so a poisoned lock is still good.
+        self.cut_regions
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The answer to a request refused by the partition.
@@ -286,9 +409,114 @@ mod tests {
             wan.state(),
             PartitionState {
                 isolated: true,
+                cut_regions: vec![],
                 region: "eu-west".into()
             }
         );
+    }
+
+    #[test]
+    fn a_cut_region_is_refused_both_ways_and_the_others_still_talk() {
+        let wan = SimulatedWan::new(WanConfig {
+            region: "eu-west".into(),
+            peer_regions: BTreeMap::from([
+                (1, "eu-west".into()),
+                (2, "us-east".into()),
+                (3, "ap-south".into()),
+            ]),
+            latency: Duration::ZERO,
+        });
+        wan.set_cut_regions(["ap-south"]).unwrap();
+        assert!(!wan.may_send_to(3), "no RPC to the cut region");
+        assert!(wan.may_send_to(2) && wan.may_send_to(1));
+        assert!(!wan.accepts(Some("ap-south")), "no RPC from the cut region");
+        assert!(wan.accepts(Some("us-east")) && wan.accepts(Some("eu-west")));
+        assert!(!wan.is_isolated());
+        wan.set_cut_regions(Vec::<String>::new()).unwrap();
+        assert!(wan.may_send_to(3) && wan.accepts(Some("ap-south")));
+    }
+
+    #[test]
+    fn clients_declaring_a_cut_region_are_refused_and_undeclared_ones_served() {
+        let wan = eu_with_peers(0);
+        wan.set_cut_regions(["us-east"]).unwrap();
+        assert!(!wan.accepts_client(Some("us-east")));
+        assert!(wan.accepts_client(Some("eu-west")));
+        assert!(wan.accepts_client(Some("ap-south")));
+        assert!(wan.accepts_client(None));
+    }
+
+    #[test]
+    fn a_peer_with_no_known_region_is_cut_by_the_name_it_gives_itself() {
+        let wan = eu_with_peers(0);
+        assert_eq!(wan.region_of(9), "member-9");
+        wan.set_cut_regions(["member-9"]).unwrap();
+        assert!(!wan.may_send_to(9));
+        assert!(wan.may_send_to(3));
+    }
+
+    #[test]
+    fn a_member_cannot_cut_its_own_region_and_a_refused_change_changes_nothing() {
+        let wan = eu_with_peers(0);
+        wan.set_cut_regions(["us-east"]).unwrap();
+        assert_eq!(
+            wan.apply(SetPartition {
+                isolated: Some(true),
+                cut_regions: Some(vec!["ap-south".into(), "eu-west".into()]),
+            }),
+            Err(PartitionError::OwnRegion("eu-west".into()))
+        );
+        assert_eq!(
+            wan.apply(SetPartition::cut([" "])),
+            Err(PartitionError::EmptyRegion)
+        );
+        assert!(!wan.is_isolated());
+        assert_eq!(wan.state().cut_regions, ["us-east"]);
+    }
+
+    #[test]
+    fn a_change_replaces_only_the_fields_it_names() {
+        let wan = eu_with_peers(0);
+        let state = wan
+            .apply(SetPartition::cut(["us-east", "ap-south"]))
+            .unwrap();
+        assert_eq!(state.cut_regions, ["ap-south", "us-east"]);
+        assert!(!state.isolated);
+        let state = wan.apply(SetPartition::isolated(true)).unwrap();
+        assert!(state.isolated, "isolation flips");
+        assert_eq!(state.cut_regions, ["ap-south", "us-east"], "cuts stay");
+        let healed = wan
+            .apply(SetPartition {
+                isolated: Some(false),
+                cut_regions: Some(vec![]),
+            })
+            .unwrap();
+        assert_eq!(
+            healed,
+            PartitionState {
+                isolated: false,
+                cut_regions: vec![],
+                region: "eu-west".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_partition_bodies_parse_old_and_new_and_refuse_typos() {
+        let old: SetPartition = serde_json::from_str(r#"{"isolated": true}"#).unwrap();
+        assert_eq!(old, SetPartition::isolated(true));
+        let new: SetPartition =
+            serde_json::from_str(r#"{"isolated": false, "cut_regions": ["eu-west"]}"#).unwrap();
+        assert_eq!(new.isolated, Some(false));
+        assert_eq!(
+            new.cut_regions.as_deref(),
+            Some(&["eu-west".to_owned()][..])
+        );
+        assert!(serde_json::from_str::<SetPartition>(r#"{"cut_region": ["eu"]}"#).is_err());
+        // A state from before `cut_regions` existed still reads.
+        let state: PartitionState =
+            serde_json::from_str(r#"{"isolated": true, "region": "eu"}"#).unwrap();
+        assert!(state.cut_regions.is_empty());
     }
 
     #[test]

@@ -212,3 +212,58 @@ async fn a_peer_isolated_from_this_region_is_unreachable() {
         .unwrap_err();
     assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_member_sends_nothing_to_a_cut_region_and_sends_again_once_healed() {
+    let (addr, count, _) = counting_peer().await;
+    // Member 1 (the target) is in us-east; this member is in eu-west.
+    let wan = wan("eu-west", &[(1, "us-east")], 0);
+    let mut c = connection_through(addr, wan.clone()).await;
+    wan.set_cut_regions(["ap-south"]).unwrap();
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RpcError::Network(_)),
+        "another region's cut does not touch this link: {err:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+
+    wan.set_cut_regions(["us-east"]).unwrap();
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 1, "nothing was sent");
+
+    wan.set_cut_regions(Vec::<String>::new()).unwrap();
+    c.append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(count.load(Ordering::SeqCst), 2, "healed: sent again");
+}
+
+#[tokio::test]
+async fn a_peer_that_cut_this_region_is_unreachable() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peer = wan("us-east", &[], 0);
+    peer.set_cut_regions(["eu-west"]).unwrap();
+    let app = Router::new().route(
+        APPEND_PATH,
+        post(move |headers: HeaderMap, _: Bytes| async move {
+            let from = headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
+            assert!(!peer.accepts(from), "the peer refuses {from:?}");
+            peer.refusal(from)
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut c = connection_through(addr, wan("eu-west", &[], 0)).await;
+    let err = c
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
+}

@@ -7,6 +7,8 @@
 //!   preferred home is that region, and which lives elsewhere, goes home.
 //! - `GET /admin/placements`: the cached table and this router's view of
 //!   each region.
+//! - `GET|POST /admin/partition {"cut_regions":["eu-west"]}`: the regions a
+//!   drill has cut off from this router ([`crate::partition`]); `[]` heals.
 //!
 //! Both moves answer the tenants moved, with their new epochs, and those
 //! left where they were, with the reason.
@@ -22,6 +24,7 @@ use serde::Deserialize;
 use subtle::ConstantTimeEq;
 
 use crate::failover::{MoveReport, Trigger};
+use crate::partition::{CutState, SetCut};
 use crate::state::SharedState;
 
 pub fn router() -> Router<SharedState> {
@@ -29,6 +32,7 @@ pub fn router() -> Router<SharedState> {
         .route("/admin/failover", post(failover))
         .route("/admin/failback", post(failback))
         .route("/admin/placements", get(placements))
+        .route("/admin/partition", get(partition).post(set_partition))
 }
 
 /// Proof that the caller presented the admin token.
@@ -149,4 +153,27 @@ async fn placements(_: Operator, State(state): State<SharedState>) -> Json<serde
         "placements": placements,
         "regions": regions,
     }))
+}
+
+async fn partition(_: Operator, State(state): State<SharedState>) -> Json<CutState> {
+    Json(state.partition.state(state.config.nodes.regions()))
+}
+
+#[tracing::instrument(name = "operator changes the simulated partition", skip_all, fields(cut = ?body.cut_regions))]
+async fn set_partition(
+    _: Operator,
+    State(state): State<SharedState>,
+    Json(body): Json<SetCut>,
+) -> Result<Json<CutState>, ApiError> {
+    for region in &body.cut_regions {
+        known_region(&state, region.trim())?;
+    }
+    state.partition.set(body.cut_regions);
+    let now = state.partition.state(state.config.nodes.regions());
+    tracing::warn!(
+        cut_regions = ?now.cut_regions,
+        unreachable_regions = ?now.unreachable_regions,
+        "simulated partition changed"
+    );
+    Ok(Json(now))
 }

@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 
 use crate::config::RouterConfig;
 use crate::metrics::Metrics;
+use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
 use crate::regions::RegionHealth;
 use crate::state::{RouterState, SharedState};
@@ -40,6 +41,10 @@ impl RouterApp {
             ClientOptions {
                 attempt_timeout: Duration::from_secs(2),
                 deadline: Duration::from_secs(5),
+                // Declared like the node's, so a simulated partition of the
+                // store applies to this router too: a router cut off with
+                // its region cannot write failovers the majority never saw.
+                region: Some(config.region.clone()),
                 ..ClientOptions::default()
             },
         )
@@ -60,6 +65,7 @@ impl RouterApp {
             placements: Arc::new(PlacementCache::new(store.clone())),
             store,
             health,
+            partition: RegionCut::new(&config.region),
             metrics: Arc::new(Metrics::new()),
             http,
             api_keys,

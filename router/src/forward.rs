@@ -9,6 +9,10 @@
 //!        └─ no answer     ─► 503 SERVICE_UNAVAILABLE, Retry-After: 1
 //! ```
 //!
+//! A region cut off by `/admin/partition` ([`crate::partition`]) is
+//! answered like a node that refuses connections: 503 with `Retry-After: 1`,
+//! nothing sent.
+//!
 //! **Why the request body is buffered.** A 421 means the node refused the
 //! request before doing anything, and the router must send the *same*
 //! request again to the new home; a streamed body would be gone by then.
@@ -51,6 +55,8 @@ pub fn router() -> Router<SharedState> {
 pub enum ForwardError {
     #[error("region {0} has no nodes configured")]
     NoNodes(String),
+    #[error("region {0} is cut off from this router by a simulated partition")]
+    Partitioned(String),
     #[error("node {url} of region {region} did not answer")]
     Unreachable {
         region: String,
@@ -175,6 +181,12 @@ async fn send(
         node = tracing::field::Empty
     );
     async {
+        if !state.partition.reachable(region) {
+            // As a connect error: nothing sent, so nothing can have happened.
+            tracing::warn!("region cut off by a simulated partition; nothing sent");
+            state.metrics.unreachable.get_or_create(&Metrics::region(region)).inc();
+            return Err(ForwardError::Partitioned(region.to_owned()));
+        }
         if region != state.config.region && !state.config.wan_latency.is_zero() {
             // The simulated WAN round trip of `--wan-latency` (local
             // multi-region runs only); the one sleep in the router.
@@ -238,7 +250,9 @@ fn stream_back(region: &str, response: reqwest::Response) -> Response {
 /// `Idempotency-Key`, which is safe whatever the node did.
 fn unavailable(metrics: &Metrics, error: ForwardError) -> Response {
     let region = match &error {
-        ForwardError::NoNodes(region) | ForwardError::Unreachable { region, .. } => region.clone(),
+        ForwardError::NoNodes(region)
+        | ForwardError::Partitioned(region)
+        | ForwardError::Unreachable { region, .. } => region.clone(),
     };
     let mut response = answer_error(metrics, &region, ApiError::Unavailable(error.into()));
     response

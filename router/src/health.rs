@@ -10,6 +10,9 @@
 //! too, so a failed store write is retried. After
 //! `--health-check-successes` good rounds it is `Healthy` again in the
 //! store; tenants are *not* moved back (that is `POST /admin/failback`).
+//!
+//! A region cut off from this router by `/admin/partition`
+//! ([`crate::partition`]) fails its checks without a request being sent.
 
 use std::time::Duration;
 
@@ -107,6 +110,9 @@ pub async fn check_once(state: &RouterState) {
 
 /// Whether any node of `region` answers `/readyz` with a success in time.
 async fn region_answers(state: &RouterState, region: &str) -> bool {
+    if !state.partition.reachable(region) {
+        return false;
+    }
     let timeout = state.config.health.interval;
     let checks = state.config.nodes.urls(region).iter().map(|url| {
         let request = state

@@ -19,7 +19,10 @@
 //! - [`regions`]: this router's up/down view of each region (thresholds).
 //! - [`health`]: the health-check loop and automatic failover.
 //! - [`failover`]: moving tenants — failover and failback by epoch CAS.
-//! - [`admin`]: operator failover, failback and the placement table.
+//! - [`admin`]: operator failover, failback, the placement table and the
+//!   simulated partition switch.
+//! - [`partition`]: regions a drill has cut off from this router (their
+//!   nodes count as unreachable for forwarding and health checks).
 //! - [`http`], [`ops`], [`metrics`]: span and trace ids, health/readiness/
 //!   metrics endpoints, Prometheus counters.
 //!
@@ -36,6 +39,10 @@
 //!   N rounds all failed ─► store: region Down ─► for each tenant homed there:
 //!     set_placement(tenant, epoch, first healthy standby, …) ── CAS: one router wins
 //! ```
+//!
+//! A drill's simulated partition (`POST /admin/partition`) makes a region's
+//! nodes count as unreachable in both places above: forwards answer 503
+//! with nothing sent, health checks fail, failover follows.
 //!
 //! The router never decides anything about a payment: the node does, and
 //! fences by placement. A router with a stale cache costs a 421 and a
@@ -54,6 +61,7 @@ pub mod http;
 pub mod metrics;
 pub mod nodes;
 pub mod ops;
+pub mod partition;
 pub mod placement;
 pub mod regions;
 pub mod state;

@@ -8,6 +8,7 @@ use once_raft_store::client::StoreClient;
 use crate::config::RouterConfig;
 use crate::failover::Mover;
 use crate::metrics::Metrics;
+use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
 use crate::regions::RegionHealth;
 
@@ -25,6 +26,9 @@ pub struct RouterState {
     pub placements: Arc<PlacementCache>,
     /// This router's health-check view of each region.
     pub health: RegionHealth,
+    /// Regions a drill has cut off from this router (`/admin/partition`):
+    /// forwards and health checks treat their nodes as unreachable.
+    pub partition: RegionCut,
     pub metrics: Arc<Metrics>,
     /// One client for every forward and health check: its connection pool
     /// keeps connections to each node warm.

@@ -24,7 +24,10 @@ Simulated WAN (latency and partition drills on one machine):
   another region waits --wan-latency MS before it is sent. POST /admin/partition
   {\"isolated\": true} on a member's API (or `once store partition --endpoint E
   --isolated true`) cuts its region off: no Raft RPC to or from other regions,
-  and clients declaring another region (X-Once-Client-Region) are refused.";
+  and clients declaring another region (X-Once-Client-Region) are refused.
+  {\"cut_regions\": [\"eu-west\"]} (or `--cut-regions eu-west`; empty heals) is the
+  same seen from another member: no Raft RPC to or from eu-west's members, and
+  clients declaring eu-west are refused.";
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, after_help = WAN_HELP)]
@@ -143,13 +146,17 @@ enum AdminCommand {
         local_member: once_raft_store::bench::LocalMember,
     },
     /// Show, or set with --isolated, whether a member is cut off from every
-    /// other region (simulated partition: Raft RPC and clients of other
-    /// regions are refused both ways; the process keeps running).
+    /// other region, and with --cut-regions which other regions are cut off
+    /// from it (simulated partition: Raft RPC and clients across the cut are
+    /// refused both ways; the process keeps running).
     Partition {
         #[arg(long)]
         endpoint: String,
         #[arg(long)]
         isolated: Option<bool>,
+        /// The whole set of regions cut off from this member; `""` heals.
+        #[arg(long, value_delimiter = ',', num_args = 0..)]
+        cut_regions: Option<Vec<String>>,
     },
 }
 
@@ -281,7 +288,15 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             };
             println!("{}", serde_json::to_string(&report)?);
         }
-        AdminCommand::Partition { endpoint, isolated } => {
+        AdminCommand::Partition {
+            endpoint,
+            isolated,
+            cut_regions,
+        } => {
+            if let Some(regions) = cut_regions {
+                let regions: Vec<String> = regions.into_iter().filter(|r| !r.is_empty()).collect();
+                admin::set_cut_regions(&endpoint, &regions).await?;
+            }
             if let Some(isolated) = isolated {
                 admin::set_partition(&endpoint, isolated).await?;
             }

@@ -2,7 +2,9 @@
 //! (SQLite) and a 3-member `once store` cluster: routing by placement, the
 //! node's 401, keys and trace context reaching the node, a region SIGKILLed
 //! and its tenant failed over, two routers racing that failover, failback on
-//! command, and an unreachable node answered with 503 + Retry-After.
+//! command, a region cut off at the router by its simulated partition switch
+//! (failed over the same way, back after healing), and an unreachable node
+//! answered with 503 + Retry-After.
 //!
 //! The nodes run in `sql` mode and never answer 421 (that is the node's
 //! raft mode); these scenarios do not depend on it.
@@ -90,6 +92,43 @@ impl RouterProcess {
             r.status().is_success().then_some(())
         })
         .await;
+    }
+
+    /// `POST /admin/partition {"cut_regions": regions}`: the state after.
+    async fn cut(&self, regions: &[&str]) -> serde_json::Value {
+        let answer = send(
+            self.client
+                .post(format!("{}/admin/partition", self.url))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&serde_json::json!({ "cut_regions": regions })),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        serde_json::from_slice(&answer.body).expect("partition state")
+    }
+
+    /// Whether this router's health checks have `region` up.
+    async fn region_up(&self, region: &str) -> bool {
+        let view: serde_json::Value = self
+            .client
+            .get(format!("{}/admin/placements", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("placements")
+            .json()
+            .await
+            .expect("placements body");
+        view["regions"]
+            .as_array()
+            .expect("regions")
+            .iter()
+            .any(|r| r["region"] == region && r["up"] == true)
     }
 
     async fn admin(&self, path: &str, region: &str) -> Answer {
@@ -494,6 +533,50 @@ async fn an_operator_fails_a_region_over_and_back() {
 
 /// No store needed: a tenant without a placement goes to the router's own
 /// region, whose only node is not listening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_and_goes_home_after_healing() {
+    let regions = Regions::start().await;
+    let before = regions.place("acme", "us", &["eu"]).await;
+    let router = RouterProcess::start(&regions.router_args(&[
+        "--health-check-interval",
+        "300ms",
+        "--health-check-failures",
+        "5",
+        "--health-check-successes",
+        "2",
+    ]))
+    .await;
+    router.wait_ready().await;
+    pay_until_served_by(&router, ACME_KEY, "cut-1", "us").await;
+
+    let state = router.cut(&["us"]).await;
+    assert_eq!(state["unreachable_regions"], serde_json::json!(["us"]));
+    // Before the health checks give up on us (5 rounds): as if its node
+    // refused connections.
+    let cut = send(router.pay(ACME_KEY, "cut-2", payment_body("acc_1", "10.00", "cut-2"))).await;
+    assert_eq!(cut.status, 503);
+    assert_eq!(cut.error_code(), "SERVICE_UNAVAILABLE");
+    assert_eq!(cut.retry_after.as_deref(), Some("1"));
+
+    let after = eventually(WAIT, || async {
+        let p = regions.placement("acme").await;
+        (p.epoch > before.epoch).then_some(p)
+    })
+    .await;
+    assert_eq!(after.home, "eu", "failed over to the standby");
+    pay_until_served_by(&router, ACME_KEY, "cut-2", "eu").await;
+
+    let healed = router.cut(&[]).await;
+    assert_eq!(healed["cut_regions"], serde_json::json!([]));
+    eventually(WAIT, || async {
+        router.region_up("us").await.then_some(())
+    })
+    .await;
+    let back = router.admin("/admin/failback", "us").await;
+    assert_eq!(back.status, 200);
+    pay_until_served_by(&router, ACME_KEY, "cut-3", "us").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_node_answers_503_with_retry_after_and_bad_requests_get_the_nodes_errors() {
     let db = TestDb::new(Backend::Sqlite).await;
