@@ -14,6 +14,6 @@ mod provider;
 mod raft_store;
 mod regions;
 mod router;
-mod up;
 mod telemetry;
+mod up;
 mod validation;

@@ -10,9 +10,19 @@ use once_raft_store::command::{Placement, Reply};
 use crate::helpers::*;
 
 /// Places `tenant` at `home` (compare-and-set on `expected`); the placement.
-async fn place(store: &StoreClient, tenant: &str, expected: u64, home: &str, standbys: &[&str]) -> Placement {
+async fn place(
+    store: &StoreClient,
+    tenant: &str,
+    expected: u64,
+    home: &str,
+    standbys: &[&str],
+) -> Placement {
     let standbys: Vec<String> = standbys.iter().map(|s| (*s).to_owned()).collect();
-    match store.set_placement(tenant, expected, home, &standbys).await.unwrap() {
+    match store
+        .set_placement(tenant, expected, home, &standbys)
+        .await
+        .unwrap()
+    {
         Reply::Placement(p) => p,
         other => panic!("placement refused: {other:?}"),
     }
@@ -33,7 +43,12 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_work_
     // The home region creates; another region refuses to, naming the home.
     let body = payment_body("acc_1", "10.00", "order-home");
     let created = send(post(&client, &east.url, ACME_KEY, Some("k-home"), &body)).await;
-    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
     let other = payment_body("acc_1", "11.00", "order-away");
     let refused = post(&client, &west.url, ACME_KEY, Some("k-away"), &other)
         .send()
@@ -45,7 +60,11 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_work_
     assert_eq!(refused.error_code(), "MISDIRECTED_REQUEST");
     assert_eq!(refused.json()["homeRegion"], "us-east");
     assert_eq!(refused.json()["placementEpoch"], 1);
-    assert_eq!(west_db.count("SELECT COUNT(*) FROM payments").await, 0, "nothing written");
+    assert_eq!(
+        west_db.count("SELECT COUNT(*) FROM payments").await,
+        0,
+        "nothing written"
+    );
 
     // A finished operation replays from any region, byte for byte.
     let replay = send(post(&client, &west.url, ACME_KEY, Some("k-home"), &body)).await;
@@ -61,7 +80,12 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_work_
     assert_eq!(stale.json()["homeRegion"], "eu-west");
     assert_eq!(stale.json()["placementEpoch"], 2);
     let moved = send(post(&client, &west.url, ACME_KEY, Some("k-after"), &other)).await;
-    assert_eq!(moved.status, 201, "{}", String::from_utf8_lossy(&moved.body));
+    assert_eq!(
+        moved.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&moved.body)
+    );
     let dup = send(post(&client, &west.url, ACME_KEY, Some("k-dup"), &body)).await;
     assert_eq!(dup.status, 409);
     assert_eq!(dup.error_code(), "DUPLICATE_MERCHANT_REFERENCE");
@@ -115,15 +139,30 @@ async fn the_new_home_finishes_what_the_dead_region_left_in_progress() {
     let west = NodeProcess::start_in("eu-west", &west_db.url, &store_args, &args, &[]).await;
     // No client retry needed: the worker finishes it.
     eventually(Duration::from_secs(30), || async {
-        (west_db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'").await == 1)
+        (west_db
+            .count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
+            .await
+            == 1)
             .then_some(())
     })
     .await;
     let answer = send(post(&client, &west.url, ACME_KEY, Some("k-orphan"), &body)).await;
-    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
-    assert!(answer.replayed, "the worker completed it; the client gets the stored answer");
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert!(
+        answer.replayed,
+        "the worker completed it; the client gets the stored answer"
+    );
     let ledger = sim.ledger().await;
-    assert_eq!(ledger.len(), 1, "one charge, asked for by key, never repeated");
+    assert_eq!(
+        ledger.len(),
+        1,
+        "one charge, asked for by key, never repeated"
+    );
     assert_eq!(ledger[0].status, "succeeded");
     assert_eq!(
         answer.json()["id"],
