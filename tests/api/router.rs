@@ -6,8 +6,9 @@
 //! (failed over the same way, back after healing), and an unreachable node
 //! answered with 503 + Retry-After.
 //!
-//! The nodes run in `sql` mode and never answer 421 (that is the node's
-//! raft mode); these scenarios do not depend on it.
+//! Most nodes here run in `sql` mode and never answer 421; the last
+//! scenario runs raft-mode nodes so a stale router meets a real 421 from the
+//! former home region and converges.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -628,4 +629,110 @@ async fn an_unreachable_node_answers_503_with_retry_after_and_bad_requests_get_t
     assert_eq!(big.status, 413);
     assert_eq!(big.error_code(), "PAYLOAD_TOO_LARGE");
     node.kill().await;
+}
+
+/// A router whose placement is stale (refreshed hourly) forwards a new
+/// claim to the former home region; that raft-mode node answers 421 naming
+/// the new home, and the router re-reads the placement, re-sends once and
+/// converges: the payment is made at the new home, and later requests go
+/// there directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
+    let eu_db = TestDb::new(Backend::Raft).await;
+    let us_db = TestDb::new(Backend::Sqlite).await;
+    let cluster = eu_db.store.as_ref().unwrap();
+    let store = cluster.client(ClientOptions::default());
+    let store_args = eu_db.node_args();
+    let eu = NodeProcess::start_in("eu", &eu_db.url, &store_args, &[], &[]).await;
+    let us = NodeProcess::start_in("us", &us_db.url, &store_args, &[], &[]).await;
+    let placed = match store
+        .set_placement("acme", 0, "eu", &["us".to_owned()])
+        .await
+        .unwrap()
+    {
+        Reply::Placement(p) => p,
+        other => panic!("{other:?}"),
+    };
+    let router = RouterProcess::start(&[
+        "--region".to_owned(),
+        "eu".to_owned(),
+        "--store-endpoints".to_owned(),
+        cluster.endpoints().join(","),
+        "--nodes".to_owned(),
+        format!("eu={},us={}", eu.url, us.url),
+        "--placement-refresh".to_owned(),
+        "1h".to_owned(),
+        "--auto-failover=false".to_owned(),
+    ])
+    .await;
+    let first = router
+        .pay(
+            ACME_KEY,
+            "k-before",
+            payment_body("acc_1", "1.00", "order-before"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.headers()["x-once-region"], "eu");
+    assert_eq!(first.status(), 201);
+
+    // The placement moves behind the router's back.
+    match store
+        .set_placement("acme", placed.epoch, "us", &["eu".to_owned()])
+        .await
+        .unwrap()
+    {
+        Reply::Placement(p) => assert_eq!(p.epoch, 2),
+        other => panic!("{other:?}"),
+    }
+    let moved = router
+        .pay(
+            ACME_KEY,
+            "k-after",
+            payment_body("acc_1", "2.00", "order-after"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        moved.headers()["x-once-region"],
+        "us",
+        "re-sent to the new home"
+    );
+    let moved = Answer::of(moved).await;
+    assert_eq!(
+        moved.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&moved.body)
+    );
+    assert_eq!(us_db.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(
+        eu_db.count("SELECT COUNT(*) FROM payments").await,
+        1,
+        "nothing new at the former home"
+    );
+    let again = router
+        .pay(
+            ACME_KEY,
+            "k-later",
+            payment_body("acc_1", "3.00", "order-later"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        again.headers()["x-once-region"],
+        "us",
+        "the router converged"
+    );
+    assert_eq!(again.status(), 201);
+    let misdirected = crate::helpers::metric(
+        &reqwest::Client::new(),
+        &router.url,
+        "router_misdirected_total",
+    )
+    .await;
+    assert!(misdirected >= 1.0, "the 421 was counted ({misdirected})");
 }
