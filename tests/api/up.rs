@@ -84,6 +84,23 @@ async fn drill(cluster: &Path, region: &str, mode: &str, out: &Path) -> std::pro
         .expect("run the drill")
 }
 
+/// Runs the drill on `region` in `mode`: it exits 0, the fault was really
+/// injected and every invariant held.
+async fn drill_holds(dir: &Path, region: &str, mode: &str) {
+    let out = dir.join(format!("drill-{mode}"));
+    let report = drill(&dir.join("cluster.json"), region, mode, &out).await;
+    assert!(
+        report.status.success(),
+        "drill: {}\n{}",
+        String::from_utf8_lossy(&report.stderr),
+        std::fs::read_to_string(out.join("report.md")).unwrap_or_default()
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["fault"]["injected"], true, "{json}");
+    assert_eq!(json["invariants_held"], true);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_regions_survive_a_killed_region_stop_cleanly_and_resume() {
     let dir = tempfile::tempdir().unwrap();
@@ -124,33 +141,11 @@ async fn three_regions_survive_a_killed_region_stop_cleanly_and_resume() {
     // Cut a region (not the router's) off from the others under load, then
     // heal: no invariant breaks, and its tenants are served elsewhere.
     let cut = tenants[1]["home_region"].as_str().unwrap();
-    let out = dir.path().join("drill-partition");
-    let report = drill(&dir.path().join("cluster.json"), cut, "partition", &out).await;
-    assert!(
-        report.status.success(),
-        "drill: {}\n{}",
-        String::from_utf8_lossy(&report.stderr),
-        std::fs::read_to_string(out.join("report.md")).unwrap_or_default()
-    );
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["fault"]["injected"], true, "{json}");
-    assert_eq!(json["invariants_held"], true);
+    drill_holds(dir.path(), cut, "partition").await;
 
     // Kill the router's region under load: no invariant breaks.
     let victim = tenants[0]["home_region"].as_str().unwrap();
-    let out = dir.path().join("drill-kill");
-    let report = drill(&dir.path().join("cluster.json"), victim, "kill", &out).await;
-    assert!(
-        report.status.success(),
-        "drill: {}\n{}",
-        String::from_utf8_lossy(&report.stderr),
-        std::fs::read_to_string(out.join("report.md")).unwrap_or_default()
-    );
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["fault"]["injected"], true, "{json}");
-    assert_eq!(json["invariants_held"], true);
+    drill_holds(dir.path(), victim, "kill").await;
 
     // SIGTERM stops every child; nothing is left running.
     let pids = up.pids();

@@ -47,6 +47,13 @@ fn unexpected(reply: Reply) -> StoreError {
     StoreError::Corrupt(format!("unexpected raft-store answer {reply:?}"))
 }
 
+/// The payment holding a business key, as a `BusinessKeyTaken` names it.
+fn holder(payment_id: Option<String>) -> Result<PaymentId, StoreError> {
+    payment_id
+        .and_then(|id| PaymentId::parse(&id))
+        .ok_or_else(|| StoreError::Corrupt("business key held without a payment".into()))
+}
+
 /// The most times a claim re-proposes after learning a newer epoch that
 /// still names this region home.
 const EPOCH_RETRIES: usize = 3;
@@ -290,12 +297,7 @@ impl IdempotencyStore for RaftStore {
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 // Nothing was written: own the key without a payment, so
                 // the 409 is stored and replayed like in the sql mode.
-                let existing =
-                    payment_id
-                        .and_then(|id| PaymentId::parse(&id))
-                        .ok_or_else(|| {
-                            StoreError::Corrupt("business key held without a payment".into())
-                        })?;
+                let existing = holder(payment_id)?;
                 let reply = self
                     .propose_as_home(tenant, claim.now, |epoch| {
                         Op::Claim(self.new_claim(claim, epoch, false))
@@ -338,12 +340,7 @@ impl IdempotencyStore for RaftStore {
         match propose(true).await? {
             Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(self.owned(record).await?))),
             Reply::BusinessKeyTaken { payment_id, .. } => {
-                let existing =
-                    payment_id
-                        .and_then(|id| PaymentId::parse(&id))
-                        .ok_or_else(|| {
-                            StoreError::Corrupt("business key held without a payment".into())
-                        })?;
+                let existing = holder(payment_id)?;
                 match propose(false).await? {
                     Reply::Claimed(record) => Ok(Some(ClaimOutcome::BusinessKeyTaken {
                         record: record_from_store(record)?,
