@@ -17,6 +17,10 @@ pub struct Cluster {
     pub admin_token: String,
     pub tenants: Vec<Tenant>,
     pub regions: Vec<Region>,
+    /// `once up`'s control endpoint (restarts a killed region's processes);
+    /// absent for clusters `once up` did not start.
+    #[serde(default)]
+    pub control: Option<Endpoint>,
 }
 
 /// A service reachable at a base URL.

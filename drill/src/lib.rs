@@ -209,6 +209,20 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
     timeline.record("load finished: every operation answered or out of time");
 
     let failback = if args.failback {
+        // A killed region has to come back before its tenants can.
+        if args.mode == FaultMode::Kill && fault_report.injected {
+            let what = match &cluster.control {
+                Some(control) => match failback::restart_region(&control.url, &region.name).await {
+                    Ok(answer) => format!("region {} restarted: {answer}", region.name),
+                    Err(e) => format!("restarting region {} FAILED: {e:#}", region.name),
+                },
+                None => format!(
+                    "region {} was killed and the cluster has no control endpoint to restart it",
+                    region.name
+                ),
+            };
+            timeline.record(what);
+        }
         timeline.record(format!("failback of {} requested", region.name));
         let result = failback::fail_back(
             &cluster.router.url,

@@ -13,10 +13,12 @@
 //! project's own transports, so a laptop behaves like three regions.
 
 mod children;
+mod control;
 mod layout;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -95,9 +97,9 @@ fn demo_admin_token(dir: &Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
-/// Everything `once up` started.
+/// Everything `once up` started; `stores[i]` and `nodes[i]` are region i's.
 #[derive(Debug, Default)]
-struct Running {
+pub(crate) struct Running {
     stores: Vec<ChildProcess>,
     nodes: Vec<ChildProcess>,
     router: Option<ChildProcess>,
@@ -125,23 +127,27 @@ async fn futures_join(children: Vec<ChildProcess>) {
     }
 }
 
-struct Plan<'a> {
-    args: &'a UpArgs,
-    layout: &'a Layout,
+/// How every child is started: the same command lines at the first start,
+/// on resume and when a region is restarted.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    dir: PathBuf,
+    listen: SocketAddr,
+    wan_latency: u64,
+    layout: Layout,
     logs: PathBuf,
     provider_url: String,
     admin_token: String,
     api_keys: String,
 }
 
-impl Plan<'_> {
+impl Plan {
     fn latency(&self) -> Vec<String> {
-        vec!["--wan-latency".into(), self.args.wan_latency.to_string()]
+        vec!["--wan-latency".into(), self.wan_latency.to_string()]
     }
 
     fn database_url(&self, region: &RegionLayout) -> String {
-        self.args
-            .dir
+        self.dir
             .join(format!("region-{}.db", region.name))
             .display()
             .to_string()
@@ -157,8 +163,7 @@ impl Plan<'_> {
             "--api-addr".into(),
             region.store_api.to_string(),
             "--data-dir".into(),
-            self.args
-                .dir
+            self.dir
                 .join(format!("store-{}", region.name))
                 .display()
                 .to_string(),
@@ -169,7 +174,7 @@ impl Plan<'_> {
             "--peer-regions".into(),
             self.layout.peer_regions(),
         ];
-        if self.args.wan_latency == 0 {
+        if self.wan_latency == 0 {
             // Members on one machine: fast elections, fast failover.
             args.extend(
                 [
@@ -220,7 +225,7 @@ impl Plan<'_> {
         let mut args: Vec<String> = vec![
             "router".into(),
             "--listen".into(),
-            self.args.listen.to_string(),
+            self.listen.to_string(),
             "--region".into(),
             home.name.clone(),
             "--store-endpoints".into(),
@@ -281,8 +286,8 @@ async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<()> {
     }
 }
 
-async fn start(plan: &Plan<'_>, running: &mut Running) -> anyhow::Result<()> {
-    let layout = plan.layout;
+async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
+    let layout = &plan.layout;
     for region in &layout.regions {
         running.stores.push(plan.store(region)?);
     }
@@ -304,7 +309,7 @@ async fn start(plan: &Plan<'_>, running: &mut Running) -> anyhow::Result<()> {
     }
     let mut router = plan.router()?;
     router
-        .wait_ready(&format!("http://{}/readyz", plan.args.listen), START_LIMIT)
+        .wait_ready(&format!("http://{}/readyz", plan.listen), START_LIMIT)
         .await?;
     running.router = Some(router);
     Ok(())
@@ -334,9 +339,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .context("starting the provider simulator")?
     );
 
-    let plan = Plan {
-        args: &args,
-        layout: &layout,
+    let plan = Arc::new(Plan {
+        dir: args.dir.clone(),
+        listen: args.listen,
+        wan_latency: args.wan_latency,
+        layout: layout.clone(),
         logs: args.dir.join("logs"),
         provider_url: provider_url.clone(),
         admin_token: admin_token.clone(),
@@ -345,7 +352,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .map(|(t, k)| format!("{t}:demo:{k}"))
             .collect::<Vec<_>>()
             .join(","),
-    };
+    });
     let mut running = Running::default();
     let started = tokio::select! {
         started = start(&plan, &mut running) => started,
@@ -364,22 +371,32 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     };
 
     let router_url = format!("http://{}", args.listen);
+    let cluster_path = args.dir.join("cluster.json");
+    let running = Arc::new(tokio::sync::Mutex::new(running));
+    let control_url = control::serve(control::Control {
+        plan: plan.clone(),
+        running: running.clone(),
+        cluster_path: cluster_path.clone(),
+    })
+    .await?;
+    let running_now = running.lock().await;
     let cluster = json!({
-        "router": { "url": router_url, "pid": running.router.as_ref().map(ChildProcess::pid) },
+        "control": { "url": control_url },
+        "router": { "url": router_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
         "admin_token": admin_token,
         "wan_latency_ms": args.wan_latency,
         "tenants": keys.iter().zip(&homes).map(|((t, k), (_, home))| json!({
             "id": t, "api_key": k, "home_region": home,
         })).collect::<Vec<_>>(),
-        "regions": layout.regions.iter().zip(running.nodes.iter().zip(&running.stores)).map(|(r, (node, store))| json!({
+        "regions": layout.regions.iter().zip(running_now.nodes.iter().zip(&running_now.stores)).map(|(r, (node, store))| json!({
             "name": r.name,
             "node": { "url": format!("http://{}", r.node), "pid": node.pid() },
             "store": { "id": r.store_id, "api_url": format!("http://{}", r.store_api), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
             "database_url": plan.database_url(r),
         })).collect::<Vec<_>>(),
     });
-    let cluster_path = args.dir.join("cluster.json");
+    drop(running_now);
     std::fs::write(&cluster_path, serde_json::to_vec_pretty(&cluster)?)?;
 
     print_welcome(
@@ -393,7 +410,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     );
     once_node::shutdown_signal().await;
     println!("stopping every process of the cluster …");
-    running.stop().await;
+    std::mem::take(&mut *running.lock().await).stop().await;
     Ok(())
 }
 

@@ -870,7 +870,7 @@ mod crashes {
 
     async fn start(db: &TestDb, args: &[String], env: &[(&str, &str)]) -> NodeProcess {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        NodeProcess::start(&db, &args, env).await
+        NodeProcess::start(db, &args, env).await
     }
 
     /// Pays once on a node armed with `failpoint`, waits for the abort, and

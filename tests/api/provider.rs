@@ -45,7 +45,7 @@ fn provider_args_with(sim_url: &str, recovery_interval: &str) -> Vec<String> {
 
 async fn node_with(db: &TestDb, args: &[String], env: &[(&str, &str)]) -> NodeProcess {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    NodeProcess::start(&db, &args, env).await
+    NodeProcess::start(db, &args, env).await
 }
 
 async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(backend: Backend) {

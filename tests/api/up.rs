@@ -1,6 +1,8 @@
 //! `once up` with three regions as real child processes, and `once drill
-//! failover` against it: the drill finds zero violations in partition and
-//! kill mode, the cluster stops cleanly on SIGTERM and resumes from its data.
+//! failover --failback` against it: the drill finds zero violations in
+//! partition and kill mode (the killed region restarted through `once up`'s
+//! control endpoint, then failed back), the cluster stops cleanly on SIGTERM
+//! and resumes from its data.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -72,7 +74,15 @@ fn alive(pid: i32) -> bool {
 
 async fn drill(cluster: &Path, region: &str, mode: &str, out: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_once"))
-        .args(["drill", "failover", "--region", region, "--mode", mode])
+        .args([
+            "drill",
+            "failover",
+            "--region",
+            region,
+            "--mode",
+            mode,
+            "--failback",
+        ])
         .args(["--duration", "9", "--rate", "8", "--grace", "30"])
         .arg("--cluster")
         .arg(cluster)
@@ -99,10 +109,15 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(json["fault"]["injected"], true, "{json}");
     assert_eq!(json["invariants_held"], true);
+    assert!(
+        json["failback"]["home_again_at"].is_number(),
+        "the region's tenants are served at home again: {}",
+        json["failback"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_regions_survive_a_killed_region_stop_cleanly_and_resume() {
+async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and_resume() {
     let dir = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", free_port());
     let mut up = Up::start(dir.path(), &listen).await;
