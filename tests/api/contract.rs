@@ -286,7 +286,7 @@ async fn the_sweeper_purges_answers_and_later_metadata_in_batches(backend: Backe
         db.records()
             .await
             .iter()
-            .filter(|r| r.status == "EXPIRED" && r.schema_version.is_none())
+            .filter(|r| r.status == "EXPIRED" && !r.has_response)
             .count(),
         5
     );

@@ -191,13 +191,16 @@ impl TestDb {
                         .as_str()
                         .to_owned(),
                     fence: r.fence as i64,
+                    has_response: r.response.is_some(),
                     schema_version: r.response.as_ref().map(|x| x.schema_version),
                 })
                 .collect(),
             None => {
                 let db = self.pool().await;
                 let rows = sqlx::query(
-                    "SELECT status, fence, response_schema_version FROM idempotency_requests",
+                    "SELECT status, fence, response_schema_version, \
+                     CASE WHEN response_body IS NULL THEN 0 ELSE 1 END AS has_response \
+                     FROM idempotency_requests",
                 )
                 .fetch_all(&db.pool)
                 .await
@@ -207,6 +210,7 @@ impl TestDb {
                     .map(|row| RecordRow {
                         status: row.try_get("status").unwrap(),
                         fence: row.try_get("fence").unwrap(),
+                        has_response: row.try_get::<i32, _>("has_response").unwrap() == 1,
                         schema_version: row
                             .try_get::<Option<i64>, _>("response_schema_version")
                             .unwrap()
@@ -264,6 +268,8 @@ impl Drop for TestDb {
 pub struct RecordRow {
     pub status: String,
     pub fence: i64,
+    /// Whether the answer to replay is still stored.
+    pub has_response: bool,
     /// Schema version of the stored answer, while there is one.
     pub schema_version: Option<i32>,
 }
