@@ -68,7 +68,10 @@ pub async fn recover_due(state: &AppState) -> anyhow::Result<usize> {
 
 /// Runs [`recover_due`] every `recovery_interval` until `shutdown` flips.
 pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(state.config.recovery_interval);
+    // The first pass comes one interval after start, not at once: a
+    // restarted node's own in-flight work is not "abandoned" yet anyway.
+    let every = state.config.recovery_interval;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {

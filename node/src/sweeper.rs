@@ -48,7 +48,10 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(u64, u64)> {
 
 /// Runs [`sweep_once`] every `sweep_interval` until `shutdown` flips.
 pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(state.config.sweep_interval);
+    // The first pass comes one interval after start, not at once: a
+    // restarted node's own in-flight work is not "abandoned" yet anyway.
+    let every = state.config.sweep_interval;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
