@@ -423,9 +423,12 @@ fn print_welcome(
     homes: &[(String, String)],
     cluster_path: &Path,
 ) {
+    let regions = match args.regions {
+        1 => "1 region".to_owned(),
+        n => format!("{n} regions"),
+    };
     println!(
-        "once is up: {router_url}  ({} regions, data in {})",
-        args.regions,
+        "once is up: {router_url}  ({regions}, data in {})",
         args.dir.display()
     );
     for ((t, k), (_, home)) in keys.iter().zip(homes) {
