@@ -161,7 +161,8 @@ impl Cluster {
                 "1000ms",
             ])
             .args(&extra)
-            .env("RUST_LOG", "warn")
+            // openraft warns about every vote race of a fresh election: noise in CI logs.
+            .env("RUST_LOG", "warn,openraft=error")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
