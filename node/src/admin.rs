@@ -13,12 +13,10 @@
 //! Stored response bodies are sensitive data: they are shown only here.
 
 use axum::extract::{FromRequestParts, Path, Query, State};
-use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use subtle::ConstantTimeEq;
 
 use crate::domain::{IdempotencyKey, PrincipalId, TenantId};
 use crate::error::ApiError;
@@ -46,24 +44,8 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        // Disabled unless configured: indistinguishable from a missing route.
-        let expected = state
-            .config
-            .admin_token
-            .as_deref()
-            .ok_or(ApiError::NotFound)?;
-        let presented = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(ApiError::Unauthorized)?;
-        let same = crate::auth::digest(presented).ct_eq(&crate::auth::digest(expected));
-        if bool::from(same) {
-            Ok(Operator)
-        } else {
-            Err(ApiError::Unauthorized)
-        }
+        crate::auth::require_admin_token(&parts.headers, state.config.admin_token.as_deref())?;
+        Ok(Operator)
     }
 }
 

@@ -178,6 +178,28 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// The operator check of every `/admin/*` surface (node and router): the
+/// request must carry `Authorization: Bearer <expected>`. `None` (no token
+/// configured) disables the surface: indistinguishable from a missing route.
+/// Compared as digests in constant time, so neither timing nor length says
+/// how close a guess was.
+pub fn require_admin_token(
+    headers: &axum::http::HeaderMap,
+    expected: Option<&str>,
+) -> Result<(), ApiError> {
+    let expected = expected.ok_or(ApiError::NotFound)?;
+    let presented = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthorized)?;
+    if bool::from(digest(presented.trim()).ct_eq(&digest(expected))) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,7 +47,15 @@ fn http() -> reqwest::Client {
 }
 
 pub async fn status(endpoint: &str) -> Result<Status, AdminError> {
-    let url = format!("{}{STATUS_PATH}", base(endpoint));
+    get_json(endpoint, STATUS_PATH).await
+}
+
+/// `GET endpoint+path`, answered as JSON.
+async fn get_json<T: serde::de::DeserializeOwned>(
+    endpoint: &str,
+    path: &str,
+) -> Result<T, AdminError> {
+    let url = format!("{}{path}", base(endpoint));
     let r = http()
         .get(&url)
         .timeout(Duration::from_secs(3))
@@ -152,17 +160,5 @@ pub async fn set_cut_regions(endpoint: &str, regions: &[String]) -> Result<(), A
 /// Whether the member at `endpoint` is isolated, which regions it cuts
 /// off, and its region.
 pub async fn partition(endpoint: &str) -> Result<PartitionState, AdminError> {
-    let url = format!("{}{PARTITION_PATH}", base(endpoint));
-    let r = http()
-        .get(&url)
-        .timeout(Duration::from_secs(3))
-        .send()
-        .await
-        .map_err(|source| AdminError::Http {
-            url: url.clone(),
-            source,
-        })?;
-    r.json()
-        .await
-        .map_err(|source| AdminError::Http { url, source })
+    get_json(endpoint, PARTITION_PATH).await
 }

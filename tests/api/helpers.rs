@@ -185,9 +185,7 @@ impl TestDb {
                 .expect("raft-store records")
                 .into_iter()
                 .map(|r| RecordRow {
-                    status: once_node::raft::convert::record_from_store(r.clone())
-                        .expect("valid record")
-                        .status
+                    status: once_node::raft::convert::status_from_store(r.status)
                         .as_str()
                         .to_owned(),
                     fence: r.fence as i64,

@@ -46,7 +46,7 @@ pub fn status_to_store(status: Status) -> rs::Status {
     }
 }
 
-fn status_from_store(status: rs::Status) -> Status {
+pub fn status_from_store(status: rs::Status) -> Status {
     match status {
         rs::Status::InProgress => Status::InProgress,
         rs::Status::Completed => Status::Completed,
