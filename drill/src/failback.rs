@@ -46,6 +46,38 @@ pub async fn restart_region(control_url: &str, region: &str) -> anyhow::Result<S
     Ok(body)
 }
 
+/// Waits until raft-store shows `region` healthy again (the routers write
+/// that after their success threshold). A failback before that would race
+/// the routers' own health state: a router that still counts the region as
+/// down moves its tenants away again.
+pub async fn wait_until_healthy(
+    store_endpoints: &[String],
+    region: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let store = once_raft_store::client::StoreClient::new(
+        store_endpoints,
+        once_raft_store::client::ClientOptions::default(),
+    )?;
+    let deadline = Instant::now() + timeout;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let healthy = store.regions().await.is_ok_and(|regions| {
+            regions.iter().any(|(name, status)| {
+                name == region && *status == once_raft_store::command::RegionStatus::Healthy
+            })
+        });
+        if healthy {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "region {region} not healthy within {timeout:?}"
+        );
+    }
+}
+
 /// Requests failback of `region` and waits until its `tenants` are served
 /// there again, or `timeout`.
 pub async fn fail_back(

@@ -213,7 +213,25 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         if args.mode == FaultMode::Kill && fault_report.injected {
             let what = match &cluster.control {
                 Some(control) => match failback::restart_region(&control.url, &region.name).await {
-                    Ok(answer) => format!("region {} restarted: {answer}", region.name),
+                    Ok(answer) => {
+                        let endpoints: Vec<String> = cluster
+                            .regions
+                            .iter()
+                            .filter_map(|r| r.store.as_ref().map(|s| s.api_url.clone()))
+                            .collect();
+                        match failback::wait_until_healthy(
+                            &endpoints,
+                            &region.name,
+                            Duration::from_secs(args.failback_timeout),
+                        )
+                        .await
+                        {
+                            Ok(()) => {
+                                format!("region {} restarted and healthy: {answer}", region.name)
+                            }
+                            Err(e) => format!("region {} restarted: {answer}; {e:#}", region.name),
+                        }
+                    }
                     Err(e) => format!("restarting region {} FAILED: {e:#}", region.name),
                 },
                 None => format!(
