@@ -90,20 +90,9 @@ pub async fn fail_back(
     timeout: Duration,
 ) -> FailbackResult {
     let requested_at = now_ms();
-    let answer = reqwest::Client::new()
-        .post(format!(
-            "{}/admin/failback",
-            router_url.trim_end_matches('/')
-        ))
-        .bearer_auth(admin_token)
-        .json(&serde_json::json!({ "region": region }))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await;
-    let (router_status, router_body) = match answer {
-        Ok(r) => (Some(r.status().as_u16()), r.text().await.ok()),
-        Err(e) => (None, Some(e.to_string())),
-    };
+    let deadline = Instant::now() + timeout;
+    let (router_status, router_body) =
+        request_failback(router_url, admin_token, region, deadline).await;
     let mut result = FailbackResult {
         requested_at,
         router_status,
@@ -114,7 +103,6 @@ pub async fn fail_back(
     if router_status.is_none_or(|s| !(200..300).contains(&s)) {
         return result;
     }
-    let deadline = Instant::now() + timeout;
     // Probing pace: one round of fresh payments per interval.
     let mut probes = tokio::time::interval(Duration::from_millis(250));
     while Instant::now() < deadline {
@@ -136,4 +124,40 @@ pub async fn fail_back(
         }
     }
     result
+}
+
+/// `POST {router}/admin/failback`, again every 250 ms while the router
+/// answers `409 REGION_NOT_HEALTHY` (its own health checks have not counted
+/// the region up yet) and `deadline` has not passed. Answers the last
+/// status and body, or no status and the transport error.
+async fn request_failback(
+    router_url: &str,
+    admin_token: &str,
+    region: &str,
+    deadline: Instant,
+) -> (Option<u16>, Option<String>) {
+    let http = reqwest::Client::new();
+    let url = format!("{}/admin/failback", router_url.trim_end_matches('/'));
+    let mut pace = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        pace.tick().await;
+        let answer = http
+            .post(&url)
+            .bearer_auth(admin_token)
+            .json(&serde_json::json!({ "region": region }))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        let (status, body) = match answer {
+            Ok(r) => (Some(r.status().as_u16()), r.text().await.ok()),
+            Err(e) => return (None, Some(e.to_string())),
+        };
+        let not_healthy_yet = status == Some(409)
+            && body
+                .as_deref()
+                .is_some_and(|b| b.contains("REGION_NOT_HEALTHY"));
+        if !not_healthy_yet || Instant::now() >= deadline {
+            return (status, body);
+        }
+    }
 }

@@ -213,25 +213,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         if args.mode == FaultMode::Kill && fault_report.injected {
             let what = match &cluster.control {
                 Some(control) => match failback::restart_region(&control.url, &region.name).await {
-                    Ok(answer) => {
-                        let endpoints: Vec<String> = cluster
-                            .regions
-                            .iter()
-                            .filter_map(|r| r.store.as_ref().map(|s| s.api_url.clone()))
-                            .collect();
-                        match failback::wait_until_healthy(
-                            &endpoints,
-                            &region.name,
-                            Duration::from_secs(args.failback_timeout),
-                        )
-                        .await
-                        {
-                            Ok(()) => {
-                                format!("region {} restarted and healthy: {answer}", region.name)
-                            }
-                            Err(e) => format!("region {} restarted: {answer}; {e:#}", region.name),
-                        }
-                    }
+                    Ok(answer) => format!("region {} restarted: {answer}", region.name),
                     Err(e) => format!("restarting region {} FAILED: {e:#}", region.name),
                 },
                 None => format!(
@@ -240,6 +222,23 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
                 ),
             };
             timeline.record(what);
+        }
+        // Killed or cut off, the routers counted the region down; they must
+        // count it up again first, or their next health round would move the
+        // tenants away again (a router refuses such a failback with 409).
+        if fault_report.injected {
+            let endpoints: Vec<String> = cluster
+                .regions
+                .iter()
+                .filter_map(|r| r.store.as_ref().map(|s| s.api_url.clone()))
+                .collect();
+            let timeout = Duration::from_secs(args.failback_timeout);
+            timeline.record(
+                match failback::wait_until_healthy(&endpoints, &region.name, timeout).await {
+                    Ok(()) => format!("region {} healthy again in raft-store", region.name),
+                    Err(e) => format!("region {} not seen healthy: {e:#}", region.name),
+                },
+            );
         }
         timeline.record(format!("failback of {} requested", region.name));
         let result = failback::fail_back(

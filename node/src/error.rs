@@ -37,6 +37,7 @@ pub enum ErrorCode {
     ServiceUnavailable,
     InternalError,
     MisdirectedRequest,
+    RegionNotHealthy,
 }
 
 impl ErrorCode {
@@ -58,6 +59,7 @@ impl ErrorCode {
             Self::ServiceUnavailable => "SERVICE_UNAVAILABLE",
             Self::InternalError => "INTERNAL_ERROR",
             Self::MisdirectedRequest => "MISDIRECTED_REQUEST",
+            Self::RegionNotHealthy => "REGION_NOT_HEALTHY",
         }
     }
 }
@@ -109,6 +111,12 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
     #[error("this tenant is served by region {home}; send the request there")]
     Misdirected { home: String, epoch: u64 },
+    /// Operator endpoints only: a failback into a region the router still
+    /// counts as down would be undone by its own next health round.
+    #[error(
+        "region {region} is still down in this router's health checks; fail back once it is healthy"
+    )]
+    RegionNotHealthy { region: String },
 }
 
 impl ApiError {
@@ -119,7 +127,8 @@ impl ApiError {
             }
             Self::KeyReusedWithDifferentRequest
             | Self::InProgress { .. }
-            | Self::DuplicateMerchantReference { .. } => StatusCode::CONFLICT,
+            | Self::DuplicateMerchantReference { .. }
+            | Self::RegionNotHealthy { .. } => StatusCode::CONFLICT,
             Self::InvalidCommand(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -147,6 +156,7 @@ impl ApiError {
             Self::Unavailable(_) => ErrorCode::ServiceUnavailable,
             Self::Internal(_) => ErrorCode::InternalError,
             Self::Misdirected { .. } => ErrorCode::MisdirectedRequest,
+            Self::RegionNotHealthy { .. } => ErrorCode::RegionNotHealthy,
         }
     }
 

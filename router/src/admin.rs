@@ -5,6 +5,9 @@
 //!   does when a region goes down, on command (drills).
 //! - `POST /admin/failback {"region":"eu-west"}`: every tenant whose
 //!   preferred home is that region, and which lives elsewhere, goes home.
+//!   Refused with `409 REGION_NOT_HEALTHY` while this router's own health
+//!   checks still count the region down: its next round would move the
+//!   tenants away again.
 //! - `GET /admin/placements`: the cached table and this router's view of
 //!   each region.
 //! - `GET|POST /admin/partition {"cut_regions":["eu-west"]}`: the regions a
@@ -89,6 +92,11 @@ async fn failback(
     Json(body): Json<RegionRequest>,
 ) -> Result<Json<MoveReport>, ApiError> {
     known_region(&state, &body.region)?;
+    if !state.health.is_up(&body.region) {
+        return Err(ApiError::RegionNotHealthy {
+            region: body.region,
+        });
+    }
     tracing::warn!(region = %body.region, "operator failback requested");
     state
         .store

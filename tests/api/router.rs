@@ -535,7 +535,8 @@ async fn an_operator_fails_a_region_over_and_back() {
 /// No store needed: a tenant without a placement goes to the router's own
 /// region, whose only node is not listening.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_and_goes_home_after_healing() {
+async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_refuses_an_early_failback_and_goes_home_after_healing()
+ {
     let regions = Regions::start().await;
     let before = regions.place("acme", "us", &["eu"]).await;
     let router = RouterProcess::start(&regions.router_args(&[
@@ -566,6 +567,13 @@ async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_and_goes_ho
     .await;
     assert_eq!(after.home, "eu", "failed over to the standby");
     pay_until_served_by(&router, ACME_KEY, "cut-2", "eu").await;
+
+    // While the router still counts us down, a failback is refused: its
+    // next health round would only move acme away again.
+    let early = router.admin("/admin/failback", "us").await;
+    assert_eq!(early.status, 409);
+    assert_eq!(early.error_code(), "REGION_NOT_HEALTHY");
+    assert_eq!(regions.placement("acme").await.home, "eu", "nothing moved");
 
     let healed = router.cut(&[]).await;
     assert_eq!(healed["cut_regions"], serde_json::json!([]));
