@@ -11,6 +11,7 @@
 //! - `purge(id)` writes `last_purged = id` in the same transaction that
 //!   deletes the entries, so the record of the purge is never later than
 //!   the deletion.
+//! - `save_committed` is the one write that does not fsync (see there).
 //!
 //! Writes run on the blocking pool: a commit waits for an fsync and must
 //! not stall a runtime worker.
@@ -188,10 +189,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.read_meta(VOTE).map_err(Into::into)
     }
 
+    /// Not fsynced: the committed id is a hint that lets a restarted member
+    /// apply what it knows is committed before it hears from a leader. Any
+    /// value that reaches the disk was really committed; a lost one only
+    /// means waiting for the leader. It reaches the disk with the next
+    /// append, vote or purge, and it runs inline in openraft's core loop,
+    /// where an fsync would delay every other step.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.write_meta(COMMITTED, &committed)
-            .await
-            .map_err(|e| StorageIOError::write(&e).into())
+        let bytes = encode(&committed).map_err(|e| StorageIOError::write(&e))?;
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || -> Result<(), redb::Error> {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(redb::Durability::None)
+                .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+            txn.open_table(META)?.insert(COMMITTED, bytes.as_slice())?;
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| StorageIOError::write(&e))?
+        .map_err(|e| StorageIOError::write(&e).into())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {

@@ -13,9 +13,35 @@
 //!
 //! Every RPC carries this member's region (`X-Once-Region`) and, to a
 //! member of another region, first waits the simulated WAN latency.
+//!
+//! # Commit notices do not hold up the next append
+//!
+//! openraft 0.9 keeps one append-entries RPC in flight per follower. When
+//! an entry commits, it sends each follower an empty append carrying the
+//! new commit index (a *commit notice*), and the next entry — typically the
+//! next claim or the finish of the payment just claimed — waits for that
+//! notice's answer: one extra round trip per write across regions.
+//!
+//! A [`Connection`] therefore answers such a notice itself, at once, with
+//! `Success`, and sends it in the background (at most one at a time; a
+//! newer one replaces one still waiting). It does so only when the answer
+//! is already known to be true: the request carries no entries and its
+//! `prev_log_id` is exactly what the follower last confirmed holding on
+//! this connection, under the same vote. For such a request openraft
+//! updates no matching index (a heartbeat has no request id), so the
+//! faked answer can never make an entry look replicated that is not: commit
+//! decisions still rest on real answers only. What the background send
+//! learns that matters — a higher vote — is answered on the next call,
+//! and the leader steps down one call later than it would have. Conflicts
+//! and transport errors are left for the next real append, which meets
+//! them too.
+//!
+//! openraft's leadership check for linearizable reads (read index) and its
+//! vote requests use a fresh connection per call, which has confirmed
+//! nothing, so they always go over the wire and wait for the real answer.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{NetworkError, PayloadTooLarge, RemoteError, Timeout, Unreachable};
@@ -23,10 +49,12 @@ use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use tokio::sync::watch;
+
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
-    InstallSnapshotResponse, Node, NodeId, RaftError, RpcError, TypeConfig, VoteRequest,
-    VoteResponse,
+    InstallSnapshotResponse, LogId, Node, NodeId, RaftError, RpcError, TypeConfig, Vote,
+    VoteRequest, VoteResponse,
 };
 use crate::wan::{self, REGION_HEADER, SimulatedWan, WanConfig};
 use crate::wire;
@@ -81,19 +109,89 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Connection {
         Connection {
-            id: self.id,
-            target,
-            base: format!("http://{}", node.addr),
-            http: self.http.clone(),
-            max_body: self.max_body,
-            wan: self.wan.clone(),
+            link: Arc::new(Link {
+                id: self.id,
+                target,
+                base: format!("http://{}", node.addr),
+                http: self.http.clone(),
+                max_body: self.max_body,
+                wan: self.wan.clone(),
+            }),
+            confirmed: None,
+            notices: None,
         }
     }
 }
 
-/// RPCs to one peer.
+/// RPCs to one peer. openraft keeps one per replication stream for as long
+/// as the stream lives, and makes a fresh one for each vote request and
+/// each leadership check.
 #[derive(Debug)]
 pub struct Connection {
+    link: Arc<Link>,
+    /// The vote and log id the peer last confirmed holding, by a real
+    /// answer on this connection: what a commit notice may be answered
+    /// with without asking (module docs).
+    confirmed: Option<(Vote, Option<LogId>)>,
+    /// Commit notices in the background; started by the first one.
+    notices: Option<NoticeLane>,
+}
+
+/// The background sender of commit notices of one connection.
+#[derive(Debug)]
+struct NoticeLane {
+    /// The latest notice not yet sent; the sender replaces, never queues.
+    /// Dropping it (the connection goes) ends the task.
+    latest: watch::Sender<Option<(AppendEntriesRequest, Duration)>>,
+    /// A higher vote one of them was answered with, for the next call.
+    higher_vote: Arc<Mutex<Option<Vote>>>,
+}
+
+impl NoticeLane {
+    fn start(link: Arc<Link>) -> Self {
+        let (latest, mut pending) = watch::channel(None::<(AppendEntriesRequest, Duration)>);
+        let higher_vote = Arc::new(Mutex::new(None));
+        let learned = higher_vote.clone();
+        tokio::spawn(async move {
+            while pending.changed().await.is_ok() {
+                let Some((notice, ttl)) = pending.borrow_and_update().clone() else {
+                    continue;
+                };
+                let option = RPCOption::new(ttl);
+                let answer: Result<AppendEntriesResponse, RpcError> = link
+                    .call(APPEND_PATH, RPCTypes::AppendEntries, &notice, 0, &option)
+                    .await;
+                match answer {
+                    Ok(AppendEntriesResponse::HigherVote(vote)) => {
+                        *learned.lock().unwrap_or_else(|p| p.into_inner()) = Some(vote);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(
+                        target = link.target,
+                        error = %e,
+                        "a commit notice sent in the background failed; the next append meets it too"
+                    ),
+                }
+            }
+        });
+        Self {
+            latest,
+            higher_vote,
+        }
+    }
+
+    fn take_higher_vote(&self) -> Option<Vote> {
+        self.higher_vote
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// Where and how RPCs to one peer go; shared by a connection and its
+/// background notice sender.
+#[derive(Debug)]
+struct Link {
     id: NodeId,
     target: NodeId,
     base: String,
@@ -102,7 +200,7 @@ pub struct Connection {
     wan: Arc<SimulatedWan>,
 }
 
-impl Connection {
+impl Link {
     /// The error of an RPC the partition did not let through.
     fn partitioned<E: std::error::Error>(&self, by: &str) -> RpcError<E> {
         let e = std::io::Error::other(format!(
@@ -202,15 +300,62 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Whether `rpc` is a commit notice whose answer is already known: no
+    /// entries, and exactly the position the peer last confirmed under
+    /// the same vote.
+    fn answer_is_known(&self, rpc: &AppendEntriesRequest) -> bool {
+        rpc.entries.is_empty()
+            && self
+                .confirmed
+                .as_ref()
+                .is_some_and(|(vote, at)| *vote == rpc.vote && *at == rpc.prev_log_id)
+    }
+
+    /// Remembers what a real answer to `rpc` confirmed.
+    fn remember(
+        &mut self,
+        rpc_vote: Vote,
+        sent_up_to: Option<LogId>,
+        answer: &Result<AppendEntriesResponse, RpcError>,
+    ) {
+        self.confirmed = match answer {
+            Ok(AppendEntriesResponse::Success) => Some((rpc_vote, sent_up_to)),
+            Ok(AppendEntriesResponse::PartialSuccess(matching)) => Some((rpc_vote, *matching)),
+            _ => None,
+        };
+    }
+}
+
 impl RaftNetwork<TypeConfig> for Connection {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RpcError> {
+        if let Some(vote) = self.notices.as_ref().and_then(NoticeLane::take_higher_vote) {
+            if vote > rpc.vote {
+                self.confirmed = None;
+                return Ok(AppendEntriesResponse::HigherVote(vote));
+            }
+        }
+        if self.answer_is_known(&rpc) {
+            let link = &self.link;
+            let lane = self
+                .notices
+                .get_or_insert_with(|| NoticeLane::start(link.clone()));
+            lane.latest.send_replace(Some((rpc, option.hard_ttl())));
+            return Ok(AppendEntriesResponse::Success);
+        }
         let entries = rpc.entries.len() as u64;
-        self.call(APPEND_PATH, RPCTypes::AppendEntries, &rpc, entries, &option)
-            .await
+        let vote = rpc.vote;
+        let sent_up_to = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+        let answer = self
+            .link
+            .call(APPEND_PATH, RPCTypes::AppendEntries, &rpc, entries, &option)
+            .await;
+        self.remember(vote, sent_up_to, &answer);
+        answer
     }
 
     async fn install_snapshot(
@@ -218,7 +363,9 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: InstallSnapshotRequest,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
-        self.call(SNAPSHOT_PATH, RPCTypes::InstallSnapshot, &rpc, 0, &option)
+        self.confirmed = None;
+        self.link
+            .call(SNAPSHOT_PATH, RPCTypes::InstallSnapshot, &rpc, 0, &option)
             .await
     }
 
@@ -227,6 +374,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: VoteRequest,
         option: RPCOption,
     ) -> Result<VoteResponse, RpcError> {
-        self.call(VOTE_PATH, RPCTypes::Vote, &rpc, 0, &option).await
+        self.link
+            .call(VOTE_PATH, RPCTypes::Vote, &rpc, 0, &option)
+            .await
     }
 }

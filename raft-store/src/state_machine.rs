@@ -10,14 +10,34 @@
 //! The snapshot is built in memory, which bounds the state to what fits in
 //! RAM — fine for records within their replay window; streaming is the next
 //! step if it is not.
+//!
+//! # Why apply does not fsync
+//!
+//! The log is the durable copy of every committed entry (its appends
+//! fsync); the state machine is a function of it. So `apply` commits with
+//! redb's `Durability::None` — visible at once to every reader in this
+//! process, on disk with the next durable commit — and makes a durable
+//! commit at least every [`DURABLE_EVERY`] or [`DURABLE_EVERY_APPLIES`]
+//! applies (redb reuses freed pages only after one), and whenever a
+//! snapshot is built or installed. After a crash the state machine is back
+//! at its last durable `last_applied`, consistent with its tables, and
+//! openraft applies the rest again from the log; apply is deterministic and
+//! deduplicates by `(client id, seq)`, so the replies and state come out
+//! the same. This needs the log to still hold every entry after the durable
+//! point: openraft purges only up to a snapshot (minus
+//! `keep_logs_after_snapshot`), and building that snapshot commits durably
+//! first. It saves one fsync per member per write; a client is answered
+//! only after a quorum's logs hold the entry, so nothing acknowledged
+//! depends on the state machine's own fsync.
 
 use std::io::Cursor;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, REGIONS, Tables, UNFINISHED, decode, encode};
@@ -34,6 +54,38 @@ const MEMBERSHIP: &str = "membership";
 const SNAPSHOT_META: &str = "snapshot_meta";
 const SNAPSHOT_DATA: &str = "snapshot_data";
 
+/// Longest time applied state stays only in memory (module docs).
+pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
+/// Most applies between two durable commits.
+pub const DURABLE_EVERY_APPLIES: u32 = 1_000;
+
+/// When apply last committed durably.
+#[derive(Debug)]
+struct DurableMark {
+    at: Instant,
+    applies_since: u32,
+}
+
+impl DurableMark {
+    fn now() -> Self {
+        Self {
+            at: Instant::now(),
+            applies_since: 0,
+        }
+    }
+
+    /// The durability of the next apply commit, counting it.
+    fn next(&mut self) -> Durability {
+        self.applies_since += 1;
+        if self.applies_since >= DURABLE_EVERY_APPLIES || self.at.elapsed() >= DURABLE_EVERY {
+            *self = Self::now();
+            Durability::Immediate
+        } else {
+            Durability::None
+        }
+    }
+}
+
 /// A snapshot's payload: every data table as raw key/value pairs.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct SnapshotBody {
@@ -45,6 +97,9 @@ struct SnapshotBody {
 #[derive(Debug, Clone)]
 pub struct StateMachine {
     db: Arc<Database>,
+    /// A std mutex: taken for a counter update on the blocking pool, never
+    /// across an await.
+    durable: Arc<Mutex<DurableMark>>,
 }
 
 fn io<E: std::error::Error + 'static>(e: E) -> StorageError {
@@ -65,7 +120,10 @@ impl StateMachine {
         }
         txn.open_table(SM_META)?;
         txn.commit()?;
-        Ok(Self { db: Arc::new(db) })
+        Ok(Self {
+            db: Arc::new(db),
+            durable: Arc::new(Mutex::new(DurableMark::now())),
+        })
     }
 
     /// The record of `scope` as this member has applied it (not
@@ -218,7 +276,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 drop(meta_table);
                 drop(txn);
                 // Keep it as the current snapshot, so a restarted member can
-                // still send it to a lagging follower.
+                // still send it to a lagging follower. This commit is durable
+                // (the default), and with it every apply before it: openraft
+                // purges the log up to this snapshot next.
                 let w = db.begin_write().map_err(wio)?;
                 {
                     let mut t = w.open_table(SM_META).map_err(wio)?;
@@ -257,8 +317,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
+        let durable = self.durable.clone();
         self.blocking(move |db| {
-            let txn = db.begin_write().map_err(wio)?;
+            let mut txn = db.begin_write().map_err(wio)?;
+            let durability = durable.lock().unwrap_or_else(|p| p.into_inner()).next();
+            txn.set_durability(durability).map_err(wio)?;
             let mut replies = Vec::with_capacity(entries.len());
             {
                 let mut tables = Tables::open(&txn).map_err(wio)?;

@@ -13,8 +13,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use once_raft_store::command::{Batch, ClientRequest, Op};
 use once_raft_store::network::{APPEND_PATH, Network};
-use once_raft_store::types::{AppendEntriesRequest, Entry, LogId, Node, RpcError, Vote};
+use once_raft_store::types::{
+    AppendEntriesRequest, AppendEntriesResponse, Entry, LogId, Node, RaftError, RpcError, Vote,
+};
 use once_raft_store::wan::{REGION_HEADER, SimulatedWan, WanConfig};
+use once_raft_store::wire::{self, Postcard};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::{CommittedLeaderId, EntryPayload};
 
@@ -266,4 +269,165 @@ async fn a_peer_that_cut_this_region_is_unreachable() {
         .await
         .unwrap_err();
     assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
+}
+
+// Commit notices answered at once and sent in the background
+// (`once_raft_store::network`, "Commit notices do not hold up the next
+// append").
+
+/// A peer that takes `delay` to answer every append: `Success` to one with
+/// entries; to an empty one `HigherVote(v)` given `higher`, else `Success`.
+/// Counts the empty ones.
+async fn slow_peer(delay: Duration, higher: Option<Vote>) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let empties = Arc::new(AtomicUsize::new(0));
+    let counted = empties.clone();
+    let app = Router::new().route(
+        APPEND_PATH,
+        post(move |body: Bytes| {
+            let counted = counted.clone();
+            async move {
+                let rpc: AppendEntriesRequest = wire::decode(&body).unwrap();
+                tokio::time::sleep(delay).await;
+                let answer = if rpc.entries.is_empty() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    higher.map_or(
+                        AppendEntriesResponse::Success,
+                        AppendEntriesResponse::HigherVote,
+                    )
+                } else {
+                    AppendEntriesResponse::Success
+                };
+                Postcard(Ok::<_, RaftError>(answer))
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, empties)
+}
+
+/// The empty append openraft sends after a commit: the follower's matching
+/// position, the new commit index.
+fn commit_notice(at: LogId) -> AppendEntriesRequest {
+    AppendEntriesRequest {
+        vote: Vote::new_committed(1, 1),
+        prev_log_id: Some(at),
+        leader_commit: Some(at),
+        entries: Vec::new(),
+    }
+}
+
+async fn until(what: &str, condition: impl Fn() -> bool) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what} within 5 s"));
+}
+
+#[tokio::test]
+async fn a_commit_notice_at_the_confirmed_position_is_answered_at_once_and_still_sent() {
+    let delay = Duration::from_millis(300);
+    let (addr, empties) = slow_peer(delay, None).await;
+    let mut c = connection_to(addr, 1 << 20).await;
+    let option = || RPCOption::new(Duration::from_secs(2));
+
+    let started = Instant::now();
+    let appended = c.append_entries(append_of(2, 10), option()).await.unwrap();
+    assert_eq!(appended, AppendEntriesResponse::Success);
+    assert!(
+        started.elapsed() >= delay,
+        "entries wait for the real answer"
+    );
+
+    let last = LogId::new(CommittedLeaderId::new(1, 1), 2);
+    let started = Instant::now();
+    let noticed = c
+        .append_entries(commit_notice(last), option())
+        .await
+        .unwrap();
+    assert_eq!(noticed, AppendEntriesResponse::Success);
+    assert!(
+        started.elapsed() < delay,
+        "answered without waiting for the peer"
+    );
+    until("the notice reaches the peer", || {
+        empties.load(Ordering::SeqCst) == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_empty_append_at_an_unconfirmed_position_waits_for_the_real_answer() {
+    let delay = Duration::from_millis(200);
+    let higher = Vote::new_committed(2, 3);
+    let (addr, empties) = slow_peer(delay, Some(higher)).await;
+    let at = LogId::new(CommittedLeaderId::new(1, 1), 2);
+
+    // A fresh connection — what openraft's read-index leadership check
+    // uses — has confirmed nothing: its empty append goes over the wire.
+    let mut fresh = connection_to(addr.clone(), 1 << 20).await;
+    let started = Instant::now();
+    let answer = fresh
+        .append_entries(commit_notice(at), RPCOption::new(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(answer, AppendEntriesResponse::HigherVote(higher));
+    assert!(started.elapsed() >= delay);
+
+    // A probe at a position the peer never confirmed (here: one entry
+    // further than it holds) waits too; it moves openraft's matching index.
+    let mut used = connection_to(addr, 1 << 20).await;
+    used.append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let answer = used
+        .append_entries(commit_notice(at), RPCOption::new(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(answer, AppendEntriesResponse::HigherVote(higher));
+    assert_eq!(empties.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_higher_vote_met_by_a_background_notice_is_answered_on_the_next_call() {
+    let higher = Vote::new_committed(2, 3);
+    let (addr, empties) = slow_peer(Duration::from_millis(50), Some(higher)).await;
+    let mut c = connection_to(addr, 1 << 20).await;
+    let option = || RPCOption::new(Duration::from_secs(2));
+    c.append_entries(append_of(2, 10), option()).await.unwrap();
+
+    let last = LogId::new(CommittedLeaderId::new(1, 1), 2);
+    assert_eq!(
+        c.append_entries(commit_notice(last), option())
+            .await
+            .unwrap(),
+        AppendEntriesResponse::Success
+    );
+    until("the notice reaches the peer", || {
+        empties.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The background answer has to arrive too; the next call reports it.
+    let next = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match c
+                .append_entries(commit_notice(last), option())
+                .await
+                .unwrap()
+            {
+                AppendEntriesResponse::HigherVote(v) => return v,
+                AppendEntriesResponse::Success => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the higher vote reaches the leader");
+    assert_eq!(next, higher);
 }
