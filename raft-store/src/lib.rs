@@ -44,8 +44,10 @@
 //! our own to get right. Its MVCC read transactions never block the writer,
 //! so reads and snapshot building run beside apply. The log and the state
 //! machine live in two files (`log.redb`, `state.redb`) so a log append
-//! never waits for an apply commit. The cost: one fsync per append batch
-//! and per apply batch, which group commit amortises.
+//! never waits for an apply commit. The cost: one fsync per append batch on
+//! each member, which group commit amortises; the state machine commits
+//! without fsync and catches up from the log after a crash
+//! ([`state_machine`] says why that is safe).
 //!
 //! # Durability contract
 //!
@@ -55,7 +57,9 @@
 //!   the same transaction that deletes the entries.
 //! - `apply` commits the effects of its entries and the new `last_applied`
 //!   in one transaction, so after a crash the state machine is exactly at
-//!   some applied index and openraft replays the rest from the log.
+//!   some applied index and openraft replays the rest from the log. Those
+//!   commits are durable at least every second and before every snapshot,
+//!   not one by one (the log is the durable copy).
 //! - openraft's storage conformance suite (`Suite::test_all`) runs against
 //!   these files in `tests/conformance.rs`.
 //!
@@ -126,10 +130,12 @@
 //!  client (eu) ─RTT─► member 3 (ap, leader) ──RTT──► member 1 (eu)   answer commits
 //! ```
 //!
-//! A claim needs one RTT for the quorum plus one to reach a remote leader;
-//! a sequential caller beside the leader pays ~2 as well, because openraft
-//! 0.9 keeps one append in flight per follower and the previous commit's
-//! notice occupies it (measured and explained in `BENCHMARKS.md`).
+//! A claim needs one RTT for the quorum, plus one to reach a remote leader.
+//! openraft 0.9 keeps one append in flight per follower, and after each
+//! commit it sends every follower an empty append with the new commit
+//! index; [`network`] answers that notice at once and sends it in the
+//! background, so the next write never queues behind it (measured in
+//! `BENCHMARKS.md`).
 //!
 //! # Throughput
 //!
