@@ -24,6 +24,8 @@
 //! Re-sending is safe for the same reason client retries are: the request
 //! carries its `Idempotency-Key`, and the node decides exactly once.
 
+use std::time::Instant;
+
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -36,7 +38,7 @@ use tracing::Instrument;
 
 use crate::auth::tenant_of;
 use crate::headers;
-use crate::metrics::{ForwardLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::state::{RouterState, SharedState};
 
 /// Names the region whose node answered, on every forwarded answer.
@@ -74,11 +76,25 @@ struct Outgoing {
     body: Bytes,
 }
 
+/// Forwards one request and counts it: `router_requests_total` and
+/// `router_request_duration_seconds` (until the node's answer starts; the
+/// body then streams through), by serving region and status.
 async fn forward(State(state): State<SharedState>, request: Request) -> Response {
+    let started = Instant::now();
+    let (region, response) = forward_to_home(&state, request).await;
+    state
+        .metrics
+        .observe_request(&region, response.status(), started.elapsed());
+    response
+}
+
+/// The answer to one request and the region that gave it (empty when the
+/// router answered by itself before choosing one).
+async fn forward_to_home(state: &SharedState, request: Request) -> (String, Response) {
     let (parts, body) = request.into_parts();
     let tenant = match tenant_of(&state.api_keys, &parts.headers) {
         Ok(tenant) => tenant,
-        Err(e) => return answer_error(&state.metrics, "", e),
+        Err(e) => return (String::new(), e.into_response()),
     };
     tracing::Span::current().record("tenant", tenant.as_str());
     let limit = state.config.body_limit;
@@ -88,19 +104,22 @@ async fn forward(State(state): State<SharedState>, request: Request) -> Response
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
-        return answer_error(&state.metrics, "", ApiError::PayloadTooLarge { limit });
+        return (
+            String::new(),
+            ApiError::PayloadTooLarge { limit }.into_response(),
+        );
     }
     let body = match axum::body::to_bytes(body, limit).await {
         Ok(body) => body,
         Err(e) if is_length_limit(&e) => {
-            return answer_error(&state.metrics, "", ApiError::PayloadTooLarge { limit });
+            return (
+                String::new(),
+                ApiError::PayloadTooLarge { limit }.into_response(),
+            );
         }
         Err(e) => {
-            return answer_error(
-                &state.metrics,
-                "",
-                ApiError::MalformedJson(format!("could not read the request body: {e}")),
-            );
+            let error = ApiError::MalformedJson(format!("could not read the request body: {e}"));
+            return (String::new(), error.into_response());
         }
     };
     let outgoing = Outgoing {
@@ -113,27 +132,27 @@ async fn forward(State(state): State<SharedState>, request: Request) -> Response
         body,
     };
 
-    let home = home_of(&state, &tenant);
-    let (region, response) = match send(&state, &home, &outgoing).await {
+    let home = home_of(state, &tenant);
+    let (region, response) = match send(state, &home, &outgoing).await {
         Ok(response) if response.status() == StatusCode::MISDIRECTED_REQUEST => {
             state.metrics.misdirected.inc();
-            let new_home = rehome(&state, &tenant, &home, response.headers()).await;
-            match send(&state, &new_home, &outgoing).await {
+            let new_home = rehome(state, &tenant, &home, response.headers()).await;
+            match send(state, &new_home, &outgoing).await {
                 Ok(again) => {
                     if again.status() == StatusCode::MISDIRECTED_REQUEST {
                         state.metrics.misdirected.inc();
                     }
                     (new_home, again)
                 }
-                Err(e) => return unavailable(&state.metrics, e),
+                Err(e) => return unavailable(e),
             }
         }
         Ok(response) => (home, response),
-        Err(e) => return unavailable(&state.metrics, e),
+        Err(e) => return unavailable(e),
     };
     tracing::Span::current().record("region", region.as_str());
-    count(&state.metrics, &region, response.status());
-    stream_back(&region, response)
+    let answer = stream_back(&region, response);
+    (region, answer)
 }
 
 /// The tenant's home as cached; a tenant without a placement lives in the
@@ -248,33 +267,17 @@ fn stream_back(region: &str, response: reqwest::Response) -> Response {
 
 /// The node's 503, with `Retry-After: 1`: the client retries with the same
 /// `Idempotency-Key`, which is safe whatever the node did.
-fn unavailable(metrics: &Metrics, error: ForwardError) -> Response {
+fn unavailable(error: ForwardError) -> (String, Response) {
     let region = match &error {
         ForwardError::NoNodes(region)
         | ForwardError::Partitioned(region)
         | ForwardError::Unreachable { region, .. } => region.clone(),
     };
-    let mut response = answer_error(metrics, &region, ApiError::Unavailable(error.into()));
+    let mut response = ApiError::Unavailable(error.into()).into_response();
     response
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
-}
-
-fn answer_error(metrics: &Metrics, region: &str, error: ApiError) -> Response {
-    let response = error.into_response();
-    count(metrics, region, response.status());
-    response
-}
-
-fn count(metrics: &Metrics, region: &str, status: StatusCode) {
-    metrics
-        .requests
-        .get_or_create(&ForwardLabels {
-            region: region.to_owned(),
-            status: status.as_u16(),
-        })
-        .inc();
+    (region, response)
 }
 
 fn is_length_limit(error: &axum::Error) -> bool {

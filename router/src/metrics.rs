@@ -2,12 +2,16 @@
 //! several routers in one test process never share counters).
 
 use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use axum::http::StatusCode;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -33,8 +37,12 @@ pub struct MoveLabels {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// `router_requests_total{region,status}`: answers to `/payments…`.
+    /// `router_requests_total{region,status}`: answers to `/payments…`
+    /// (`region` empty when the router answered alone: 401, 413).
     pub requests: Family<ForwardLabels, Counter>,
+    /// `router_request_duration_seconds{region,status}`: from the request
+    /// to the start of its answer, forwarding (and a 421 re-send) included.
+    pub request_duration: Family<ForwardLabels, Histogram>,
     /// `router_misdirected_total`: 421s received from nodes.
     pub misdirected: Counter,
     /// `router_node_unreachable_total{region}`: forwards that got no answer.
@@ -67,6 +75,15 @@ impl Metrics {
             "router_requests",
             "Answers to /payments requests, by serving region and status",
             requests.clone(),
+        );
+        let request_duration = Family::<ForwardLabels, Histogram>::new_with_constructor(|| {
+            // 0.5 ms .. ~8 s: local hops up to cross-region failover retries.
+            Histogram::new(exponential_buckets(0.0005, 2.0, 15))
+        });
+        registry.register(
+            "router_request_duration_seconds",
+            "Time from a /payments request to the start of its answer, by serving region and status",
+            request_duration.clone(),
         );
         let misdirected = Counter::default();
         registry.register(
@@ -119,6 +136,7 @@ impl Metrics {
         Self {
             registry,
             requests,
+            request_duration,
             misdirected,
             unreachable,
             placement_moves,
@@ -128,6 +146,18 @@ impl Metrics {
             placements,
             refresh_failures,
         }
+    }
+
+    /// Counts one answer and how long it took.
+    pub fn observe_request(&self, region: &str, status: StatusCode, took: Duration) {
+        let labels = ForwardLabels {
+            region: region.to_owned(),
+            status: status.as_u16(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.request_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
     }
 
     pub fn region(region: &str) -> RegionLabels {

@@ -327,11 +327,16 @@ async fn requests_go_to_the_tenants_home_region_and_say_which_served() {
     assert_eq!(read.status(), 200);
     assert_eq!(region_of(&read), "us");
 
-    assert!(
+    let answered = router
+        .metric("router_requests_total", "region=\"us\"")
+        .await;
+    assert!(answered >= 2.0, "{answered}");
+    assert_eq!(
         router
-            .metric("router_requests_total", "region=\"us\"")
-            .await
-            >= 2.0
+            .metric("router_request_duration_seconds_count", "region=\"us\"")
+            .await,
+        answered,
+        "every answer is timed"
     );
 }
 
