@@ -9,6 +9,11 @@
 //! same bytes the leader would return. A member that has not applied it yet
 //! answers `NotFinalHere` and the client asks the leader.
 //!
+//! `GET /healthz` answers while the process serves; `GET /readyz` only while
+//! this member belongs to the cluster's membership and knows a leader — a
+//! member that restarted is ready once it has rejoined, which is what a
+//! rolling upgrade must wait for before it restarts the next one.
+//!
 //! `GET|POST /admin/partition` shows or sets this member's partition state
 //! ([`crate::wan`]): `{"isolated": bool, "cut_regions": [..]}`, each field
 //! optional on `POST`. While isolated, requests of clients that declare
@@ -75,6 +80,8 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(ELECT_PATH, post(elect))
         .route("/metrics", get(crate::metrics::render))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         // Clients of another region cannot reach an isolated member.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -261,6 +268,33 @@ pub fn status_of(state: &ApiState) -> Status {
 
 async fn status(State(state): State<Arc<ApiState>>) -> Json<Status> {
     Json(status_of(&state))
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
+    let m = state.raft.metrics().borrow().clone();
+    let member = m
+        .membership_config
+        .membership()
+        .get_node(&state.id)
+        .is_some();
+    let not_ready = |reason: &str| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "status": "not ready", "reason": reason })),
+        )
+            .into_response()
+    };
+    match (member, m.current_leader) {
+        (false, _) => not_ready("not (yet) a member of the cluster"),
+        (true, None) => not_ready("no leader known"),
+        (true, Some(leader)) => {
+            Json(serde_json::json!({ "status": "ready", "leader": leader })).into_response()
+        }
+    }
 }
 
 /// This member's applied records, for invariant checks after fault tests.

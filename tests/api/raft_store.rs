@@ -301,7 +301,8 @@ async fn the_whole_cluster_killed_and_restarted_keeps_every_record() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_removed_wiped_and_added_back_catches_up_from_a_snapshot() {
+async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catches_up_from_a_snapshot()
+ {
     let mut cluster = Cluster::start_with(
         3,
         &["--snapshot-every", "20", "--keep-logs-after-snapshot", "0"],
@@ -339,10 +340,21 @@ async fn a_member_removed_wiped_and_added_back_catches_up_from_a_snapshot() {
     .await;
 
     cluster.spawn(3, None).await;
+    // Alive, but not a member yet: not ready (a rolling upgrade waits).
+    let probe = |path: &str| {
+        let url = format!("http://{}{path}", cluster.members[&3].endpoint());
+        async move { reqwest::get(url).await.unwrap().status().as_u16() }
+    };
+    assert_eq!(probe("/healthz").await, 200);
+    assert_eq!(probe("/readyz").await, 503);
     let raft_addr = cluster.advertised(3);
     admin::add_learner(&endpoints, 3, &raft_addr)
         .await
         .expect("add learner");
+    eventually(Duration::from_secs(20), || async {
+        (probe("/readyz").await == 200).then_some(())
+    })
+    .await;
     admin::change_membership(&endpoints, vec![1, 2, 3])
         .await
         .expect("promote");
