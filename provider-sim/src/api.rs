@@ -63,6 +63,15 @@ impl Simulator {
     pub fn ledger(&self) -> Vec<ChargeRecord> {
         self.ledger.all()
     }
+
+    /// A simulator whose ledger is journaled to `path` and read back from
+    /// it ([`crate::ledger`]).
+    pub fn with_journal(path: &std::path::Path) -> Result<Self, crate::ledger::JournalError> {
+        Ok(Self {
+            ledger: Arc::new(Ledger::open(path)?),
+            faults: Arc::default(),
+        })
+    }
 }
 
 /// A server span per request, continuing the caller's trace.

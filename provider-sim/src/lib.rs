@@ -7,7 +7,8 @@
 //!
 //! - [`ledger`]: charges by provider idempotency key; the same key never
 //!   charges twice and replays its first answer; a different body under the
-//!   same key is rejected.
+//!   same key is rejected. Optionally journaled to a file, so a restarted
+//!   simulator remembers its charges like a real provider.
 //! - [`faults`]: faults armed at run time for the next N charges.
 //! - [`api`]: the HTTP surface.
 //!
@@ -35,16 +36,17 @@ use std::net::SocketAddr;
 
 pub use api::{ChargeBody, ChargeRecord, Simulator};
 
-/// Binds `listen` and serves until `shutdown` resolves. Returns the bound
-/// address through `on_bound` before serving.
+/// Binds `listen` and serves `simulator` until `shutdown` resolves.
+/// Returns the bound address through `on_bound` before serving.
 pub async fn serve(
+    simulator: Simulator,
     listen: SocketAddr,
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_bound(listener.local_addr()?);
-    axum::serve(listener, Simulator::default().router())
+    axum::serve(listener, simulator.router())
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())

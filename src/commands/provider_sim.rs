@@ -12,6 +12,11 @@ pub struct ProviderSimArgs {
         default_value = "127.0.0.1:8090"
     )]
     pub listen: SocketAddr,
+    /// Journal the ledger to this JSON-lines file and read it back at
+    /// start, so a restarted simulator remembers its charges like a real
+    /// provider. Without it the ledger lives in memory.
+    #[arg(long, env = "ONCE_PROVIDER_SIM_LEDGER")]
+    pub ledger_file: Option<std::path::PathBuf>,
     /// Print the effective configuration as JSON and exit without binding:
     /// CI runs the manifests' flags through this.
     #[arg(long)]
@@ -25,11 +30,17 @@ pub async fn run(args: ProviderSimArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "role": "provider-sim",
                 "listen": args.listen.to_string(),
+                "ledger_file": args.ledger_file.as_ref().map(|p| p.display().to_string()),
             })
         );
         return Ok(());
     }
+    let simulator = match &args.ledger_file {
+        Some(path) => once_provider_sim::Simulator::with_journal(path)?,
+        None => once_provider_sim::Simulator::default(),
+    };
     once_provider_sim::serve(
+        simulator,
         args.listen,
         |addr| {
             tracing::info!(%addr, "provider simulator listening");

@@ -50,6 +50,9 @@ pub struct UpArgs {
 /// Demo tenants; tenant i is homed in region i mod N.
 const DEMO_TENANTS: &[&str] = &["acme", "globex", "initech"];
 
+/// The provider simulator's ledger journal in DIR.
+const PROVIDER_LEDGER: &str = "provider-ledger.jsonl";
+
 /// How long a child may take to answer after it starts.
 const START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a child may take to exit after SIGTERM.
@@ -323,9 +326,15 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     let admin_token = demo_admin_token(&args.dir)?;
 
     // The provider simulator, in this process: nodes reach it over real
-    // HTTP, exactly as they would a real provider.
+    // HTTP, exactly as they would a real provider. Its ledger is journaled
+    // in DIR, so a resumed cluster's provider remembers what it charged (a
+    // recovery after the restart finds the charge by key, as it would at a
+    // real provider, instead of charging again).
+    let simulator = once_provider_sim::Simulator::with_journal(&args.dir.join(PROVIDER_LEDGER))
+        .context("opening the provider simulator's ledger")?;
     let (provider_addr_tx, provider_addr_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(once_provider_sim::serve(
+        simulator,
         "127.0.0.1:0".parse().expect("static address"),
         move |addr| {
             let _ = provider_addr_tx.send(addr);
