@@ -122,6 +122,33 @@ enum Attempt<T> {
     NotSent(String),
 }
 
+/// A sequence number this client still waits on. Dropped — the write
+/// answered, failed, or its caller gave up on it (a timeout, a closed
+/// connection) — it stops holding back `acked_below`; otherwise one
+/// abandoned write would make the store keep every later reply of this
+/// client forever. A copy of the abandoned write that applies later still
+/// applies at most once: below the floor it is refused as stale.
+struct Outstanding<'a> {
+    client: &'a StoreClient,
+    seq: u64,
+}
+
+impl<'a> Outstanding<'a> {
+    fn take_next(client: &'a StoreClient) -> Self {
+        let mut s = client.session();
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        s.outstanding.insert(seq);
+        Self { client, seq }
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        self.client.session().outstanding.remove(&self.seq);
+    }
+}
+
 impl StoreClient {
     /// `endpoints`: client API addresses (`host:port` or URLs) of the
     /// members; the first is preferred for reads of final records (put the
@@ -177,13 +204,8 @@ impl StoreClient {
 
     /// As [`Self::write`], with an explicit stamped time.
     pub async fn write_at(&self, op: Op, now: Millis) -> Result<Reply, ClientError> {
-        let seq = {
-            let mut s = self.session();
-            let seq = s.next_seq;
-            s.next_seq += 1;
-            s.outstanding.insert(seq);
-            seq
-        };
+        let outstanding = Outstanding::take_next(self);
+        let seq = outstanding.seq;
         let acked_below = self.session().outstanding.first().copied().unwrap_or(seq);
         let request = ClientRequest {
             client: self.client_id,
@@ -193,7 +215,7 @@ impl StoreClient {
             op,
         };
         let result = self.send_write(&request).await;
-        self.session().outstanding.remove(&seq);
+        drop(outstanding);
         match result {
             Ok(Reply::StaleSequence) => Err(ClientError::Stale),
             other => other,
@@ -517,5 +539,30 @@ mod tests {
         assert_eq!(options.delay_to(1), Duration::ZERO);
         assert_eq!(options.delay_to(2), Duration::from_millis(70));
         assert_eq!(ClientOptions::default().delay_to(5), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_write_its_caller_gave_up_on_no_longer_holds_back_acked_below() {
+        // A member that takes every write and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let app = axum::Router::new().route(
+            WRITE_PATH,
+            axum::routing::post(std::future::pending::<&'static str>),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = StoreClient::new(&[addr], ClientOptions::default()).unwrap();
+        let op = Op::SetRegionStatus {
+            region: "eu-west".into(),
+            status: crate::command::RegionStatus::Healthy,
+        };
+
+        let gave_up = tokio::time::timeout(Duration::from_millis(50), client.write(op)).await;
+        assert!(gave_up.is_err(), "the member never answers");
+        assert!(
+            client.session().outstanding.is_empty(),
+            "the abandoned sequence number is released"
+        );
+        assert_eq!(client.session().next_seq, 2);
     }
 }
