@@ -153,8 +153,14 @@ impl Mover<'_> {
                 if p.home != region {
                     return Err(format!("already moved to {} (epoch {})", p.home, p.epoch));
                 }
-                failover_target(p, region, |r| self.health.is_up(r))
-                    .ok_or_else(|| "no healthy standby".to_owned())
+                // An operator's failover trusts any standby that is up; an
+                // automatic one only one up for a whole detection window
+                // (`crate::regions`).
+                let eligible = |r: &str| match trigger {
+                    Trigger::Automatic => self.health.is_settled_up(r),
+                    Trigger::Command | Trigger::Failback => self.health.is_up(r),
+                };
+                failover_target(p, region, eligible).ok_or_else(|| "no healthy standby".to_owned())
             })
             .await?;
         }

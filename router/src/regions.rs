@@ -4,9 +4,18 @@
 //! one of its nodes failed `/readyz`, and *up* again after `successes`
 //! consecutive good rounds. The view is local to this router; the store's
 //! region status is where routers publish their verdicts.
+//!
+//! An automatic failover only moves tenants to a region that has been up
+//! for a whole detection window (`failures` rounds): one that just came
+//! back is no evidence that the failed region is the one at fault. When
+//! raft-store has no leader for a few seconds, every node's `/readyz`
+//! fails and every region goes down together; they come back a round or
+//! two apart, and without this rule the first one back would take the
+//! tenants of the others, which were never really down.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::config::HealthConfig;
 
@@ -20,11 +29,24 @@ pub enum Verdict {
     CameBack,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct RegionState {
     down: bool,
     consecutive_failures: u32,
     consecutive_successes: u32,
+    /// When it was last counted up: the router's start, or its comeback.
+    up_since: Instant,
+}
+
+impl RegionState {
+    fn up_now() -> Self {
+        Self {
+            down: false,
+            consecutive_failures: 0,
+            consecutive_successes: 0,
+            up_since: Instant::now(),
+        }
+    }
 }
 
 /// Health of every region named in `--nodes`.
@@ -43,7 +65,7 @@ impl RegionHealth {
             thresholds,
             states: Mutex::new(
                 regions
-                    .map(|r| (r.to_owned(), RegionState::default()))
+                    .map(|r| (r.to_owned(), RegionState::up_now()))
                     .collect(),
             ),
         }
@@ -52,12 +74,15 @@ impl RegionHealth {
     /// Records one round of checks of `region`.
     pub fn record(&self, region: &str, ok: bool) -> (Verdict, u32) {
         let mut states = self.lock();
-        let state = states.entry(region.to_owned()).or_default();
+        let state = states
+            .entry(region.to_owned())
+            .or_insert_with(RegionState::up_now);
         if ok {
             state.consecutive_failures = 0;
             state.consecutive_successes = state.consecutive_successes.saturating_add(1);
             if state.down && state.consecutive_successes >= self.thresholds.successes {
                 state.down = false;
+                state.up_since = Instant::now();
                 return (Verdict::CameBack, 0);
             }
         } else {
@@ -74,6 +99,19 @@ impl RegionHealth {
     /// Whether `region` is known and not down: a failover target.
     pub fn is_up(&self, region: &str) -> bool {
         self.lock().get(region).is_some_and(|s| !s.down)
+    }
+
+    /// Whether `region` may take tenants in an automatic failover: up, and
+    /// up for a whole detection window (module docs).
+    pub fn is_settled_up(&self, region: &str) -> bool {
+        self.lock()
+            .get(region)
+            .is_some_and(|s| !s.down && s.up_since.elapsed() >= self.detection_window())
+    }
+
+    /// How long a region must fail before it is down.
+    pub fn detection_window(&self) -> Duration {
+        self.thresholds.interval * self.thresholds.failures
     }
 
     pub fn down_regions(&self) -> Vec<String> {
@@ -127,6 +165,45 @@ mod tests {
         assert_eq!(h.record("eu", true).0, Verdict::CameBack);
         assert!(h.is_up("eu"));
         assert!(!h.is_up("ap"), "unknown regions are never failover targets");
+    }
+
+    #[test]
+    fn a_region_that_just_came_back_takes_no_tenants_until_it_has_been_up_a_detection_window() {
+        let h = RegionHealth::new(
+            ["eu", "us"].into_iter(),
+            HealthConfig {
+                // Long enough that no scheduling pause between two
+                // statements spans it.
+                interval: Duration::from_millis(200),
+                failures: 2,
+                successes: 1,
+            },
+        );
+        assert!(h.is_up("eu"));
+        assert!(
+            !h.is_settled_up("eu"),
+            "a router that just started has no evidence"
+        );
+        std::thread::sleep(h.detection_window());
+        assert!(h.is_settled_up("eu"));
+
+        // Both down together (raft-store had no leader), eu back first.
+        for _ in 0..2 {
+            h.record("eu", false);
+            h.record("us", false);
+        }
+        assert_eq!(h.record("eu", true).0, Verdict::CameBack);
+        assert!(h.is_up("eu"));
+        assert!(
+            !h.is_settled_up("eu"),
+            "just back: no proof that us is at fault"
+        );
+        std::thread::sleep(h.detection_window());
+        assert!(
+            h.is_settled_up("eu"),
+            "up a whole window while us stayed down"
+        );
+        assert!(!h.is_settled_up("us"));
     }
 
     #[test]
