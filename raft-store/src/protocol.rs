@@ -70,11 +70,18 @@ pub struct RecordQuery {
     pub status: Option<command::Status>,
     pub tenant: Option<String>,
     pub key: Option<String>,
+    /// Only records of tenants whose current placement names this region
+    /// home, or that have no placement: what a region's recovery worker
+    /// may finish. Judged by the member answering, against the placements
+    /// it holds, so the limit counts only such records.
+    pub homed_in: Option<String>,
     /// At most this many, oldest (`created_at`) first.
     pub limit: u32,
 }
 
 impl RecordQuery {
+    /// Whether `r` matches every condition but `homed_in`, which needs the
+    /// placements ([`Self::homed_in_matches`]).
     pub fn matches(&self, r: &Record) -> bool {
         (!self.unfinished || r.status.is_unfinished())
             && self
@@ -83,6 +90,14 @@ impl RecordQuery {
             && self.status.is_none_or(|s| r.status == s)
             && self.tenant.as_ref().is_none_or(|t| &r.scope.tenant == t)
             && self.key.as_ref().is_none_or(|k| &r.scope.key == k)
+    }
+
+    /// Whether a record of a tenant placed at `placement` passes `homed_in`.
+    pub fn homed_in_matches(&self, placement: Option<&command::Placement>) -> bool {
+        match (&self.homed_in, placement) {
+            (None, _) | (Some(_), None) => true,
+            (Some(region), Some(p)) => &p.home == region,
+        }
     }
 
     /// Whether the unfinished index holds every possible match.

@@ -174,12 +174,36 @@ impl StateMachine {
     pub fn query(&self, query: &RecordQuery) -> Result<Vec<Record>, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;
         let records = txn.open_table(RECORDS).map_err(io)?;
+        let placements = txn.open_table(PLACEMENTS).map_err(io)?;
+        // Each tenant's placement read once per query, from the same read
+        // transaction as the records.
+        let mut homes: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
         let mut out: Vec<Record> = Vec::new();
         let mut consider = |bytes: &[u8]| -> Result<(), StorageError> {
             let record: Record = decode(bytes).map_err(io)?;
-            if query.matches(&record) {
-                out.push(record);
+            if !query.matches(&record) {
+                return Ok(());
             }
+            if query.homed_in.is_some() {
+                let tenant = record.scope.tenant.clone();
+                let homed = match homes.get(&tenant) {
+                    Some(homed) => *homed,
+                    None => {
+                        let placement: Option<Placement> = placements
+                            .get(tenant.as_bytes())
+                            .map_err(io)?
+                            .map(|v| decode(v.value()).map_err(io))
+                            .transpose()?;
+                        let homed = query.homed_in_matches(placement.as_ref());
+                        homes.insert(tenant, homed);
+                        homed
+                    }
+                };
+                if !homed {
+                    return Ok(());
+                }
+            }
+            out.push(record);
             Ok(())
         };
         if query.within_unfinished() {

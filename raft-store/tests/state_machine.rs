@@ -338,3 +338,55 @@ async fn two_members_applying_the_same_log_reach_the_same_state() {
     }
     assert_eq!(a.sm.all_records().unwrap(), b.sm.all_records().unwrap());
 }
+
+#[tokio::test]
+async fn a_recovery_query_for_a_region_sees_only_tenants_homed_there_and_counts_only_them() {
+    use once_raft_store::protocol::RecordQuery;
+    let mut h = Harness::new();
+    let claim_for = |tenant: &str, key: &str, region: &str, epoch: u64| {
+        let mut c = claim(key, key, region, epoch);
+        c.scope.tenant = tenant.into();
+        if let Some(b) = c.business_key.as_mut() {
+            b.tenant = tenant.into();
+        }
+        Op::Claim(c)
+    };
+    let place = |tenant: &str, expected_epoch, home: &str| Op::SetPlacement {
+        tenant: tenant.into(),
+        expected_epoch,
+        home: home.into(),
+        standbys: vec![],
+    };
+    h.run(T0, place("acme", 0, "eu")).await;
+    h.run(T0, place("globex", 0, "us")).await;
+    // us-homed globex claimed first: the oldest due records are not eu's.
+    for n in 0..3 {
+        h.run(T0, claim_for("globex", &format!("g{n}"), "us", 1))
+            .await;
+    }
+    h.run(T0 + 1, claim_for("acme", "a0", "eu", 1)).await;
+    h.run(T0 + 2, claim_for("initech", "i0", "eu", 0)).await;
+
+    let due_in = |region: &str| RecordQuery {
+        due_at: Some(T0 + 10 * LEASE),
+        homed_in: Some(region.into()),
+        limit: 2,
+        ..RecordQuery::default()
+    };
+    let tenants = |records: Vec<once_raft_store::command::Record>| -> Vec<String> {
+        records.into_iter().map(|r| r.scope.tenant).collect()
+    };
+    assert_eq!(
+        tenants(h.sm.query(&due_in("eu")).unwrap()),
+        ["acme", "initech"],
+        "eu's own and the unplaced tenant's, though globex's are older"
+    );
+    assert_eq!(
+        tenants(h.sm.query(&due_in("us")).unwrap()),
+        ["globex", "globex"]
+    );
+
+    // Failover: acme now lives in us, and eu no longer sees its record.
+    h.run(T0, place("acme", 1, "us")).await;
+    assert_eq!(tenants(h.sm.query(&due_in("eu")).unwrap()), ["initech"]);
+}

@@ -385,29 +385,19 @@ impl IdempotencyStore for RaftStore {
         now: UnixMillis,
         limit: i64,
     ) -> Result<Vec<Record>, StoreError> {
-        let due = self
-            .query(RecordQuery {
-                due_at: Some(now.0),
-                limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                ..RecordQuery::default()
-            })
-            .await?;
         // Recover only tenants this region is home for (or that have no
         // placement): after a failover the new home finishes what the old
-        // one left, and a former home stays out of its way.
-        let mut mine = Vec::with_capacity(due.len());
-        for record in due {
-            let tenant = record.scope.tenant.as_str();
-            self.epoch(tenant).await?;
-            if self
-                .placements
-                .home(tenant)
-                .is_none_or(|home| home == self.region)
-            {
-                mine.push(record);
-            }
-        }
-        Ok(mine)
+        // one left, and a former home stays out of its way. The store judges
+        // that against the placements it holds now (a linearizable read),
+        // so neither a stale belief here nor other regions' due records can
+        // keep this region from its own.
+        self.query(RecordQuery {
+            due_at: Some(now.0),
+            homed_in: Some(self.region.clone()),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            ..RecordQuery::default()
+        })
+        .await
     }
 
     async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
