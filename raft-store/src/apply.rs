@@ -35,8 +35,16 @@ pub(crate) const FLOORS: TableDefinition<Bytes, Bytes> = TableDefinition::new("s
 /// Kept by [`Tables::put_record`], the one place records are written.
 pub(crate) const UNFINISHED: TableDefinition<Bytes, Bytes> = TableDefinition::new("unfinished");
 
-/// Every table a snapshot carries, in a fixed order.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 7] = [
+/// Payment id → scope (postcard): finds a payment's record, so a region
+/// that never held the payment's row can still answer for it. Kept by
+/// [`Tables::put_record`] and the purge; derived from `RECORDS` alone, so it
+/// can be rebuilt ([`rebuild_payment_index`]).
+pub(crate) const PAYMENT_IDS: TableDefinition<Bytes, Bytes> = TableDefinition::new("payment_ids");
+
+/// Every table a snapshot carries, in a fixed order. New tables go last: a
+/// snapshot from an older build carries a prefix of this list, and the
+/// derived tables it lacks are rebuilt after it is installed.
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 8] = [
     RECORDS,
     BUSINESS_KEYS,
     PLACEMENTS,
@@ -44,7 +52,26 @@ pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 7] = [
     SESSIONS,
     FLOORS,
     UNFINISHED,
+    PAYMENT_IDS,
 ];
+
+/// Fills [`PAYMENT_IDS`] from every record (a state machine written by a
+/// build without the index, or a snapshot from one).
+pub(crate) fn rebuild_payment_index(txn: &redb::WriteTransaction) -> Result<u64, ApplyError> {
+    let records = txn.open_table(RECORDS)?;
+    let mut index = txn.open_table(PAYMENT_IDS)?;
+    index.retain(|_, _| false)?;
+    let mut n = 0;
+    for item in records.iter()? {
+        let (k, v) = item?;
+        let record: Record = decode(v.value())?;
+        if let Some(id) = &record.payment_id {
+            index.insert(id.as_bytes(), k.value())?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
 
 /// Who holds a business key.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,6 +90,12 @@ pub(crate) enum ApplyError {
 
 impl From<redb::StorageError> for ApplyError {
     fn from(e: redb::StorageError) -> Self {
+        Self::Storage(e.into())
+    }
+}
+
+impl From<redb::TableError> for ApplyError {
+    fn from(e: redb::TableError) -> Self {
         Self::Storage(e.into())
     }
 }
@@ -91,6 +124,7 @@ pub(crate) struct Tables<'txn> {
     pub sessions: Table<'txn, Bytes, Bytes>,
     pub floors: Table<'txn, Bytes, Bytes>,
     pub unfinished: Table<'txn, Bytes, Bytes>,
+    pub payment_ids: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -103,6 +137,7 @@ impl<'txn> Tables<'txn> {
             sessions: txn.open_table(SESSIONS)?,
             floors: txn.open_table(FLOORS)?,
             unfinished: txn.open_table(UNFINISHED)?,
+            payment_ids: txn.open_table(PAYMENT_IDS)?,
         })
     }
 
@@ -128,6 +163,9 @@ impl<'txn> Tables<'txn> {
             self.unfinished.insert(key.as_slice(), [].as_slice())?;
         } else {
             self.unfinished.remove(key.as_slice())?;
+        }
+        if let Some(id) = &record.payment_id {
+            self.payment_ids.insert(id.as_bytes(), key.as_slice())?;
         }
         Ok(())
     }
@@ -519,12 +557,15 @@ impl<'txn> Tables<'txn> {
             let (k, v) = item?;
             let record: Record = decode(v.value())?;
             if record.status == Status::Expired && record.purge_after.is_some_and(|at| at <= now) {
-                due.push(k.value().to_vec());
+                due.push((k.value().to_vec(), record.payment_id));
             }
         }
         let n = due.len() as u64;
-        for k in due {
+        for (k, payment_id) in due {
             self.records.remove(k.as_slice())?;
+            if let Some(id) = payment_id {
+                self.payment_ids.remove(id.as_bytes())?;
+            }
         }
         Ok(Reply::Count(n))
     }

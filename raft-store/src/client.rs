@@ -270,6 +270,25 @@ impl StoreClient {
         }
     }
 
+    /// The record that created payment `payment_id`, if it is `tenant`'s
+    /// (linearizable).
+    pub async fn record_of_payment(
+        &self,
+        tenant: &str,
+        payment_id: &str,
+    ) -> Result<Option<Record>, ClientError> {
+        let read = Read::RecordOfPayment {
+            tenant: tenant.to_owned(),
+            payment_id: payment_id.to_owned(),
+        };
+        match self.read(read).await? {
+            ReadReply::Record(r) => Ok(r),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
     pub async fn placement(&self, tenant: &str) -> Result<Option<Placement>, ClientError> {
         match self
             .read(Read::Placement {

@@ -56,6 +56,13 @@ pub enum Read {
     Placements,
     /// Records matching a query (linearizable), for recovery and operators.
     Records(RecordQuery),
+    /// The record that created a payment, if it belongs to `tenant`
+    /// (linearizable): a region answering for a payment whose row another
+    /// region holds. Another tenant's payment is simply not found.
+    RecordOfPayment {
+        tenant: String,
+        payment_id: String,
+    },
 }
 
 /// Which records a [`Read::Records`] wants. Filters combine with AND.

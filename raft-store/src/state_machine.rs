@@ -37,10 +37,15 @@ use std::time::{Duration, Instant};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{DATA_TABLES, PLACEMENTS, RECORDS, REGIONS, Tables, UNFINISHED, decode, encode};
+use crate::apply::{
+    DATA_TABLES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, Tables, UNFINISHED, decode, encode,
+    rebuild_payment_index,
+};
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
 use crate::protocol::RecordQuery;
 use crate::types::{
@@ -119,6 +124,12 @@ impl StateMachine {
             txn.open_table(table)?;
         }
         txn.open_table(SM_META)?;
+        // State written by a build without the payment index: derive it once.
+        let unindexed =
+            txn.open_table(PAYMENT_IDS)?.is_empty()? && !txn.open_table(RECORDS)?.is_empty()?;
+        if unindexed {
+            rebuild_payment_index(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+        }
         txn.commit()?;
         Ok(Self {
             db: Arc::new(db),
@@ -134,6 +145,21 @@ impl StateMachine {
         let key = encode(scope).map_err(io)?;
         let value = table.get(key.as_slice()).map_err(io)?;
         value.map(|v| decode(v.value()).map_err(io)).transpose()
+    }
+
+    /// The record that created payment `id`, as this member has applied it.
+    pub fn record_of_payment(&self, id: &str) -> Result<Option<Record>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let index = txn.open_table(PAYMENT_IDS).map_err(io)?;
+        let Some(scope) = index.get(id.as_bytes()).map_err(io)? else {
+            return Ok(None);
+        };
+        let records = txn.open_table(RECORDS).map_err(io)?;
+        let value = records.get(scope.value()).map_err(io)?;
+        let record: Option<Record> = value.map(|v| decode(v.value()).map_err(io)).transpose()?;
+        // A key renewed past its window names a newer payment now; the old
+        // payment's entry points at a record that is no longer its own.
+        Ok(record.filter(|r| r.payment_id.as_deref() == Some(id)))
     }
 
     pub fn placement(&self, tenant: &str) -> Result<Option<Placement>, StorageError> {
@@ -404,7 +430,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     .into()
             };
             let body: SnapshotBody = decode(&data).map_err(|e| err(&e))?;
+            let from_older_build = body.tables.len() < DATA_TABLES.len();
             let txn = db.begin_write().map_err(|e| err(&e))?;
+            if from_older_build {
+                // Tables it does not carry start empty, not with our data.
+                for def in &DATA_TABLES[body.tables.len()..] {
+                    let mut table = txn.open_table(*def).map_err(|e| err(&e))?;
+                    table.retain(|_, _| false).map_err(|e| err(&e))?;
+                }
+            }
             for (def, rows) in DATA_TABLES.iter().zip(body.tables) {
                 let mut table = txn.open_table(*def).map_err(|e| err(&e))?;
                 table.retain(|_, _| false).map_err(|e| err(&e))?;
@@ -413,6 +447,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         .insert(k.as_slice(), v.as_slice())
                         .map_err(|e| err(&e))?;
                 }
+            }
+            if from_older_build {
+                rebuild_payment_index(&txn).map_err(|e| err(&e))?;
             }
             {
                 let mut t = txn.open_table(SM_META).map_err(|e| err(&e))?;

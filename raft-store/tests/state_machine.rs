@@ -304,6 +304,12 @@ async fn expiry_purges_answers_in_batches_and_keeps_unfinished_records() {
         h.sm.record(&scope("k4")).unwrap().unwrap().status,
         Status::InProgress
     );
+    // A purged record no longer answers for its payment; a kept one does.
+    assert_eq!(h.sm.record_of_payment("pay_k0").unwrap(), None);
+    assert_eq!(
+        h.sm.record_of_payment("pay_k4").unwrap().map(|r| r.scope),
+        Some(scope("k4"))
+    );
     // The business key stays reserved after the record is purged.
     assert!(matches!(
         h.run(T0 + 7_000, Op::Claim(claim("k9", "k0", "eu", 0)))
@@ -389,4 +395,36 @@ async fn a_recovery_query_for_a_region_sees_only_tenants_homed_there_and_counts_
     // Failover: acme now lives in us, and eu no longer sees its record.
     h.run(T0, place("acme", 1, "us")).await;
     assert_eq!(tenants(h.sm.query(&due_in("eu")).unwrap()), ["initech"]);
+}
+
+#[tokio::test]
+async fn a_payment_is_found_by_its_id_and_the_index_is_rebuilt_for_state_written_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sm.redb");
+    let mut h = Harness::new();
+    h.sm = StateMachine::open(&path).unwrap();
+    h.run(T0, Op::Claim(claim("k1", "o1", "eu", 0))).await;
+    h.run(T0, Op::Claim(claim("k2", "o2", "eu", 0))).await;
+    let found = h.sm.record_of_payment("pay_k2").unwrap().unwrap();
+    assert_eq!(found.scope, scope("k2"));
+    assert_eq!(h.sm.record_of_payment("pay_nope").unwrap(), None);
+
+    // A state machine from a build without the index: it is derived at
+    // open, from the records alone.
+    drop(h);
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let index: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("payment_ids");
+        txn.open_table(index).unwrap().retain(|_, _| false).unwrap();
+        txn.commit().unwrap();
+    }
+    let reopened = StateMachine::open(&path).unwrap();
+    assert_eq!(
+        reopened
+            .record_of_payment("pay_k1")
+            .unwrap()
+            .map(|r| r.scope),
+        Some(scope("k1"))
+    );
 }

@@ -29,7 +29,8 @@ async fn place(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_work_anywhere() {
+async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_and_reads_work_anywhere()
+{
     let east_db = TestDb::new(Backend::Raft).await;
     let west_db = TestDb::new(Backend::Sqlite).await;
     let cluster = east_db.store.as_ref().unwrap();
@@ -92,6 +93,34 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_work_
     assert_eq!(dup.json()["paymentId"], created.json()["id"]);
     assert_eq!(east_db.count("SELECT COUNT(*) FROM payments").await, 1);
     assert_eq!(west_db.count("SELECT COUNT(*) FROM payments").await, 1);
+
+    // The payment made at the former home is no 404 at the new one: its
+    // record in raft-store answers for it. Another tenant still learns
+    // nothing of it, and an unknown id is still a 404.
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    let get = |key: &'static str, id: String| {
+        let client = client.clone();
+        let url = format!("{}/payments/{id}", west.url);
+        async move { send(client.get(url).bearer_auth(key)).await }
+    };
+    let read = get(ACME_KEY, id.clone()).await;
+    assert_eq!(read.status, 200, "{}", String::from_utf8_lossy(&read.body));
+    let (read, original) = (read.json(), created.json());
+    for field in [
+        "id",
+        "status",
+        "accountId",
+        "amount",
+        "merchantReference",
+        "channel",
+        "region",
+        "createdAt",
+    ] {
+        assert_eq!(read[field], original[field], "{field}");
+    }
+    assert_eq!(get(GLOBEX_KEY, id).await.status, 404);
+    let unknown = get(ACME_KEY, "pay_0000000000000000000000000000dead".to_owned()).await;
+    assert_eq!(unknown.status, 404);
     east.terminate().await;
     west.terminate().await;
 }

@@ -11,7 +11,7 @@ use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, Uni
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse, known_operation};
 use crate::idempotency::store::StoreError;
 use crate::payments::command::Channel;
-use crate::payments::model::NewPayment;
+use crate::payments::model::{NewPayment, Payment, PaymentStatus};
 
 pub fn scope_to_store(scope: &Scope) -> rs::Scope {
     rs::Scope {
@@ -176,6 +176,44 @@ impl PaymentFacts {
             region: self.region.clone(),
         })
     }
+}
+
+/// The payment a record created, as far as the record tells: what a region
+/// that does not hold the payment's row answers for it. `None` when the
+/// record carries no payment.
+pub fn payment_of_record(r: &rs::Record) -> Result<Option<Payment>, StoreError> {
+    let Some(payload) = &r.payload else {
+        return Ok(None);
+    };
+    let status = match r.status {
+        rs::Status::Completed => PaymentStatus::Succeeded,
+        // A replayable failure with a payment is the provider's decline.
+        rs::Status::FailedReplayable => PaymentStatus::Declined,
+        rs::Status::InProgress
+        | rs::Status::UnknownRequiresRecovery
+        | rs::Status::FailedRetryable => PaymentStatus::Pending,
+        // Only finished records expire; the error code outlives the body.
+        rs::Status::Expired if r.error_code.is_some() => PaymentStatus::Declined,
+        rs::Status::Expired => PaymentStatus::Succeeded,
+    };
+    let facts = PaymentFacts::decode(payload)?;
+    let payment = facts.payment()?;
+    Ok(Some(Payment {
+        id: payment.id,
+        tenant: payment.tenant,
+        account_id: payment.account_id,
+        merchant_reference: payment.merchant_reference,
+        amount: payment.amount,
+        channel: payment.channel,
+        status,
+        provider_charge_id: None,
+        decline_code: None,
+        // The region that last owned the record: the one whose database
+        // holds the finished row.
+        region: r.region.clone(),
+        created_at: UnixMillis(facts.created_at),
+        updated_at: UnixMillis(r.updated_at),
+    }))
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use once_raft_store::protocol::RecordQuery;
 use tracing::{instrument, warn};
 
 use super::convert::{
-    PaymentFacts, fence_to_store, record_from_store, response_to_store, scope_to_store,
-    status_to_store, step_to_store,
+    PaymentFacts, fence_to_store, payment_of_record, record_from_store, response_to_store,
+    scope_to_store, status_to_store, step_to_store,
 };
 use super::placement::{Belief, PlacementBeliefs};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
@@ -500,13 +500,30 @@ impl IdempotencyStore for RaftStore {
         .await
     }
 
+    /// From this region's database; a payment whose row another region
+    /// holds (made there before a failover, or here before a failback) is
+    /// answered from its record in raft-store, so an acknowledged payment
+    /// is never a 404 in another region. A record purged past its metadata
+    /// retention leaves only the rows: then only the regions holding one
+    /// know the payment.
     #[instrument(name = "load the payment", skip_all, fields(db.system = "raft-store"))]
     async fn payment(
         &self,
         tenant: &TenantId,
         id: &PaymentId,
     ) -> Result<Option<Payment>, StoreError> {
-        self.local.payment(tenant, id).await
+        if let Some(payment) = self.local.payment(tenant, id).await? {
+            return Ok(Some(payment));
+        }
+        let record = self
+            .client
+            .record_of_payment(tenant.as_str(), id.as_str())
+            .await
+            .map_err(store_error)?;
+        match record {
+            Some(record) => payment_of_record(&record),
+            None => Ok(None),
+        }
     }
 
     async fn expire_batch(
