@@ -201,6 +201,14 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
             Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
             Answer::Unavailable(e) => Answer::Unavailable(e),
         },
+        Read::CountRecords(query) => match state.read_index.barrier().await {
+            Answer::Done(()) => match state.state_machine.count(&query) {
+                Ok(n) => Answer::Done(ReadReply::Count(n)),
+                Err(e) => unavailable(&e),
+            },
+            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+            Answer::Unavailable(e) => Answer::Unavailable(e),
+        },
         Read::RecordOfPayment { tenant, payment_id } => match state.read_index.barrier().await {
             Answer::Done(()) => match state.state_machine.record_of_payment(&payment_id) {
                 Ok(r) => Answer::Done(ReadReply::Record(r.filter(|r| r.scope.tenant == tenant))),

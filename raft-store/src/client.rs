@@ -270,6 +270,16 @@ impl StoreClient {
         }
     }
 
+    /// How many records match `query`, its limit aside (linearizable).
+    pub async fn count_records(&self, query: RecordQuery) -> Result<u64, ClientError> {
+        match self.read(Read::CountRecords(query)).await? {
+            ReadReply::Count(n) => Ok(n),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
     /// The record that created payment `payment_id`, if it is `tenant`'s
     /// (linearizable).
     pub async fn record_of_payment(

@@ -56,6 +56,9 @@ pub enum Read {
     Placements,
     /// Records matching a query (linearizable), for recovery and operators.
     Records(RecordQuery),
+    /// How many records match a query, its limit aside (linearizable):
+    /// gauges, without shipping the records.
+    CountRecords(RecordQuery),
     /// The record that created a payment, if it belongs to `tenant`
     /// (linearizable): a region answering for a payment whose row another
     /// region holds. Another tenant's payment is simply not found.
@@ -125,6 +128,7 @@ pub enum ReadReply {
     Regions(Vec<(String, RegionStatus)>),
     Placements(Vec<(String, Placement)>),
     Records(Vec<Record>),
+    Count(u64),
     NotFinalHere,
 }
 

@@ -195,16 +195,37 @@ impl StateMachine {
         Ok(out)
     }
 
-    /// Records matching `query`, oldest first. Unfinished-only queries walk
-    /// the unfinished index; others walk every record (operators' lookups).
+    /// Records matching `query`, oldest first, at most `query.limit`.
     pub fn query(&self, query: &RecordQuery) -> Result<Vec<Record>, StorageError> {
+        let mut out: Vec<Record> = Vec::new();
+        self.for_each_match(query, |record| out.push(record))?;
+        out.sort_by_key(|r| r.created_at);
+        out.truncate(query.limit as usize);
+        Ok(out)
+    }
+
+    /// How many records match `query` (its limit aside): what a gauge needs,
+    /// without shipping the records.
+    pub fn count(&self, query: &RecordQuery) -> Result<u64, StorageError> {
+        let mut n = 0;
+        self.for_each_match(query, |_| n += 1)?;
+        Ok(n)
+    }
+
+    /// Calls `visit` with every record matching `query`, from one read
+    /// transaction. Unfinished-only queries walk the unfinished index;
+    /// others walk every record (operators' lookups).
+    fn for_each_match(
+        &self,
+        query: &RecordQuery,
+        mut visit: impl FnMut(Record),
+    ) -> Result<(), StorageError> {
         let txn = self.db.begin_read().map_err(io)?;
         let records = txn.open_table(RECORDS).map_err(io)?;
         let placements = txn.open_table(PLACEMENTS).map_err(io)?;
         // Each tenant's placement read once per query, from the same read
         // transaction as the records.
         let mut homes: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
-        let mut out: Vec<Record> = Vec::new();
         let mut consider = |bytes: &[u8]| -> Result<(), StorageError> {
             let record: Record = decode(bytes).map_err(io)?;
             if !query.matches(&record) {
@@ -229,7 +250,7 @@ impl StateMachine {
                     return Ok(());
                 }
             }
-            out.push(record);
+            visit(record);
             Ok(())
         };
         if query.within_unfinished() {
@@ -246,9 +267,7 @@ impl StateMachine {
                 consider(v.value())?;
             }
         }
-        out.sort_by_key(|r| r.created_at);
-        out.truncate(query.limit as usize);
-        Ok(out)
+        Ok(())
     }
 
     /// Every record, for invariant checks in tests and `once store` admin.

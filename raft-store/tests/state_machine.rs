@@ -391,6 +391,8 @@ async fn a_recovery_query_for_a_region_sees_only_tenants_homed_there_and_counts_
         tenants(h.sm.query(&due_in("us")).unwrap()),
         ["globex", "globex"]
     );
+    // Three of globex and the unplaced initech's: a count ignores the limit.
+    assert_eq!(h.sm.count(&due_in("us")).unwrap(), 4);
 
     // Failover: acme now lives in us, and eu no longer sees its record.
     h.run(T0, place("acme", 1, "us")).await;

@@ -564,14 +564,15 @@ impl IdempotencyStore for RaftStore {
     }
 
     async fn unknown_count(&self) -> Result<i64, StoreError> {
-        let unknown = self
-            .query(RecordQuery {
+        let n = self
+            .client
+            .count_records(RecordQuery {
                 status: Some(rs::Status::UnknownRequiresRecovery),
-                limit: u32::MAX,
                 ..RecordQuery::default()
             })
-            .await?;
-        Ok(unknown.len() as i64)
+            .await
+            .map_err(store_error)?;
+        Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
