@@ -106,6 +106,17 @@ impl NodeConfig {
             self.max_db_connections > 0,
             "need at least one database connection"
         );
+        if let Some(provider) = &self.provider {
+            // A live owner must never lose its record while a charge is
+            // still in flight: every attempt of one charge fits in the lease.
+            anyhow::ensure!(
+                provider.worst_case() < self.lease,
+                "the lease ({}) must be longer than one provider charge with all its retries ({}): \
+                 raise --lease or lower --provider-timeout / --provider-connect-timeout",
+                humantime::format_duration(self.lease),
+                humantime::format_duration(provider.worst_case()),
+            );
+        }
         self.events.validate()?;
         if let StoreMode::Raft(raft) = &self.idempotency_store {
             anyhow::ensure!(
@@ -114,5 +125,22 @@ impl NodeConfig {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_shorter_than_one_charge_with_its_retries_is_refused() {
+        let mut config = NodeConfig::new("127.0.0.1:0".parse().unwrap(), "eu", "sqlite::memory:");
+        let provider = crate::provider::HttpProviderConfig::new("http://127.0.0.1:1");
+        config.lease = provider.worst_case();
+        config.provider = Some(provider.clone());
+        let refused = config.validate().unwrap_err().to_string();
+        assert!(refused.contains("--lease"), "{refused}");
+        config.lease = provider.worst_case() + Duration::from_millis(1);
+        config.validate().unwrap();
     }
 }

@@ -139,7 +139,12 @@ async fn the_new_home_finishes_what_the_dead_region_left_in_progress() {
     let sim = ProviderSim::start().await;
     let args = [
         "--lease",
-        "1s",
+        "2s",
+        // One charge with its three attempts must fit in the lease.
+        "--provider-connect-timeout",
+        "200ms",
+        "--provider-timeout",
+        "300ms",
         "--recovery-interval",
         "100ms",
         "--provider-url",

@@ -184,6 +184,17 @@ pub async fn create_payment(
     })
 }
 
+/// `Ok` while at least half of the owned record's lease is left;
+/// otherwise the time it has left.
+fn lease_is_fresh(state: &AppState, record: &Record) -> Result<(), Duration> {
+    let left = state.clock.now().until(record.locked_until);
+    if left >= state.config.lease / 2 {
+        Ok(())
+    } else {
+        Err(left)
+    }
+}
+
 /// Whether `req` is the request `record` was claimed for, comparing
 /// fingerprints at the record's version; `None` when this build does not
 /// know that version.
@@ -282,6 +293,23 @@ async fn run(
         merchant_reference: facts.merchant_reference.clone(),
     };
 
+    // The lease was stamped when the claim (or takeover) was proposed; a
+    // store slow to commit it — an election, client retries — may hand it
+    // back mostly spent, or already expired. Charging then would race a
+    // retry that takes the record over (the provider key keeps that to one
+    // charge, but the lease is there so it never comes to that), so leave
+    // it: the record stays unfinished, and whoever resumes it asks the
+    // provider by key first. Half the lease is the line: a claim that took
+    // that long to commit was held up, not merely slow.
+    if let Err(left) = lease_is_fresh(state, &record) {
+        warn!(
+            left_ms = left.as_millis() as u64,
+            "the lease came back mostly spent; leaving the record to be resumed"
+        );
+        return Err(ApiError::Unavailable(anyhow::anyhow!(
+            "the idempotency record's lease came back with only {left:?} left"
+        )));
+    }
     let charged = match record.step {
         Step::Received | Step::LocalPaymentCreated => {
             // Persisted before the call: from here on a crash means "the
