@@ -243,7 +243,15 @@ impl Fault {
                     if let Err(e) = switch.cut().await {
                         // All or nothing: undo what was cut, best effort
                         // (the error that stopped the cut is the one told).
-                        for undo in switches[..done].iter().rev() {
+                        // The failing switch is undone too, unless it does
+                        // not exist: it may have cut before its answer was
+                        // lost, and healing a switch that never cut changes
+                        // nothing.
+                        let applied = match e {
+                            FaultError::SwitchMissing { .. } => &switches[..done],
+                            _ => &switches[..=done],
+                        };
+                        for undo in applied.iter().rev() {
                             if let Err(heal) = undo.heal().await {
                                 tracing::error!(error = %heal, "undoing a partial partition");
                             }
