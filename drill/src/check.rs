@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | [`no_duplicate_charge`] | I1 | provider ledger (+ payments for the tenant) |
 //! | [`no_duplicate_payment`] | I1 | payments of every region, client log, store records |
+//! | [`payments_answered_201`] | I2, I4 | the final answer of every plain payment |
 //! | [`no_acknowledged_payment_lost`] | I4 | every `201` the clients saw vs payments and ledger |
 //! | [`faithful_replay`] | I2 | every `201` under one key, replays, stored responses |
 //! | [`loud_mismatch`] | I3 | the reused-key-different-body operations |
@@ -61,6 +62,7 @@ pub fn check_all(evidence: &Evidence) -> Vec<CheckResult> {
     vec![
         no_duplicate_charge(evidence),
         no_duplicate_payment(evidence),
+        payments_answered_201(evidence),
         no_acknowledged_payment_lost(evidence),
         faithful_replay(evidence),
         loud_mismatch(evidence),
@@ -251,6 +253,45 @@ pub fn no_duplicate_payment(evidence: &Evidence) -> CheckResult {
         None => notes.push("raft-store records not available: not compared".to_owned()),
     }
     CheckResult::new("no duplicate payment", "I1", violations, notes)
+}
+
+/// A plain payment ([`Intent::Payment`]) is a fresh key with a valid body for
+/// an account the provider never declines ([`crate::load::account_of`]), so
+/// `201` is its only correct final answer. Any other final answer — `409`
+/// saying the key was reused or the reference is taken, `400`/`422` for the
+/// very bytes that succeed elsewhere, a `402` — is the service forgetting or
+/// mistaking what it was asked (retryable answers are not final: an
+/// operation still retrying when the drill ended is noted, not condemned).
+pub fn payments_answered_201(evidence: &Evidence) -> CheckResult {
+    let mut violations = Vec::new();
+    let (mut sent, mut unanswered) = (0, 0);
+    for op in &evidence.log.operations {
+        if op.intent != Intent::Payment {
+            continue;
+        }
+        sent += 1;
+        match evidence.log.final_answer(op.id) {
+            None => unanswered += 1,
+            Some(a) if a.status == Some(201) => {}
+            Some(a) => violations.push(violation(
+                format!(
+                    "payment under key {} of tenant {} ended with {} instead of 201",
+                    op.key,
+                    op.tenant,
+                    a.error_class()
+                ),
+                json!({ "request": op.body, "answer": attempt_evidence(a) }),
+            )),
+        }
+    }
+    CheckResult::new(
+        "every payment answered 201",
+        "I2, I4",
+        violations,
+        vec![format!(
+            "{sent} payments, {unanswered} unanswered when the drill ended"
+        )],
+    )
 }
 
 /// I4: every `201` a client saw names a payment that some regional database

@@ -184,7 +184,7 @@ fn failed(results: &[CheckResult]) -> Vec<&str> {
 fn a_clean_drill_passes_every_check() {
     let results = check::check_all(&clean());
     assert_eq!(failed(&results), Vec::<&str>::new(), "{results:#?}");
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 7);
 }
 
 #[test]
@@ -397,4 +397,49 @@ fn an_operation_still_unanswered_is_noted_not_condemned() {
     let result = check::loud_mismatch(&evidence);
     assert!(result.passed);
     assert!(result.notes[0].contains("1 unanswered"));
+}
+
+#[test]
+fn a_fresh_payment_whose_final_answer_is_not_201_is_caught() {
+    for (status, code) in [
+        (409, Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST")),
+        (409, Some("DUPLICATE_MERCHANT_REFERENCE")),
+        (400, Some("VALIDATION_FAILED")),
+        (422, Some("VALIDATION_FAILED")),
+        (402, Some("INSUFFICIENT_FUNDS")),
+    ] {
+        let mut evidence = clean();
+        // Operation 1's first answer is a 503 (retried); its second, final
+        // answer becomes the wrong one.
+        let last = evidence
+            .log
+            .attempts
+            .iter_mut()
+            .rfind(|a| a.op == 1)
+            .unwrap();
+        last.status = Some(status);
+        last.error_code = code.map(str::to_owned);
+        last.response_body = Some(format!(r#"{{"errorCode":"{}"}}"#, code.unwrap()));
+        let result = check::payments_answered_201(&evidence);
+        assert!(!result.passed, "{status} {code:?}: {result:#?}");
+        assert!(
+            result.violations[0]
+                .what
+                .contains(&format!("key k1 of tenant acme ended with {status}")),
+            "{result:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_fresh_payment_still_retrying_when_the_drill_ended_is_noted_not_condemned() {
+    let mut evidence = clean();
+    // Only the 503 is left: no final answer.
+    evidence
+        .log
+        .attempts
+        .retain(|a| a.op != 1 || a.status == Some(503));
+    let result = check::payments_answered_201(&evidence);
+    assert!(result.passed, "{result:#?}");
+    assert!(result.notes[0].contains("1 unanswered"), "{result:#?}");
 }
