@@ -206,7 +206,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
     for (at, what) in fault_events {
         timeline.record_at(at, what);
     }
-    timeline.record("load finished: every operation answered or out of time");
+    let load_ended_at = timeline.record("load finished: every operation answered or out of time");
 
     let failback = if args.failback {
         // A killed region has to come back before its tenants can.
@@ -300,7 +300,12 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         region: region.name.clone(),
         duration_seconds: duration.as_secs(),
         rate: args.rate,
-        measurements: measure::measure(&evidence.log, fault_report.at, &affected_ids),
+        measurements: measure::measure(
+            &evidence.log,
+            fault_report.at,
+            &affected_ids,
+            load_ended_at,
+        ),
         timeline,
         fault: fault_report,
         failback,

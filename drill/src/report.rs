@@ -165,6 +165,10 @@ impl Report {
         }
         let _ = writeln!(
             md,
+            "Times and rates are the load's (attempts answered by its end), not the failback's or the final replays'.\n"
+        );
+        let _ = writeln!(
+            md,
             "| tenant | detection | time to recover |\n|---|---|---|"
         );
         for t in &m.tenants {
