@@ -184,7 +184,7 @@ fn failed(results: &[CheckResult]) -> Vec<&str> {
 fn a_clean_drill_passes_every_check() {
     let results = check::check_all(&clean());
     assert_eq!(failed(&results), Vec::<&str>::new(), "{results:#?}");
-    assert_eq!(results.len(), 7);
+    assert_eq!(results.len(), 8);
 }
 
 #[test]
@@ -442,4 +442,21 @@ fn a_fresh_payment_still_retrying_when_the_drill_ended_is_noted_not_condemned() 
     let result = check::payments_answered_201(&evidence);
     assert!(result.passed, "{result:#?}");
     assert!(result.notes[0].contains("1 unanswered"), "{result:#?}");
+}
+
+#[test]
+fn an_unreadable_database_fails_the_drill_even_when_nothing_else_is_wrong() {
+    let mut evidence = clean();
+    evidence
+        .gaps
+        .push("region us-east's database: unable to open database file".into());
+    let results = check::check_all(&evidence);
+    assert_eq!(failed(&results), ["evidence complete"], "{results:#?}");
+    let complete = &results[0];
+    assert!(
+        complete.violations[0]
+            .what
+            .contains("region us-east's database"),
+        "{complete:#?}"
+    );
 }

@@ -1,7 +1,9 @@
 //! The whole drill, `run`, against a small in-process stand-in for a
 //! cluster: a router/node that keeps payments in a real SQLite `payments`
 //! table (the migration's schema), a provider ledger, and a store member
-//! without the partition switch. It proves the drill's plumbing end to end:
+//! that serves the node's idempotency records (`GET /admin/records`, as
+//! raft-store encodes them) but has no partition switch. It proves the
+//! drill's plumbing end to end:
 //! load with retries, a missing switch reported rather than pretended,
 //! failback, evidence gathering, checks and report files — and that a node
 //! that replays a changed body is caught.
@@ -18,6 +20,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_drill::{DrillArgs, fault::FaultMode};
+use once_raft_store::command::{self as store, Record};
+use once_raft_store::wire::Postcard;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
@@ -129,6 +133,62 @@ async fn create_payment(State(fake): State<Fake>, headers: HeaderMap, body: Byte
     json_response(status, response, false)
 }
 
+/// The fake node's finished records as raft-store keeps them: a `201`
+/// completed with its payment and business key, a `409` duplicate failed
+/// replayably.
+fn store_record(tenant: &str, key: &str, status: u16, response: &str) -> Record {
+    let body: Value = serde_json::from_str(response).unwrap();
+    let created = status == 201;
+    Record {
+        scope: store::Scope {
+            tenant: tenant.to_owned(),
+            principal: "demo".into(),
+            operation: "create_payment".into(),
+            key: key.to_owned(),
+        },
+        fingerprint_version: 1,
+        fingerprint: String::new(),
+        status: if created {
+            store::Status::Completed
+        } else {
+            store::Status::FailedReplayable
+        },
+        step: store::Step::Completed,
+        fence: 1,
+        locked_until: 0,
+        payment_id: created.then(|| body["id"].as_str().unwrap().to_owned()),
+        provider_key: None,
+        business_key: None,
+        payload: None,
+        response: Some(store::StoredResponse {
+            status,
+            headers: Vec::new(),
+            body: response.as_bytes().to_vec(),
+            schema_version: 2,
+        }),
+        error_code: None,
+        trace_id: None,
+        region: "eu-west".into(),
+        takeovers: 0,
+        created_at: 0,
+        updated_at: 0,
+        expires_at: None,
+        purge_after: None,
+    }
+}
+
+async fn store_records(State(fake): State<Fake>) -> Postcard<Vec<Record>> {
+    let records = fake.records.lock().unwrap();
+    Postcard(
+        records
+            .iter()
+            .map(|((tenant, key), (_, status, response))| {
+                store_record(tenant, key, *status, response)
+            })
+            .collect(),
+    )
+}
+
 async fn serve(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -176,11 +236,17 @@ async fn fake_cluster(
         Router::new()
             .route("/payments", post(create_payment))
             .route("/admin/failback", post(|| async { "{}" }))
-            .with_state(fake),
+            .with_state(fake.clone()),
     )
     .await;
     // A store member from before the partition switch existed.
-    let store = serve(Router::new().route("/healthz", get(|| async { "ok" }))).await;
+    let store = serve(
+        Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route(once_raft_store::protocol::RECORDS_PATH, get(store_records))
+            .with_state(fake),
+    )
+    .await;
     let cluster = json!({
         "router": {"url": format!("http://{router}")},
         "provider": {"url": format!("http://{provider}")},
@@ -250,6 +316,8 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
             .is_some()
     );
     assert!(outcome.report.evidence.payment_rows_by_region["eu-west"] > 30);
+    assert_eq!(outcome.report.evidence.gaps, Vec::<String>::new());
+    assert!(outcome.report.evidence.store_records > Some(30));
     let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
     assert!(md.contains("The fault was not injected"), "{md}");
     let json: Value =
