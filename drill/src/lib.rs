@@ -3,8 +3,8 @@
 //!
 //! A drill sends paced, retrying payment traffic through the router, kills
 //! or partitions one region a third of the way in, optionally fails the
-//! region back, then gathers every piece of evidence and checks the
-//! invariants against it. It measures what clients saw (time to the first
+//! region back, asks for every stored answer once more, then gathers every
+//! piece of evidence and checks the invariants against it. It measures what clients saw (time to the first
 //! failure and to the first success again, errors, throughput) and writes a
 //! report. [`run`] is the whole drill; every step is public so a test can
 //! drive it piecewise.
@@ -13,8 +13,11 @@
 //!   load ──POST /payments──► router ──► nodes ──► provider
 //!    │ (client log)             ▲ fault: SIGKILL node+store | /admin/partition on
 //!    │                          │   every store member and the router
-//!    ▼                          │ failback: POST /admin/failback
-//!   gather: client log + payments (every region's DB) + provider ledger + raft-store records
+//!    │                          │ failback: POST /admin/failback
+//!    │                          │ final replays: every stored answer asked for again
+//!    ▼
+//!   gather: client log + payments (every region's DB) + provider ledger
+//!           + raft-store records (from the leader)
 //!    ▼
 //!   check (pure) ──► report.json / report.md / evidence.json
 //! ```
@@ -28,6 +31,7 @@
 //!   (the region's store member isolated, the other members and the router
 //!   cutting the region).
 //! - [`failback`]: asking the router to fail back and waiting for it.
+//! - [`final_replay`]: every stored answer asked for again after the fault.
 //! - [`measure`]: detection, recovery, errors, throughput from the log.
 //! - [`evidence`]: what the checker reads, as plain data.
 //! - [`gather`]: reading the evidence from a live cluster, read-only.
@@ -40,6 +44,7 @@ pub mod cluster;
 pub mod evidence;
 pub mod failback;
 pub mod fault;
+pub mod final_replay;
 pub mod gather;
 pub mod load;
 pub mod measure;
@@ -83,7 +88,8 @@ pub struct DrillArgs {
     /// cluster description.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// How long clients keep retrying after the load ends, in seconds.
+    /// How long clients keep retrying after the load ends, in seconds; also
+    /// how long the final replays may take.
     #[arg(long, default_value_t = 30)]
     pub grace: u64,
     /// How long failback may take before the drill gives up on it, in seconds.
@@ -272,15 +278,34 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         None
     };
 
+    // After the fault and the failback: every stored answer once more, from
+    // wherever the tenant is served now.
+    let replays = final_replay::replay_stored_answers(
+        &log.snapshot(),
+        &cluster.tenants,
+        &client,
+        &factory,
+        Instant::now() + Duration::from_secs(args.grace),
+    )
+    .await;
+    timeline.record(format!(
+        "final replays: {} stored answers asked for again, {} answered",
+        replays.sent, replays.answered
+    ));
+
     let evidence = gather::gather(&cluster, log.snapshot(), &http).await;
     timeline.record(format!(
-        "evidence gathered: {} payment rows, {} ledger entries, {} store records, {} gaps",
+        "evidence gathered: {} payment rows, {} ledger entries, {} store records{}, {} gaps",
         evidence.payments.len(),
         evidence.ledger.len(),
         evidence
             .store_records
             .as_ref()
             .map_or_else(|| "no".to_owned(), |r| r.len().to_string()),
+        evidence
+            .store_member
+            .as_ref()
+            .map_or_else(String::new, |m| format!(" (from {m})")),
         evidence.gaps.len()
     ));
     let checks = check::check_all(&evidence);

@@ -70,6 +70,9 @@ pub struct EvidenceSummary {
     pub payment_rows_by_region: std::collections::BTreeMap<String, usize>,
     pub ledger_entries: usize,
     pub store_records: Option<usize>,
+    /// The member the store records were read from, and why it.
+    #[serde(default)]
+    pub store_member: Option<String>,
     pub gaps: Vec<String>,
 }
 
@@ -83,6 +86,7 @@ impl EvidenceSummary {
             payment_rows_by_region: by_region,
             ledger_entries: evidence.ledger.len(),
             store_records: evidence.store_records.as_ref().map(Vec::len),
+            store_member: evidence.store_member.clone(),
             gaps: evidence.gaps.clone(),
         }
     }
@@ -252,11 +256,14 @@ impl Report {
         let e = &self.evidence;
         let _ = writeln!(
             md,
-            "\nEvidence: payment rows by region {:?}, {} ledger entries, {} store records.",
+            "\nEvidence: payment rows by region {:?}, {} ledger entries, {} store records{}.",
             e.payment_rows_by_region,
             e.ledger_entries,
             e.store_records
-                .map_or_else(|| "no".to_owned(), |n| n.to_string())
+                .map_or_else(|| "no".to_owned(), |n| n.to_string()),
+            e.store_member
+                .as_ref()
+                .map_or_else(String::new, |m| format!(" (from {m})"))
         );
         for gap in &e.gaps {
             let _ = writeln!(md, "- could not read {gap}");

@@ -1,12 +1,14 @@
 //! The whole drill, `run`, against a small in-process stand-in for a
 //! cluster: a router/node that keeps payments in a real SQLite `payments`
 //! table (the migration's schema), a provider ledger, and a store member
-//! that serves the node's idempotency records (`GET /admin/records`, as
-//! raft-store encodes them) but has no partition switch. It proves the
-//! drill's plumbing end to end:
+//! that leads and serves the node's idempotency records (`GET
+//! /admin/records`, as raft-store encodes them) but has no partition
+//! switch; a second region's member, listed first, is a follower that has
+//! applied nothing yet. It proves the drill's plumbing end to end:
 //! load with retries, a missing switch reported rather than pretended,
-//! failback, evidence gathering, checks and report files — and that a node
-//! that replays a changed body is caught.
+//! failback, the final replays, evidence gathering (store records from the
+//! leader), checks and report files — and that a node that replays a
+//! changed body is caught.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -189,6 +191,27 @@ async fn store_records(State(fake): State<Fake>) -> Postcard<Vec<Record>> {
     )
 }
 
+/// `GET /api/status` of a member: `id`, whom it follows, what it applied.
+fn member_status(id: u64, leader: u64, applied: u64) -> Value {
+    serde_json::to_value(once_raft_store::protocol::Status {
+        id,
+        raft_addr: String::new(),
+        api_addr: String::new(),
+        state: if id == leader { "Leader" } else { "Follower" }.into(),
+        leader: Some(leader),
+        term: 2,
+        last_log_index: Some(applied),
+        committed_index: Some(applied),
+        applied_index: Some(applied),
+        snapshot_index: None,
+        purged_index: None,
+        voters: vec![1, 2],
+        learners: Vec::new(),
+        follower_lag: Default::default(),
+    })
+    .unwrap()
+}
+
 async fn serve(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -202,19 +225,10 @@ async fn fake_cluster(
     pids: (u32, u32),
 ) -> std::path::PathBuf {
     let db_path = dir.join("eu-west.db");
-    let db = SqlitePool::connect_with(
-        SqliteConnectOptions::new()
-            .filename(&db_path)
-            .create_if_missing(true),
-    )
-    .await
-    .unwrap();
-    let schema = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../migrations/sqlite/0001_payments_and_idempotency.sql"
-    ))
-    .unwrap();
-    sqlx::raw_sql(&schema).execute(&db).await.unwrap();
+    let db = payments_database(&db_path).await;
+    // The other region's database: nothing was ever served there.
+    let other_db_path = dir.join("us-east.db");
+    payments_database(&other_db_path).await.close().await;
     let fake = Fake {
         db,
         ledger: Arc::default(),
@@ -239,12 +253,30 @@ async fn fake_cluster(
             .with_state(fake.clone()),
     )
     .await;
-    // A store member from before the partition switch existed.
+    // Store members from before the partition switch existed: the leader,
+    // holding the fake node's records, and a follower that has applied
+    // nothing (a drill reading it would find every payment missing).
     let store = serve(
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
+            .route(
+                once_raft_store::protocol::STATUS_PATH,
+                get(|| async { axum::Json(member_status(1, 1, 500)) }),
+            )
             .route(once_raft_store::protocol::RECORDS_PATH, get(store_records))
             .with_state(fake),
+    )
+    .await;
+    let follower = serve(
+        Router::new()
+            .route(
+                once_raft_store::protocol::STATUS_PATH,
+                get(|| async { axum::Json(member_status(2, 1, 3)) }),
+            )
+            .route(
+                once_raft_store::protocol::RECORDS_PATH,
+                get(|| async { Postcard(Vec::<Record>::new()) }),
+            ),
     )
     .await;
     let cluster = json!({
@@ -256,6 +288,11 @@ async fn fake_cluster(
             {"id": "globex", "api_key": "key-globex", "home_region": "eu-west"},
         ],
         "regions": [{
+            "name": "us-east",
+            "node": {"url": format!("http://{router}")},
+            "store": {"api_url": format!("http://{follower}")},
+            "database_url": format!("sqlite://{}", other_db_path.display()),
+        }, {
             "name": "eu-west",
             "node": {"url": format!("http://{router}"), "pid": pids.0},
             "store": {"api_url": format!("http://{store}"), "pid": pids.1},
@@ -265,6 +302,24 @@ async fn fake_cluster(
     let path = dir.join("cluster.json");
     std::fs::write(&path, cluster.to_string()).unwrap();
     path
+}
+
+/// A SQLite database with the node's schema at `path`.
+async fn payments_database(path: &std::path::Path) -> SqlitePool {
+    let db = SqlitePool::connect_with(
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true),
+    )
+    .await
+    .unwrap();
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../migrations/sqlite/0001_payments_and_idempotency.sql"
+    ))
+    .unwrap();
+    sqlx::raw_sql(&schema).execute(&db).await.unwrap();
+    db
 }
 
 fn args(cluster: std::path::PathBuf, out: std::path::PathBuf) -> DrillArgs {
@@ -318,6 +373,41 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
     assert!(outcome.report.evidence.payment_rows_by_region["eu-west"] > 30);
     assert_eq!(outcome.report.evidence.gaps, Vec::<String>::new());
     assert!(outcome.report.evidence.store_records > Some(30));
+    let member = outcome.report.evidence.store_member.clone().unwrap();
+    assert!(member.ends_with("(leader)"), "{member}");
+
+    // After the failback, every stored answer was asked for once more.
+    let evidence: Value =
+        serde_json::from_slice(&std::fs::read(outcome.report_dir.join("evidence.json")).unwrap())
+            .unwrap();
+    let home_again = outcome.report.failback.as_ref().unwrap().home_again_at;
+    let (operations, attempts) = (
+        evidence["log"]["operations"].as_array().unwrap(),
+        evidence["log"]["attempts"].as_array().unwrap(),
+    );
+    let stored = |status: &Value, code: &Value| {
+        status == 201 || status == 402 || (status == 409 && code == "DUPLICATE_MERCHANT_REFERENCE")
+    };
+    let with_stored_answers = operations
+        .iter()
+        .filter(|op| op["intent"]["kind"] != "replay")
+        .filter(|op| {
+            attempts
+                .iter()
+                .any(|a| a["op"] == op["id"] && stored(&a["status"], &a["error_code"]))
+        })
+        .count();
+    let replayed_after_failback = operations
+        .iter()
+        .filter(|op| op["intent"]["kind"] == "replay")
+        .filter(|op| {
+            attempts
+                .iter()
+                .any(|a| a["op"] == op["id"] && a["sent_at"].as_u64() >= home_again)
+        })
+        .count();
+    assert!(with_stored_answers > 30, "{with_stored_answers}");
+    assert_eq!(replayed_after_failback, with_stored_answers);
     let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
     assert!(md.contains("The fault was not injected"), "{md}");
     let json: Value =
