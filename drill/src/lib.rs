@@ -176,24 +176,29 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         // The fault's moment is part of the plan, not a wait for a condition.
         tokio::time::sleep_until(start + duration / 3).await;
         let at = client_log::now_ms();
-        let injected = fault.inject().await;
+        let injection = fault.inject().await;
+        let error = injection.error.as_ref().map(ToString::to_string);
+        events.push((
+            at,
+            match (injection.injected, &error) {
+                (true, None) => format!("fault injected: {}", injection.steps.join("; ")),
+                (true, Some(e)) => format!(
+                    "fault injected in part: {} (first failure: {e})",
+                    injection.steps.join("; ")
+                ),
+                (false, e) => format!(
+                    "fault NOT injected: {}",
+                    e.as_deref().unwrap_or("no step applied")
+                ),
+            },
+        ));
         let mut report = FaultReport {
             mode: args.mode,
-            injected: injected.is_ok(),
-            at: injected.is_ok().then_some(at),
-            steps: Vec::new(),
-            error: None,
+            injected: injection.injected,
+            at: injection.injected.then_some(at),
+            steps: injection.steps,
+            error,
         };
-        match injected {
-            Ok(steps) => {
-                events.push((at, format!("fault injected: {}", steps.join("; "))));
-                report.steps = steps;
-            }
-            Err(e) => {
-                events.push((at, format!("fault NOT injected: {e}")));
-                report.error = Some(e.to_string());
-            }
-        }
         tokio::time::sleep_until(start + duration).await;
         if report.injected && args.mode == FaultMode::Partition {
             let at = client_log::now_ms();
@@ -215,7 +220,9 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
     let load_ended_at = timeline.record("load finished: every operation answered or out of time");
 
     let failback = if args.failback {
-        // A killed region has to come back before its tenants can.
+        // A killed region has to come back before its tenants can, even
+        // when only some of its processes were killed (the restart starts
+        // whichever are gone).
         if args.mode == FaultMode::Kill && fault_report.injected {
             let what = match &cluster.control {
                 Some(control) => match failback::restart_region(&control.url, &region.name).await {

@@ -60,7 +60,8 @@ pub struct FaultReport {
     pub injected: bool,
     pub at: Option<EpochMillis>,
     pub steps: Vec<String>,
-    /// Why the fault could not be injected (or healed).
+    /// Why the fault could not be injected, or not whole (a process that
+    /// could not be killed), or not healed.
     pub error: Option<String>,
 }
 
@@ -151,6 +152,8 @@ impl Report {
                 "**The fault was not injected**: {}. The checks below cover the load, not a failover.\n",
                 self.fault.error.as_deref().unwrap_or("unknown reason")
             );
+        } else if let Some(e) = &self.fault.error {
+            let _ = writeln!(md, "**The fault did not go entirely as planned**: {e}.\n");
         }
         let _ = writeln!(md, "## Timeline\n");
         let start = self.timeline.0.first().map_or(0, |e| e.at);

@@ -4,11 +4,13 @@
 //! that leads and serves the node's idempotency records (`GET
 //! /admin/records`, as raft-store encodes them) but has no partition
 //! switch; a second region's member, listed first, is a follower that has
-//! applied nothing yet. It proves the drill's plumbing end to end:
+//! applied nothing yet; a control endpoint records the regions it is asked
+//! to restart. It proves the drill's plumbing end to end:
 //! load with retries, a missing switch reported rather than pretended,
 //! failback, the final replays, evidence gathering (store records from the
-//! leader), checks and report files — and that a node that replays a
-//! changed body is caught.
+//! leader), checks and report files — that a node that replays a changed
+//! body is caught, and that a kill which reached only some of the region's
+//! processes still counts and restarts the region at failback.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,12 +19,13 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_drill::{DrillArgs, fault::FaultMode};
 use once_raft_store::command::{self as store, Record};
+use once_raft_store::protocol::{Answer, ReadReply};
 use once_raft_store::wire::Postcard;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
@@ -219,11 +222,24 @@ async fn serve(router: Router) -> SocketAddr {
     addr
 }
 
+/// The regions `once up`'s control endpoint was asked to restart.
+type Restarts = Arc<Mutex<Vec<String>>>;
+
 async fn fake_cluster(
     dir: &std::path::Path,
     rerender_replays: bool,
     pids: (u32, u32),
 ) -> std::path::PathBuf {
+    fake_cluster_with_control(dir, rerender_replays, pids)
+        .await
+        .0
+}
+
+async fn fake_cluster_with_control(
+    dir: &std::path::Path,
+    rerender_replays: bool,
+    pids: (u32, u32),
+) -> (std::path::PathBuf, Restarts) {
     let db_path = dir.join("eu-west.db");
     let db = payments_database(&db_path).await;
     // The other region's database: nothing was ever served there.
@@ -264,7 +280,33 @@ async fn fake_cluster(
                 get(|| async { axum::Json(member_status(1, 1, 500)) }),
             )
             .route(once_raft_store::protocol::RECORDS_PATH, get(store_records))
+            // Every read is the routers' view of health: every region is
+            // healthy (what a failback waits for).
+            .route(
+                once_raft_store::protocol::READ_PATH,
+                post(|| async {
+                    Postcard(Answer::Done(ReadReply::Regions(vec![
+                        ("eu-west".to_owned(), store::RegionStatus::Healthy),
+                        ("us-east".to_owned(), store::RegionStatus::Healthy),
+                    ])))
+                }),
+            )
             .with_state(fake),
+    )
+    .await;
+    let restarts = Restarts::default();
+    let control = serve(
+        Router::new()
+            .route(
+                "/regions/{name}/restart",
+                post(
+                    |State(restarts): State<Restarts>, Path(name): Path<String>| async move {
+                        restarts.lock().unwrap().push(name);
+                        axum::Json(json!({"restarted": ["node"]}))
+                    },
+                ),
+            )
+            .with_state(restarts.clone()),
     )
     .await;
     let follower = serve(
@@ -280,6 +322,7 @@ async fn fake_cluster(
     )
     .await;
     let cluster = json!({
+        "control": {"url": format!("http://{control}")},
         "router": {"url": format!("http://{router}")},
         "provider": {"url": format!("http://{provider}")},
         "admin_token": "admin",
@@ -301,7 +344,7 @@ async fn fake_cluster(
     });
     let path = dir.join("cluster.json");
     std::fs::write(&path, cluster.to_string()).unwrap();
-    path
+    (path, restarts)
 }
 
 /// A SQLite database with the node's schema at `path`.
@@ -452,4 +495,52 @@ async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
     assert_eq!(store.wait().unwrap().signal(), Some(9));
     assert!(outcome.invariants_held);
     assert!(outcome.report.measurements.fault_at.is_some());
+}
+
+#[tokio::test]
+async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_at_failback() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut node = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // pid 1 is never signalled: the store member cannot be killed.
+    let (cluster, restarts) = fake_cluster_with_control(dir.path(), false, (node.id(), 1)).await;
+    let mut args = args(cluster, dir.path().join("report"));
+    args.mode = FaultMode::Kill;
+    let outcome = once_drill::run(args).await.unwrap();
+
+    assert_eq!(node.wait().unwrap().signal(), Some(9));
+    let fault = &outcome.report.fault;
+    assert!(outcome.fault_injected, "{fault:#?}");
+    assert!(
+        fault
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("store member pid 1"),
+        "{fault:#?}"
+    );
+    assert!(
+        fault.steps.iter().any(|s| s.starts_with("SIGKILL node")),
+        "{fault:#?}"
+    );
+    assert_eq!(
+        *restarts.lock().unwrap(),
+        ["eu-west"],
+        "the killed node is restarted"
+    );
+    assert!(
+        outcome
+            .report
+            .failback
+            .as_ref()
+            .unwrap()
+            .home_again_at
+            .is_some(),
+        "{:#?}",
+        outcome.report.timeline
+    );
+    assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
 }

@@ -130,7 +130,9 @@ async fn partitioning_a_region_isolates_its_member_and_every_other_member_and_th
     let stand = stand_in(Switch::Works, Switch::Works).await;
     let fault = plan(&stand, "eu-west");
 
-    let steps = fault.inject().await.unwrap();
+    let injection = fault.inject().await;
+    assert!(injection.injected, "{injection:#?}");
+    let steps = injection.steps;
     assert_eq!(steps.len(), 4, "{steps:#?}");
     assert!(steps[0].contains("(isolated)"), "{steps:#?}");
     assert!(steps[3].starts_with("cut router"), "{steps:#?}");
@@ -161,7 +163,9 @@ async fn a_router_without_the_switch_is_reported_and_the_members_already_cut_are
     let stand = stand_in(Switch::Works, Switch::Missing).await;
     let fault = plan(&stand, "us-east");
 
-    let error = fault.inject().await.unwrap_err();
+    let injection = fault.inject().await;
+    assert!(!injection.injected);
+    let error = injection.error.unwrap();
     assert!(
         matches!(&error, FaultError::SwitchMissing { switch } if switch.starts_with("router")),
         "{error}"
@@ -187,9 +191,11 @@ async fn a_region_without_a_store_member_cannot_be_partitioned() {
     let mut stand = stand_in(Switch::Works, Switch::Works).await;
     stand.cluster.regions[0].store = None;
     let fault = plan(&stand, "eu-west");
+    let injection = fault.inject().await;
+    assert!(!injection.injected);
     assert!(matches!(
-        fault.inject().await,
-        Err(FaultError::NoSwitches { .. })
+        injection.error,
+        Some(FaultError::NoSwitches { .. })
     ));
     assert!(bodies(&stand.us).is_empty() && bodies(&stand.router).is_empty());
 }
@@ -199,7 +205,9 @@ async fn a_member_that_cut_but_lost_its_answer_is_healed_with_the_ones_before_it
     let stand = stand_in(Switch::AppliesThenFails, Switch::Works).await;
     let fault = plan(&stand, "eu-west");
 
-    let error = fault.inject().await.unwrap_err();
+    let injection = fault.inject().await;
+    assert!(!injection.injected);
+    let error = injection.error.unwrap();
     assert!(
         matches!(&error, FaultError::SwitchRefused { status: 500, .. }),
         "{error}"
