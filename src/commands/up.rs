@@ -318,9 +318,14 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(args.dir.join("logs"))
         .with_context(|| format!("creating {}", args.dir.display()))?;
+    // Every path written down (cluster.json's database URLs, the children's
+    // arguments) is absolute: a drill reads cluster.json from wherever it
+    // runs, not from the directory `once up` was started in.
+    args.dir = std::fs::canonicalize(&args.dir)
+        .with_context(|| format!("resolving {}", args.dir.display()))?;
     let layout = Layout::load_or_create(&args.dir, usize::from(args.regions))?;
     let keys = demo_keys(&args.dir)?;
     let admin_token = demo_admin_token(&args.dir)?;

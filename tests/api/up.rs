@@ -2,7 +2,9 @@
 //! failover --failback` against it: the drill finds zero violations in
 //! partition and kill mode (the killed region restarted through `once up`'s
 //! control endpoint, then failed back), the cluster stops cleanly on SIGTERM
-//! and resumes from its data.
+//! and resumes from its data. `once up` is given a relative `--dir` and the
+//! drill runs from another directory, so every path in `cluster.json` must
+//! be absolute (or the drill cannot read the evidence, and fails).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -27,11 +29,24 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Where `once up` keeps its cluster, relative to the directory it runs in.
+const DATA_DIR: &str = "data";
+
 impl Up {
-    async fn start(dir: &Path, listen: &str) -> Self {
+    /// `once up --dir data` started in `root`; the cluster is `root/data`.
+    async fn start(root: &Path, listen: &str) -> Self {
+        let dir = root.join(DATA_DIR);
         let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
-            .args(["up", "--regions", "3", "--listen", listen, "--dir"])
-            .arg(dir)
+            .args([
+                "up",
+                "--regions",
+                "3",
+                "--listen",
+                listen,
+                "--dir",
+                DATA_DIR,
+            ])
+            .current_dir(root)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -118,9 +133,14 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and_resume() {
-    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(DATA_DIR);
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut up = Up::start(dir.path(), &listen).await;
+    let mut up = Up::start(root.path(), &listen).await;
+    for region in up.cluster["regions"].as_array().unwrap() {
+        let url = region["database_url"].as_str().unwrap();
+        assert!(Path::new(url).is_absolute(), "{url}");
+    }
     let tenants = up.cluster["tenants"].as_array().unwrap().clone();
     let homes: std::collections::BTreeSet<&str> = tenants
         .iter()
@@ -156,11 +176,11 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     // Cut a region (not the router's) off from the others under load, then
     // heal: no invariant breaks, and its tenants are served elsewhere.
     let cut = tenants[1]["home_region"].as_str().unwrap();
-    drill_holds(dir.path(), cut, "partition").await;
+    drill_holds(&dir, cut, "partition").await;
 
     // Kill the router's region under load: no invariant breaks.
     let victim = tenants[0]["home_region"].as_str().unwrap();
-    drill_holds(dir.path(), victim, "kill").await;
+    drill_holds(&dir, victim, "kill").await;
 
     // SIGTERM stops every child; nothing is left running.
     let pids = up.pids();
@@ -172,7 +192,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     .await;
 
     // A second `once up --dir` resumes: earlier answers replay, byte for byte.
-    let mut again = Up::start(dir.path(), &listen).await;
+    let mut again = Up::start(root.path(), &listen).await;
     for (key, body, original) in &first {
         let replay = send(post(&client, &router, key, Some("k-up"), body)).await;
         assert_eq!(replay.status, 201);
