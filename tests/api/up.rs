@@ -69,16 +69,21 @@ impl Up {
             .expect("cluster.json");
         Self { child, cluster }
     }
+}
 
-    fn pids(&self) -> Vec<i32> {
-        let regions = self.cluster["regions"].as_array().unwrap();
-        regions
-            .iter()
-            .flat_map(|r| [&r["node"]["pid"], &r["store"]["pid"]])
-            .chain([&self.cluster["router"]["pid"]])
-            .map(|p| p.as_i64().expect("pid") as i32)
-            .collect()
-    }
+/// The pid of every child `once up` runs now, as `dir/cluster.json` says:
+/// read again each time, since restarting a killed region rewrites it with
+/// the new processes' pids.
+fn pids_now(dir: &Path) -> Vec<i32> {
+    let cluster: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).unwrap()).unwrap();
+    let regions = cluster["regions"].as_array().unwrap();
+    regions
+        .iter()
+        .flat_map(|r| [&r["node"]["pid"], &r["store"]["pid"]])
+        .chain([&cluster["router"]["pid"]])
+        .map(|p| p.as_i64().expect("pid") as i32)
+        .collect()
 }
 
 fn alive(pid: i32) -> bool {
@@ -137,6 +142,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     let dir = root.path().join(DATA_DIR);
     let listen = format!("127.0.0.1:{}", free_port());
     let mut up = Up::start(root.path(), &listen).await;
+    let pids_at_start = pids_now(&dir);
     for region in up.cluster["regions"].as_array().unwrap() {
         let url = region["database_url"].as_str().unwrap();
         assert!(Path::new(url).is_absolute(), "{url}");
@@ -182,8 +188,13 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     let victim = tenants[0]["home_region"].as_str().unwrap();
     drill_holds(&dir, victim, "kill").await;
 
-    // SIGTERM stops every child; nothing is left running.
-    let pids = up.pids();
+    // SIGTERM stops every child; nothing is left running — the restarted
+    // region's new processes included.
+    let pids = pids_now(&dir);
+    assert_ne!(
+        pids, pids_at_start,
+        "the kill drill restarted a region: its processes are new ones"
+    );
     let status = terminate(&mut up.child).await;
     assert!(status.success(), "{status:?}");
     eventually(Duration::from_secs(30), || async {
