@@ -15,6 +15,7 @@
 mod children;
 mod control;
 mod layout;
+mod shutdown;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use serde_json::json;
 
 use self::children::ChildProcess;
 use self::layout::{Layout, RegionLayout};
+use self::shutdown::Shutdown;
 use super::keys::generate_key;
 
 #[derive(Debug, Args)]
@@ -319,6 +321,9 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
 }
 
 pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
+    // Before any child exists, and for the whole run: a SIGTERM at any
+    // moment from here on stops the cluster (see `shutdown`).
+    let mut shutdown = Shutdown::listen().context("listening for SIGTERM and Ctrl-C")?;
     std::fs::create_dir_all(args.dir.join("logs"))
         .with_context(|| format!("creating {}", args.dir.display()))?;
     // Every path written down (cluster.json's database URLs, the children's
@@ -368,13 +373,12 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
             .join(","),
     });
     let mut running = Running::default();
-    let started = tokio::select! {
-        started = start(&plan, &mut running) => started,
-        () = once_node::shutdown_signal() => Err(anyhow::anyhow!("interrupted while starting")),
-    };
-    let homes = match started {
-        Ok(()) => place_tenants(&layout, &keys).await,
-        Err(e) => Err(e),
+    let homes = tokio::select! {
+        homes = async {
+            start(&plan, &mut running).await?;
+            place_tenants(&layout, &keys).await
+        } => homes,
+        () = shutdown.requested() => Err(anyhow::anyhow!("interrupted while starting")),
     };
     let homes = match homes {
         Ok(homes) => homes,
@@ -422,7 +426,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         &homes,
         &cluster_path,
     );
-    once_node::shutdown_signal().await;
+    shutdown.requested().await;
     println!("stopping every process of the cluster …");
     std::mem::take(&mut *running.lock().await).stop().await;
     Ok(())
