@@ -331,7 +331,8 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     // runs, not from the directory `once up` was started in.
     args.dir = std::fs::canonicalize(&args.dir)
         .with_context(|| format!("resolving {}", args.dir.display()))?;
-    let layout = Layout::load_or_create(&args.dir, usize::from(args.regions))?;
+    let layout =
+        Layout::load_or_create(&args.dir, usize::from(args.regions), &[args.listen.port()])?;
     let keys = demo_keys(&args.dir)?;
     let admin_token = demo_admin_token(&args.dir)?;
 

@@ -21,12 +21,21 @@ struct Up {
     cluster: serde_json::Value,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A port for the router: free now, and below the kernel's ephemeral range
+/// so that no other test's port-0 listener or outgoing connection is handed
+/// it before `once up`'s router binds it (seconds later, and again when the
+/// cluster resumes).
+fn router_port() -> u16 {
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    loop {
+        let port = rand::random_range(10_000..ephemeral_start);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Where `once up` keeps its cluster, relative to the directory it runs in.
@@ -140,7 +149,7 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
 async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and_resume() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join(DATA_DIR);
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{}", router_port());
     let mut up = Up::start(root.path(), &listen).await;
     let pids_at_start = pids_now(&dir);
     for region in up.cluster["regions"].as_array().unwrap() {
