@@ -95,6 +95,11 @@ fn pids_now(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
 fn alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -152,6 +157,13 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     let listen = format!("127.0.0.1:{}", router_port());
     let mut up = Up::start(root.path(), &listen).await;
     let pids_at_start = pids_now(&dir);
+    for secret in ["cluster.json", "admin-token", "demo-keys.txt"] {
+        assert_eq!(
+            mode(&dir.join(secret)),
+            0o600,
+            "{secret} holds keys or the token"
+        );
+    }
     for region in up.cluster["regions"].as_array().unwrap() {
         let url = region["database_url"].as_str().unwrap();
         assert!(Path::new(url).is_absolute(), "{url}");
@@ -200,6 +212,11 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     // SIGTERM stops every child; nothing is left running — the restarted
     // region's new processes included.
     let pids = pids_now(&dir);
+    assert_eq!(
+        mode(&dir.join("cluster.json")),
+        0o600,
+        "rewritten with the restarted region's pids, still private"
+    );
     assert_ne!(
         pids, pids_at_start,
         "the kill drill restarted a region: its processes are new ones"
