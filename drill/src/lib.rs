@@ -4,10 +4,10 @@
 //! A drill sends paced, retrying payment traffic through the router, kills
 //! or partitions one region a third of the way in, optionally fails the
 //! region back, asks for every stored answer once more, then gathers every
-//! piece of evidence and checks the invariants against it. It measures what clients saw (time to the first
-//! failure and to the first success again, errors, throughput) and writes a
-//! report. [`run`] is the whole drill; every step is public so a test can
-//! drive it piecewise.
+//! piece of evidence and checks the invariants against it. It measures what
+//! clients saw during the load (time to the first failure and to the first
+//! success again, errors, throughput) and writes a report. [`run`] is the
+//! whole drill; every step is public so a test can drive it piecewise.
 //!
 //! ```text
 //!   load ──POST /payments──► router ──► nodes ──► provider
