@@ -4,10 +4,12 @@
 //!
 //! | check | invariant | looks at |
 //! |---|---|---|
+//! | [`evidence_complete`] | (all) | the gaps: sources that could not be read |
 //! | [`no_duplicate_charge`] | I1 | provider ledger (+ payments for the tenant) |
 //! | [`no_duplicate_payment`] | I1 | payments of every region, client log, store records |
-//! | [`no_acknowledged_payment_lost`] | I4 | every `201` the clients saw vs payments and ledger |
-//! | [`faithful_replay`] | I2 | every `201` under one key, replays, stored responses |
+//! | [`payments_answered_201`] | I2, I4 | the final answer of every plain payment |
+//! | [`no_acknowledged_payment_lost`] | I4 | every `201` the clients saw vs payments, ledger and raft-store records |
+//! | [`faithful_replay`] | I2 | every stored answer (`201`, `402`, `409 DUPLICATE_MERCHANT_REFERENCE`) under one key, replays, stored responses |
 //! | [`loud_mismatch`] | I3 | the reused-key-different-body operations |
 //! | [`keyless_duplicates_at_most_one_payment`] | I1 (case 6) | duplicate groups vs payments |
 
@@ -17,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::client_log::{Attempt, Intent};
-use crate::evidence::{BusinessKey, Evidence, PaymentRow, payment_of_provider_key};
+use crate::evidence::{BusinessKey, Evidence, PaymentRow, StoreRecord, payment_of_provider_key};
 
 /// One thing that should not have happened, and what shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -59,13 +61,46 @@ fn violation(what: impl Into<String>, evidence: serde_json::Value) -> Violation 
 /// Every check, in report order.
 pub fn check_all(evidence: &Evidence) -> Vec<CheckResult> {
     vec![
+        evidence_complete(evidence),
         no_duplicate_charge(evidence),
         no_duplicate_payment(evidence),
+        payments_answered_201(evidence),
         no_acknowledged_payment_lost(evidence),
         faithful_replay(evidence),
         loud_mismatch(evidence),
         keyless_duplicates_at_most_one_payment(evidence),
     ]
+}
+
+/// The condition for trusting every other check: each source was read. A
+/// check that finds nothing wrong in a database it could not open proves
+/// nothing (the missing payment may be there, the duplicate too), so a gap
+/// fails the drill instead of letting it say every invariant held.
+pub fn evidence_complete(evidence: &Evidence) -> CheckResult {
+    let violations = evidence
+        .gaps
+        .iter()
+        .map(|gap| {
+            violation(
+                format!("could not read {gap}: the checks cannot vouch for it"),
+                json!({ "gap": gap }),
+            )
+        })
+        .collect();
+    CheckResult::new(
+        "evidence complete",
+        "(all)",
+        violations,
+        vec![format!(
+            "{} payment rows, {} ledger entries, {} raft-store records",
+            evidence.payments.len(),
+            evidence.ledger.len(),
+            evidence
+                .store_records
+                .as_ref()
+                .map_or_else(|| "no".to_owned(), |r| r.len().to_string())
+        )],
+    )
 }
 
 /// Payment rows by id: the same id materialized in several regions is one
@@ -169,8 +204,8 @@ pub fn no_duplicate_charge(evidence: &Evidence) -> CheckResult {
 
 /// I1 in the databases: at most one payment per business key across every
 /// region (ids compared: one id in two regions is one payment), at most one
-/// payment per scoped key as the clients saw it, and at most one payment per
-/// business key among raft-store's records.
+/// payment per scoped key as the clients saw it (every answer naming one),
+/// and at most one payment per business key among raft-store's records.
 pub fn no_duplicate_payment(evidence: &Evidence) -> CheckResult {
     let mut violations = Vec::new();
     let rows = payments_by_id(evidence);
@@ -196,13 +231,10 @@ pub fn no_duplicate_payment(evidence: &Evidence) -> CheckResult {
         ));
     }
 
+    // Every answer that names a payment: `id` of a 201, `paymentId` of a
+    // 202, 402 or 409 duplicate. One key, one payment, whatever the answer.
     let mut by_scoped_key: BTreeMap<(&str, &str), BTreeMap<String, &Attempt>> = BTreeMap::new();
-    for attempt in evidence
-        .log
-        .attempts
-        .iter()
-        .filter(|a| a.status == Some(201))
-    {
+    for attempt in &evidence.log.attempts {
         if let Some(id) = attempt.payment_id() {
             by_scoped_key
                 .entry((&attempt.tenant, &attempt.key))
@@ -253,11 +285,53 @@ pub fn no_duplicate_payment(evidence: &Evidence) -> CheckResult {
     CheckResult::new("no duplicate payment", "I1", violations, notes)
 }
 
+/// A plain payment ([`Intent::Payment`]) is a fresh key with a valid body for
+/// an account the provider never declines ([`crate::load::account_of`]), so
+/// `201` is its only correct final answer. Any other final answer — `409`
+/// saying the key was reused or the reference is taken, `400`/`422` for the
+/// very bytes that succeed elsewhere, a `402` — is the service forgetting or
+/// mistaking what it was asked (retryable answers are not final: an
+/// operation still retrying when the drill ended is noted, not condemned).
+pub fn payments_answered_201(evidence: &Evidence) -> CheckResult {
+    let mut violations = Vec::new();
+    let (mut sent, mut unanswered) = (0, 0);
+    for op in &evidence.log.operations {
+        if op.intent != Intent::Payment {
+            continue;
+        }
+        sent += 1;
+        match evidence.log.final_answer(op.id) {
+            None => unanswered += 1,
+            Some(a) if a.status == Some(201) => {}
+            Some(a) => violations.push(violation(
+                format!(
+                    "payment under key {} of tenant {} ended with {} instead of 201",
+                    op.key,
+                    op.tenant,
+                    a.error_class()
+                ),
+                json!({ "request": op.body, "answer": attempt_evidence(a) }),
+            )),
+        }
+    }
+    CheckResult::new(
+        "every payment answered 201",
+        "I2, I4",
+        violations,
+        vec![format!(
+            "{sent} payments, {unanswered} unanswered when the drill ended"
+        )],
+    )
+}
+
 /// I4: every `201` a client saw names a payment that some regional database
-/// holds and, when it says `succeeded`, that the provider charged.
+/// holds, that raft-store holds finished under the key it was sent with
+/// (when its records were read) and, when it says `succeeded`, that the
+/// provider charged.
 pub fn no_acknowledged_payment_lost(evidence: &Evidence) -> CheckResult {
     let mut violations = Vec::new();
     let rows = payments_by_id(evidence);
+    let records = evidence.store_records.as_ref().map(|r| records_by_scope(r));
     let charged: BTreeSet<&str> = evidence
         .ledger
         .iter()
@@ -297,23 +371,51 @@ pub fn no_acknowledged_payment_lost(evidence: &Evidence) -> CheckResult {
                 attempt_evidence(attempt),
             ));
         }
+        if let Some(records) = &records {
+            let held = records
+                .get(&(attempt.tenant.as_str(), attempt.key.as_str()))
+                .map_or(&[][..], Vec::as_slice);
+            if !held
+                .iter()
+                .any(|r| r.is_final() && r.payment_id.as_deref() == Some(id.as_str()))
+            {
+                violations.push(violation(
+                    format!(
+                        "acknowledged payment {id} has no finished raft-store record under key {} of tenant {}",
+                        attempt.key, attempt.tenant
+                    ),
+                    json!({ "answer": attempt_evidence(attempt), "records": held }),
+                ));
+            }
+        }
     }
     let mut notes = vec![format!("{} acknowledged payments", seen.len())];
+    if records.is_none() {
+        notes.push("raft-store records not available: not compared".to_owned());
+    }
     notes.extend(
         evidence
             .gaps
             .iter()
-            // Payments and charges are what this check reads; store gaps
-            // do not bear on it.
-            .filter(|g| !g.starts_with("raft-store"))
             .map(|g| format!("could not read: {g} (a missing payment may be there)")),
     );
     CheckResult::new("no acknowledged payment lost", "I4", violations, notes)
 }
 
-/// I2: every `201` under one scoped key carries the first `201`'s body byte
-/// for byte; every replay operation got that body, marked
-/// `Idempotent-Replayed: true`; raft-store's stored response is that body.
+/// raft-store's records by `(tenant, key)`: one principal per tenant in a
+/// drill, so usually one record each.
+fn records_by_scope(records: &[StoreRecord]) -> BTreeMap<(&str, &str), Vec<&StoreRecord>> {
+    let mut by_scope: BTreeMap<(&str, &str), Vec<&StoreRecord>> = BTreeMap::new();
+    for r in records {
+        by_scope.entry((&r.tenant, &r.key)).or_default().push(r);
+    }
+    by_scope
+}
+
+/// I2: every stored answer (`201`, `402`, `409 DUPLICATE_MERCHANT_REFERENCE`)
+/// under one scoped key carries the first one's status and body byte for
+/// byte; every replay operation got that answer, marked
+/// `Idempotent-Replayed: true`; raft-store's stored response is that answer.
 pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
     let mut violations = Vec::new();
     let mut first: BTreeMap<(&str, &str), &Attempt> = BTreeMap::new();
@@ -321,20 +423,26 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
         .log
         .attempts
         .iter()
-        .filter(|a| a.status == Some(201))
+        .filter(|a| a.is_stored_answer())
     {
         let reference = *first
             .entry((&attempt.tenant, &attempt.key))
             .or_insert(attempt);
-        if reference.response_body != attempt.response_body {
-            violations.push(violation(
-                format!(
-                    "key {} of tenant {} answered 201 with a different body",
-                    attempt.key, attempt.tenant
-                ),
-                json!({ "first": attempt_evidence(reference), "later": attempt_evidence(attempt) }),
-            ));
-        }
+        let what = if reference.status != attempt.status {
+            format!(
+                "answered {} after {}",
+                attempt.error_class(),
+                reference.error_class()
+            )
+        } else if reference.response_body != attempt.response_body {
+            format!("answered {} with a different body", attempt.error_class())
+        } else {
+            continue;
+        };
+        violations.push(violation(
+            format!("key {} of tenant {} {what}", attempt.key, attempt.tenant),
+            json!({ "first": attempt_evidence(reference), "later": attempt_evidence(attempt) }),
+        ));
     }
 
     let mut unanswered = 0;
@@ -344,17 +452,18 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
             continue;
         };
         replays += 1;
-        let original = evidence.log.attempts_of(of).find(|a| a.status == Some(201));
+        let original = evidence.log.attempts_of(of).find(|a| a.is_stored_answer());
         let Some(answer) = evidence.log.final_answer(op.id) else {
             unanswered += 1;
             continue;
         };
         match original {
-            Some(_) if answer.status != Some(201) => violations.push(violation(
+            Some(original) if answer.status != original.status => violations.push(violation(
                 format!(
-                    "replay of key {} answered {} instead of the original 201",
+                    "replay of key {} answered {} instead of the original {}",
                     op.key,
-                    answer.error_class()
+                    answer.error_class(),
+                    original.error_class()
                 ),
                 attempt_evidence(answer),
             )),
@@ -367,27 +476,29 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
     }
 
     let mut notes = vec![format!(
-        "{} keys with a 201, {replays} replays sent, {unanswered} unanswered when the drill ended",
+        "{} keys with a stored answer, {replays} replays sent, {unanswered} unanswered when the drill ended",
         first.len()
     )];
     match &evidence.store_records {
         Some(records) => {
-            let mut by_scope: BTreeMap<(&str, &str), Vec<_>> = BTreeMap::new();
-            for r in records {
-                by_scope.entry((&r.tenant, &r.key)).or_default().push(r);
-            }
+            let by_scope = records_by_scope(records);
             for ((tenant, key), reference) in &first {
-                // One principal per tenant in a drill; several records under
-                // one (tenant, key) cannot be told apart, so are not compared.
+                // Several records under one (tenant, key) cannot be told
+                // apart (one principal per tenant in a drill), so are not
+                // compared.
                 let Some([record]) = by_scope.get(&(*tenant, *key)).map(Vec::as_slice) else {
                     continue;
                 };
-                if record.response_status == Some(201)
-                    && record.response_body != reference.response_body
+                let Some(stored_status) = record.response_status else {
+                    continue;
+                };
+                if Some(stored_status) != reference.status
+                    || record.response_body != reference.response_body
                 {
                     violations.push(violation(
-                        format!("raft-store's stored response for key {key} of tenant {tenant} differs from the body first sent"),
-                        json!({ "sent": attempt_evidence(reference), "stored": record.response_body }),
+                        format!("raft-store's stored response for key {key} of tenant {tenant} differs from the answer first sent"),
+                        json!({ "sent": attempt_evidence(reference),
+                                "stored": { "status": stored_status, "body": record.response_body } }),
                     ));
                 }
             }

@@ -31,7 +31,10 @@ pub enum Intent {
     /// A new payment under a fresh key: expects `201`.
     Payment,
     /// The key and byte-identical body of operation `of`, sent again after
-    /// its first `201`: expects the first body byte for byte (I2).
+    /// its stored answer (`201`, `402`, `409 DUPLICATE_MERCHANT_REFERENCE`):
+    /// during the load after a `201`, and once more for every stored answer
+    /// after the fault ([`crate::final_replay`]). Expects that answer's
+    /// status and body byte for byte, marked `Idempotent-Replayed` (I2).
     Replay { of: u64 },
     /// The key of operation `of` with a different body: expects `409
     /// IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST` (I3).
@@ -88,6 +91,17 @@ impl Attempt {
             Some(s) if s >= 500 || s == 421 || s == 202 => false,
             Some(409) => self.error_code.as_deref() != Some("IDEMPOTENCY_REQUEST_IN_PROGRESS"),
             Some(_) => true,
+        }
+    }
+
+    /// An answer the service stores and must replay byte for byte on every
+    /// retry of the key (DESIGN I2): `201`, `402` (declined) and `409
+    /// DUPLICATE_MERCHANT_REFERENCE`.
+    pub fn is_stored_answer(&self) -> bool {
+        match self.status {
+            Some(201 | 402) => true,
+            Some(409) => self.error_code.as_deref() == Some(crate::check::DUPLICATE_REFERENCE),
+            _ => false,
         }
     }
 

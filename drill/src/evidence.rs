@@ -81,6 +81,15 @@ pub struct StoreRecord {
     pub response_body: Option<String>,
 }
 
+impl StoreRecord {
+    /// Finished with a stored answer that never changes inside the replay
+    /// window: raft-store's `Completed` and `FailedReplayable`
+    /// (`Status::is_final`; [`crate::gather`] writes the names).
+    pub fn is_final(&self) -> bool {
+        matches!(self.status.as_str(), "Completed" | "FailedReplayable")
+    }
+}
+
 /// Everything the checker reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Evidence {
@@ -89,6 +98,10 @@ pub struct Evidence {
     pub ledger: Vec<Charge>,
     /// `None` when no store member answered (or the cluster has none).
     pub store_records: Option<Vec<StoreRecord>>,
+    /// Which member the records are from and why it was chosen, e.g.
+    /// `http://127.0.0.1:7001 (leader)`.
+    #[serde(default)]
+    pub store_member: Option<String>,
     /// Sources that could not be read: a check that finds something missing
     /// may be looking at a gap, and the report says so.
     pub gaps: Vec<String>,

@@ -1,8 +1,11 @@
 //! Faults the drill injects into one region, and heals.
 //!
 //! - `kill`: SIGKILL the region's node and store member (pids from
-//!   `cluster.json`). Nothing to heal: bringing the processes back is the
-//!   supervisor's job (`once up`).
+//!   `cluster.json`); both are tried, and the fault counts as injected once
+//!   either is down (a region with its node killed and its member refused
+//!   is still a region that lost its node, and needs restarting). Nothing
+//!   to heal: bringing the processes back is the supervisor's job (`once
+//!   up`).
 //! - `partition`: cut region R off from the other regions inside the
 //!   project's own transports, by flipping every [`PartitionSwitch`]:
 //!
@@ -182,6 +185,29 @@ impl PartitionSwitch for HttpSwitch {
 /// What happened when the fault was applied, for the timeline.
 pub type FaultSteps = Vec<String>;
 
+/// The outcome of applying a fault.
+#[derive(Debug)]
+pub struct Injection {
+    /// The fault is in place, at least partly: some process of the region
+    /// was killed, or every partition switch was cut.
+    pub injected: bool,
+    /// What was done.
+    pub steps: FaultSteps,
+    /// The first step that failed. A kill tries every process anyway; a
+    /// partition stops and undoes what it cut.
+    pub error: Option<FaultError>,
+}
+
+impl Injection {
+    fn failed(error: FaultError) -> Self {
+        Self {
+            injected: false,
+            steps: Vec::new(),
+            error: Some(error),
+        }
+    }
+}
+
 /// A fault planned against one region.
 #[derive(Debug)]
 pub enum Fault {
@@ -214,27 +240,46 @@ impl Fault {
         }
     }
 
-    /// Applies the fault; the steps taken, or the first that failed.
-    pub async fn inject(&self) -> Result<FaultSteps, FaultError> {
+    /// Applies the fault.
+    pub async fn inject(&self) -> Injection {
         match self {
             Fault::Kill { region } => {
+                let mut injection = Injection {
+                    injected: false,
+                    steps: Vec::new(),
+                    error: None,
+                };
                 let node = region.node.pid.ok_or_else(|| FaultError::NoPid {
                     region: region.name.clone(),
                     what: "node",
-                })?;
-                let mut steps = vec![sigkill("node", node)?];
-                match region.store.as_ref().and_then(|s| s.pid) {
-                    Some(store) => steps.push(sigkill("store member", store)?),
-                    None => steps.push(format!(
-                        "region {} lists no store member pid: only the node was killed",
+                });
+                let store = region.store.as_ref().and_then(|s| s.pid);
+                if store.is_none() {
+                    injection.steps.push(format!(
+                        "region {} lists no store member pid: only the node is killed",
                         region.name
-                    )),
+                    ));
                 }
-                Ok(steps)
+                // Every process is tried: one that cannot be killed does not
+                // leave the others running.
+                for (what, pid) in [("node", Some(node)), ("store member", store.map(Ok))] {
+                    let Some(pid) = pid else { continue };
+                    match pid.and_then(|pid| sigkill(what, pid)) {
+                        Ok(step) => {
+                            injection.injected = true;
+                            injection.steps.push(step);
+                        }
+                        Err(e) => {
+                            injection.steps.push(format!("{what} NOT killed: {e}"));
+                            injection.error.get_or_insert(e);
+                        }
+                    }
+                }
+                injection
             }
             Fault::Partition { region, switches } => {
                 if switches.is_empty() {
-                    return Err(FaultError::NoSwitches {
+                    return Injection::failed(FaultError::NoSwitches {
                         region: region.clone(),
                     });
                 }
@@ -243,16 +288,28 @@ impl Fault {
                     if let Err(e) = switch.cut().await {
                         // All or nothing: undo what was cut, best effort
                         // (the error that stopped the cut is the one told).
-                        for undo in switches[..done].iter().rev() {
+                        // The failing switch is undone too, unless it does
+                        // not exist: it may have cut before its answer was
+                        // lost, and healing a switch that never cut changes
+                        // nothing.
+                        let applied = match e {
+                            FaultError::SwitchMissing { .. } => &switches[..done],
+                            _ => &switches[..=done],
+                        };
+                        for undo in applied.iter().rev() {
                             if let Err(heal) = undo.heal().await {
                                 tracing::error!(error = %heal, "undoing a partial partition");
                             }
                         }
-                        return Err(e);
+                        return Injection::failed(e);
                     }
                     steps.push(format!("cut {}", switch.describe()));
                 }
-                Ok(steps)
+                Injection {
+                    injected: true,
+                    steps,
+                    error: None,
+                }
             }
         }
     }

@@ -1,9 +1,14 @@
 //! Collects the evidence from a live cluster, read-only: every regional
 //! database's `payments` rows (sqlx `Any`, SQLite or PostgreSQL), the
 //! provider's ledger (`GET /charges`) and raft-store's records (`GET
-//! /admin/records` on the first member that answers; postcard-encoded
-//! `Vec<Record>`, decoded with raft-store's own types). A source that cannot
-//! be read becomes a gap in the evidence, not a failed drill.
+//! /admin/records`; postcard-encoded `Vec<Record>`, decoded with
+//! raft-store's own types). Records are a member's *applied* state, so they
+//! are read from the member that has applied the most: the leader (`GET
+//! /api/status` names it), or without one the member with the highest
+//! applied index — a follower that was just restarted or cut off may not
+//! have caught up. A source that cannot be read becomes a gap in the
+//! evidence (which fails the "evidence complete" check), not an aborted
+//! drill.
 
 use std::str::FromStr;
 use std::sync::Once;
@@ -34,23 +39,76 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
         Ok(ledger) => evidence.ledger = ledger,
         Err(e) => evidence.gaps.push(format!("the provider's ledger: {e:#}")),
     }
-    let mut store_errors = Vec::new();
+    let mut statuses = Vec::new();
     for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {
-        match store_records(&member.api_url, http).await {
+        let status = once_raft_store::admin::status(&member.api_url).await.ok();
+        statuses.push((member.api_url.clone(), status));
+    }
+    let mut store_errors = Vec::new();
+    for (api_url, why) in members_by_what_they_applied(statuses) {
+        match store_records(&api_url, http).await {
             Ok(records) => {
                 evidence.store_records = Some(records);
+                evidence.store_member = Some(format!("{api_url} ({why})"));
                 break;
             }
-            Err(e) => store_errors.push(format!("{}: {e:#}", member.api_url)),
+            Err(e) => store_errors.push(format!("{api_url} ({why}): {e:#}")),
         }
     }
-    if evidence.store_records.is_none() && !store_errors.is_empty() {
+    if !store_errors.is_empty() {
+        // Even when a later member answered, the better copy was not read:
+        // the records may lack what only it had applied.
         evidence.gaps.push(format!(
-            "raft-store records (no member answered): {}",
+            "raft-store records ({}): {}",
+            if evidence.store_records.is_some() {
+                "read from a member that may lag"
+            } else {
+                "no member answered"
+            },
             store_errors.join("; ")
         ));
     }
     evidence
+}
+
+/// The store members in the order their records are worth reading, each
+/// with why: the one that says it leads first (of two that say so — an old
+/// leader cut off does not know it was replaced — the one of the higher
+/// term), then the others by applied index, highest first, then those whose
+/// status could not be read (in the order given).
+pub fn members_by_what_they_applied(
+    members: Vec<(String, Option<once_raft_store::protocol::Status>)>,
+) -> Vec<(String, String)> {
+    let mut ranked: Vec<_> = members
+        .into_iter()
+        .enumerate()
+        .map(|(i, (url, status))| {
+            let (leads, applied) = status
+                .as_ref()
+                .map_or((false, None), |s| (s.leader == Some(s.id), s.applied_index));
+            let term_led = status.as_ref().filter(|_| leads).map_or(0, |s| s.term);
+            let why = match (&status, leads) {
+                (None, _) => "status unknown".to_owned(),
+                (Some(_), true) => "leader".to_owned(),
+                (Some(_), false) => format!(
+                    "not the leader, applied index {}",
+                    applied.map_or_else(|| "none".to_owned(), |a| a.to_string())
+                ),
+            };
+            // Sort key: leader (the newest), then answered at all, then
+            // applied index; ties keep the given order.
+            let key = (
+                !leads,
+                std::cmp::Reverse(term_led),
+                status.is_none(),
+                std::cmp::Reverse(applied),
+                i,
+            );
+            (key, url, why)
+        })
+        .collect();
+    ranked.sort_by_key(|(key, _, _)| *key);
+    ranked.into_iter().map(|(_, url, why)| (url, why)).collect()
 }
 
 /// `postgres://…`, `sqlite://PATH`, `sqlite:PATH` or a bare path, as the node
@@ -135,12 +193,17 @@ pub async fn store_records(
     Ok(records.into_iter().map(reduce).collect())
 }
 
+/// raft-store's name for a record status, as [`StoreRecord::status`] holds it.
+fn status_name(status: once_raft_store::command::Status) -> String {
+    format!("{status:?}")
+}
+
 fn reduce(record: once_raft_store::command::Record) -> StoreRecord {
     StoreRecord {
         tenant: record.scope.tenant,
         principal: record.scope.principal,
         key: record.scope.key,
-        status: format!("{:?}", record.status),
+        status: status_name(record.status),
         payment_id: record.payment_id,
         business_key: record.business_key.map(|b| BusinessKey {
             tenant: b.tenant,
@@ -156,7 +219,7 @@ fn reduce(record: once_raft_store::command::Record) -> StoreRecord {
 
 #[cfg(test)]
 mod tests {
-    use super::read_only_url;
+    use super::*;
 
     #[test]
     fn every_database_url_the_node_accepts_opens_read_only() {
@@ -170,5 +233,99 @@ mod tests {
             "sqlite://d/eu.db?mode=ro"
         );
         assert!(read_only_url("postgres://u@h/db").ends_with("default_transaction_read_only%3Don"));
+    }
+
+    fn status(
+        id: u64,
+        leader: Option<u64>,
+        applied: Option<u64>,
+    ) -> once_raft_store::protocol::Status {
+        once_raft_store::protocol::Status {
+            id,
+            raft_addr: String::new(),
+            api_addr: String::new(),
+            state: String::new(),
+            leader,
+            term: 3,
+            last_log_index: applied,
+            committed_index: applied,
+            applied_index: applied,
+            snapshot_index: None,
+            purged_index: None,
+            voters: vec![1, 2, 3],
+            learners: Vec::new(),
+            follower_lag: Default::default(),
+        }
+    }
+
+    fn urls(ranked: &[(String, String)]) -> Vec<&str> {
+        ranked.iter().map(|(u, _)| u.as_str()).collect()
+    }
+
+    #[test]
+    fn records_are_read_from_the_leader_first_whatever_order_the_cluster_lists_members() {
+        let ranked = members_by_what_they_applied(vec![
+            ("http://lagging".into(), Some(status(1, Some(3), Some(10)))),
+            ("http://silent".into(), None),
+            ("http://ahead".into(), Some(status(2, Some(3), Some(90)))),
+            ("http://leader".into(), Some(status(3, Some(3), Some(80)))),
+        ]);
+        assert_eq!(
+            urls(&ranked),
+            [
+                "http://leader",
+                "http://ahead",
+                "http://lagging",
+                "http://silent"
+            ]
+        );
+        assert_eq!(ranked[0].1, "leader");
+        assert_eq!(ranked[1].1, "not the leader, applied index 90");
+    }
+
+    #[test]
+    fn of_two_members_that_say_they_lead_the_one_of_the_newer_term_comes_first() {
+        let mut old = status(1, Some(1), Some(50));
+        old.term = 2;
+        let ranked = members_by_what_they_applied(vec![
+            ("http://old-leader".into(), Some(old)),
+            ("http://leader".into(), Some(status(2, Some(2), Some(40)))),
+        ]);
+        assert_eq!(urls(&ranked), ["http://leader", "http://old-leader"]);
+    }
+
+    #[test]
+    fn without_a_leader_the_member_that_applied_the_most_comes_first() {
+        let ranked = members_by_what_they_applied(vec![
+            ("http://a".into(), Some(status(1, None, Some(5)))),
+            ("http://b".into(), Some(status(2, None, Some(7)))),
+            ("http://c".into(), Some(status(3, None, None))),
+        ]);
+        assert_eq!(urls(&ranked), ["http://b", "http://a", "http://c"]);
+    }
+
+    #[test]
+    fn final_records_are_told_by_raft_stores_own_status_names() {
+        use once_raft_store::command::Status;
+        for status in [
+            Status::InProgress,
+            Status::Completed,
+            Status::FailedReplayable,
+            Status::FailedRetryable,
+            Status::UnknownRequiresRecovery,
+            Status::Expired,
+        ] {
+            let record = StoreRecord {
+                tenant: "acme".into(),
+                principal: "demo".into(),
+                key: "k".into(),
+                status: status_name(status),
+                payment_id: None,
+                business_key: None,
+                response_status: None,
+                response_body: None,
+            };
+            assert_eq!(record.is_final(), status.is_final(), "{status:?}");
+        }
     }
 }

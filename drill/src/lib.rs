@@ -3,18 +3,21 @@
 //!
 //! A drill sends paced, retrying payment traffic through the router, kills
 //! or partitions one region a third of the way in, optionally fails the
-//! region back, then gathers every piece of evidence and checks the
-//! invariants against it. It measures what clients saw (time to the first
-//! failure and to the first success again, errors, throughput) and writes a
-//! report. [`run`] is the whole drill; every step is public so a test can
-//! drive it piecewise.
+//! region back, asks for every stored answer once more, then gathers every
+//! piece of evidence and checks the invariants against it. It measures what
+//! clients saw during the load (time to the first failure and to the first
+//! success again, errors, throughput) and writes a report. [`run`] is the
+//! whole drill; every step is public so a test can drive it piecewise.
 //!
 //! ```text
 //!   load ──POST /payments──► router ──► nodes ──► provider
 //!    │ (client log)             ▲ fault: SIGKILL node+store | /admin/partition on
 //!    │                          │   every store member and the router
-//!    ▼                          │ failback: POST /admin/failback
-//!   gather: client log + payments (every region's DB) + provider ledger + raft-store records
+//!    │                          │ failback: POST /admin/failback
+//!    │                          │ final replays: every stored answer asked for again
+//!    ▼
+//!   gather: client log + payments (every region's DB) + provider ledger
+//!           + raft-store records (from the leader)
 //!    ▼
 //!   check (pure) ──► report.json / report.md / evidence.json
 //! ```
@@ -28,6 +31,7 @@
 //!   (the region's store member isolated, the other members and the router
 //!   cutting the region).
 //! - [`failback`]: asking the router to fail back and waiting for it.
+//! - [`final_replay`]: every stored answer asked for again after the fault.
 //! - [`measure`]: detection, recovery, errors, throughput from the log.
 //! - [`evidence`]: what the checker reads, as plain data.
 //! - [`gather`]: reading the evidence from a live cluster, read-only.
@@ -40,6 +44,7 @@ pub mod cluster;
 pub mod evidence;
 pub mod failback;
 pub mod fault;
+pub mod final_replay;
 pub mod gather;
 pub mod load;
 pub mod measure;
@@ -83,7 +88,8 @@ pub struct DrillArgs {
     /// cluster description.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// How long clients keep retrying after the load ends, in seconds.
+    /// How long clients keep retrying after the load ends, in seconds; also
+    /// how long the final replays may take.
     #[arg(long, default_value_t = 30)]
     pub grace: u64,
     /// How long failback may take before the drill gives up on it, in seconds.
@@ -170,24 +176,29 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         // The fault's moment is part of the plan, not a wait for a condition.
         tokio::time::sleep_until(start + duration / 3).await;
         let at = client_log::now_ms();
-        let injected = fault.inject().await;
+        let injection = fault.inject().await;
+        let error = injection.error.as_ref().map(ToString::to_string);
+        events.push((
+            at,
+            match (injection.injected, &error) {
+                (true, None) => format!("fault injected: {}", injection.steps.join("; ")),
+                (true, Some(e)) => format!(
+                    "fault injected in part: {} (first failure: {e})",
+                    injection.steps.join("; ")
+                ),
+                (false, e) => format!(
+                    "fault NOT injected: {}",
+                    e.as_deref().unwrap_or("no step applied")
+                ),
+            },
+        ));
         let mut report = FaultReport {
             mode: args.mode,
-            injected: injected.is_ok(),
-            at: injected.is_ok().then_some(at),
-            steps: Vec::new(),
-            error: None,
+            injected: injection.injected,
+            at: injection.injected.then_some(at),
+            steps: injection.steps,
+            error,
         };
-        match injected {
-            Ok(steps) => {
-                events.push((at, format!("fault injected: {}", steps.join("; "))));
-                report.steps = steps;
-            }
-            Err(e) => {
-                events.push((at, format!("fault NOT injected: {e}")));
-                report.error = Some(e.to_string());
-            }
-        }
         tokio::time::sleep_until(start + duration).await;
         if report.injected && args.mode == FaultMode::Partition {
             let at = client_log::now_ms();
@@ -206,10 +217,12 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
     for (at, what) in fault_events {
         timeline.record_at(at, what);
     }
-    timeline.record("load finished: every operation answered or out of time");
+    let load_ended_at = timeline.record("load finished: every operation answered or out of time");
 
     let failback = if args.failback {
-        // A killed region has to come back before its tenants can.
+        // A killed region has to come back before its tenants can, even
+        // when only some of its processes were killed (the restart starts
+        // whichever are gone).
         if args.mode == FaultMode::Kill && fault_report.injected {
             let what = match &cluster.control {
                 Some(control) => match failback::restart_region(&control.url, &region.name).await {
@@ -272,15 +285,34 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         None
     };
 
+    // After the fault and the failback: every stored answer once more, from
+    // wherever the tenant is served now.
+    let replays = final_replay::replay_stored_answers(
+        &log.snapshot(),
+        &cluster.tenants,
+        &client,
+        &factory,
+        Instant::now() + Duration::from_secs(args.grace),
+    )
+    .await;
+    timeline.record(format!(
+        "final replays: {} stored answers asked for again, {} answered",
+        replays.sent, replays.answered
+    ));
+
     let evidence = gather::gather(&cluster, log.snapshot(), &http).await;
     timeline.record(format!(
-        "evidence gathered: {} payment rows, {} ledger entries, {} store records, {} gaps",
+        "evidence gathered: {} payment rows, {} ledger entries, {} store records{}, {} gaps",
         evidence.payments.len(),
         evidence.ledger.len(),
         evidence
             .store_records
             .as_ref()
             .map_or_else(|| "no".to_owned(), |r| r.len().to_string()),
+        evidence
+            .store_member
+            .as_ref()
+            .map_or_else(String::new, |m| format!(" (from {m})")),
         evidence.gaps.len()
     ));
     let checks = check::check_all(&evidence);
@@ -300,7 +332,12 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         region: region.name.clone(),
         duration_seconds: duration.as_secs(),
         rate: args.rate,
-        measurements: measure::measure(&evidence.log, fault_report.at, &affected_ids),
+        measurements: measure::measure(
+            &evidence.log,
+            fault_report.at,
+            &affected_ids,
+            load_ended_at,
+        ),
         timeline,
         fault: fault_report,
         failback,

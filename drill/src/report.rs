@@ -60,7 +60,8 @@ pub struct FaultReport {
     pub injected: bool,
     pub at: Option<EpochMillis>,
     pub steps: Vec<String>,
-    /// Why the fault could not be injected (or healed).
+    /// Why the fault could not be injected, or not whole (a process that
+    /// could not be killed), or not healed.
     pub error: Option<String>,
 }
 
@@ -70,6 +71,9 @@ pub struct EvidenceSummary {
     pub payment_rows_by_region: std::collections::BTreeMap<String, usize>,
     pub ledger_entries: usize,
     pub store_records: Option<usize>,
+    /// The member the store records were read from, and why it.
+    #[serde(default)]
+    pub store_member: Option<String>,
     pub gaps: Vec<String>,
 }
 
@@ -83,6 +87,7 @@ impl EvidenceSummary {
             payment_rows_by_region: by_region,
             ledger_entries: evidence.ledger.len(),
             store_records: evidence.store_records.as_ref().map(Vec::len),
+            store_member: evidence.store_member.clone(),
             gaps: evidence.gaps.clone(),
         }
     }
@@ -147,6 +152,8 @@ impl Report {
                 "**The fault was not injected**: {}. The checks below cover the load, not a failover.\n",
                 self.fault.error.as_deref().unwrap_or("unknown reason")
             );
+        } else if let Some(e) = &self.fault.error {
+            let _ = writeln!(md, "**The fault did not go entirely as planned**: {e}.\n");
         }
         let _ = writeln!(md, "## Timeline\n");
         let start = self.timeline.0.first().map_or(0, |e| e.at);
@@ -163,6 +170,10 @@ impl Report {
                 "No fault, so no detection or recovery times; the load's numbers follow.\n"
             );
         }
+        let _ = writeln!(
+            md,
+            "Times and rates are the load's (attempts answered by its end), not the failback's or the final replays'.\n"
+        );
         let _ = writeln!(
             md,
             "| tenant | detection | time to recover |\n|---|---|---|"
@@ -248,11 +259,14 @@ impl Report {
         let e = &self.evidence;
         let _ = writeln!(
             md,
-            "\nEvidence: payment rows by region {:?}, {} ledger entries, {} store records.",
+            "\nEvidence: payment rows by region {:?}, {} ledger entries, {} store records{}.",
             e.payment_rows_by_region,
             e.ledger_entries,
             e.store_records
-                .map_or_else(|| "no".to_owned(), |n| n.to_string())
+                .map_or_else(|| "no".to_owned(), |n| n.to_string()),
+            e.store_member
+                .as_ref()
+                .map_or_else(String::new, |m| format!(" (from {m})"))
         );
         for gap in &e.gaps {
             let _ = writeln!(md, "- could not read {gap}");

@@ -83,8 +83,9 @@ fn charge(payment: &str, reference: &str) -> Charge {
 }
 
 /// A drill where everything went right: a payment that needed a retry, its
-/// replay, a reused key with another body, and a pair of duplicates; the
-/// payment materialized in two regions.
+/// replay, a reused key with another body, a pair of duplicates and the
+/// final replay of the rejected one; the payment materialized in two
+/// regions, and raft-store holds every finished key.
 fn clean() -> Evidence {
     let first = operation(1, Intent::Payment, "k1", "order-1", "10.00");
     let replay = Operation {
@@ -113,10 +114,24 @@ fn clean() -> Evidence {
         "dup-1",
         "25.00",
     );
+    let dup_b_again = Operation {
+        id: 6,
+        intent: Intent::Replay { of: 5 },
+        ..dup_b.clone()
+    };
     let body_1 = payment_body("pay_1", "order-1", "2026-11-29T20:06:36.803Z");
     let body_2 = payment_body("pay_2", "dup-1", "2026-11-29T20:06:37.000Z");
+    let duplicate_body = r#"{"errorCode":"DUPLICATE_MERCHANT_REFERENCE","paymentId":"pay_2"}"#;
     let mut replayed = answer(&replay, 300, Some(201), None, Some(body_1.clone()));
     replayed.replayed = true;
+    let mut duplicate_replayed = answer(
+        &dup_b_again,
+        900,
+        Some(409),
+        Some("DUPLICATE_MERCHANT_REFERENCE"),
+        Some(duplicate_body.into()),
+    );
+    duplicate_replayed.replayed = true;
     let attempts = vec![
         answer(
             &first,
@@ -140,12 +155,13 @@ fn clean() -> Evidence {
             500,
             Some(409),
             Some("DUPLICATE_MERCHANT_REFERENCE"),
-            Some(r#"{"errorCode":"DUPLICATE_MERCHANT_REFERENCE","paymentId":"pay_2"}"#.into()),
+            Some(duplicate_body.into()),
         ),
+        duplicate_replayed,
     ];
     Evidence {
         log: ClientLog {
-            operations: vec![first, replay, mismatch, dup_a, dup_b],
+            operations: vec![first, replay, mismatch, dup_a, dup_b, dup_b_again],
             attempts,
         },
         payments: vec![
@@ -154,22 +170,49 @@ fn clean() -> Evidence {
             row("eu-west", "pay_2", "dup-1"),
         ],
         ledger: vec![charge("pay_1", "order-1"), charge("pay_2", "dup-1")],
-        store_records: Some(vec![StoreRecord {
-            tenant: "acme".into(),
-            principal: "drill".into(),
-            key: "k1".into(),
-            status: "Completed".into(),
-            payment_id: Some("pay_1".into()),
-            business_key: Some(BusinessKey {
+        store_records: Some(vec![
+            completed("k1", "pay_1", "order-1", body_1),
+            completed("k4", "pay_2", "dup-1", body_2),
+            StoreRecord {
                 tenant: "acme".into(),
-                account_id: ACCOUNT.into(),
-                merchant_reference: "order-1".into(),
-            }),
-            response_status: Some(201),
-            response_body: Some(body_1),
-        }]),
+                principal: "drill".into(),
+                key: "k5".into(),
+                status: "FailedReplayable".into(),
+                payment_id: None,
+                business_key: None,
+                response_status: Some(409),
+                response_body: Some(duplicate_body.into()),
+            },
+        ]),
+        store_member: Some("http://127.0.0.1:7001 (leader)".into()),
         gaps: Vec::new(),
     }
+}
+
+fn completed(key: &str, payment: &str, reference: &str, body: String) -> StoreRecord {
+    StoreRecord {
+        tenant: "acme".into(),
+        principal: "drill".into(),
+        key: key.into(),
+        status: "Completed".into(),
+        payment_id: Some(payment.into()),
+        business_key: Some(BusinessKey {
+            tenant: "acme".into(),
+            account_id: ACCOUNT.into(),
+            merchant_reference: reference.into(),
+        }),
+        response_status: Some(201),
+        response_body: Some(body),
+    }
+}
+
+fn attempt_of(evidence: &mut Evidence, op: u64) -> &mut Attempt {
+    evidence
+        .log
+        .attempts
+        .iter_mut()
+        .rfind(|a| a.op == op)
+        .unwrap()
 }
 
 fn failed(results: &[CheckResult]) -> Vec<&str> {
@@ -184,7 +227,7 @@ fn failed(results: &[CheckResult]) -> Vec<&str> {
 fn a_clean_drill_passes_every_check() {
     let results = check::check_all(&clean());
     assert_eq!(failed(&results), Vec::<&str>::new(), "{results:#?}");
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 8);
 }
 
 #[test]
@@ -285,6 +328,145 @@ fn a_stored_response_that_differs_from_the_first_answer_is_caught() {
     let mut evidence = clean();
     evidence.store_records.as_mut().unwrap()[0].response_body = Some("{}".into());
     assert!(!check::faithful_replay(&evidence).passed);
+}
+
+#[test]
+fn a_stored_duplicate_rejection_that_differs_from_the_one_sent_is_caught() {
+    let mut evidence = clean();
+    evidence.store_records.as_mut().unwrap()[2].response_status = Some(201);
+    let result = check::faithful_replay(&evidence);
+    assert!(
+        result.violations[0]
+            .what
+            .contains("stored response for key k5"),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn a_final_replay_of_a_duplicate_rejection_that_executes_instead_is_caught() {
+    let mut evidence = clean();
+    let again = attempt_of(&mut evidence, 6);
+    again.status = Some(201);
+    again.error_code = None;
+    again.response_body = Some(payment_body("pay_6", "dup-1", "2026-11-29T20:07:00.000Z"));
+    let result = check::faithful_replay(&evidence);
+    assert!(
+        result.violations.iter().any(|v| v.what
+            == "replay of key k5 answered 201 instead of the original 409 DUPLICATE_MERCHANT_REFERENCE"),
+        "{result:#?}"
+    );
+    assert!(
+        result.violations.iter().any(|v| v
+            .what
+            .contains("key k5 of tenant acme answered 201 after 409")),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn a_final_replay_of_a_duplicate_rejection_not_marked_as_replayed_is_caught() {
+    let mut evidence = clean();
+    attempt_of(&mut evidence, 6).replayed = false;
+    let result = check::faithful_replay(&evidence);
+    assert!(
+        result
+            .violations
+            .iter()
+            .any(|v| v.what == "replay of key k5 lacks Idempotent-Replayed: true"),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn a_declined_payment_replayed_with_a_changed_body_is_caught() {
+    let mut evidence = clean();
+    let declined = r#"{"errorCode":"INSUFFICIENT_FUNDS","message":"declined","paymentId":"pay_1"}"#;
+    for op in [1, 2] {
+        let answer = attempt_of(&mut evidence, op);
+        answer.status = Some(402);
+        answer.error_code = Some("INSUFFICIENT_FUNDS".into());
+        answer.response_body = Some(declined.into());
+    }
+    evidence.store_records.as_mut().unwrap()[0].response_status = Some(402);
+    evidence.store_records.as_mut().unwrap()[0].response_body = Some(declined.into());
+    assert!(check::faithful_replay(&evidence).passed);
+
+    attempt_of(&mut evidence, 2).response_body = Some(declined.replace("declined", "no funds"));
+    let result = check::faithful_replay(&evidence);
+    assert!(
+        result.violations[0].what.contains(
+            "key k1 of tenant acme answered 402 INSUFFICIENT_FUNDS with a different body"
+        ),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn a_key_whose_202_named_another_payment_than_its_201_is_caught() {
+    let mut evidence = clean();
+    // The retried 503 becomes a 202 naming a payment the 201 does not.
+    let first_try = evidence
+        .log
+        .attempts
+        .iter_mut()
+        .find(|a| a.op == 1)
+        .unwrap();
+    first_try.status = Some(202);
+    first_try.error_code = None;
+    first_try.response_body =
+        Some(r#"{"status":"processing","paymentId":"pay_7","message":"recovering"}"#.into());
+    let result = check::no_duplicate_payment(&evidence);
+    assert!(
+        result.violations.iter().any(|v| v
+            .what
+            .contains("key k1 of tenant acme was answered with 2 different payments")),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn an_acknowledged_payment_raft_store_does_not_hold_is_caught() {
+    let mut evidence = clean();
+    evidence
+        .store_records
+        .as_mut()
+        .unwrap()
+        .retain(|r| r.key != "k4");
+    let result = check::no_acknowledged_payment_lost(&evidence);
+    assert_eq!(result.violations.len(), 1, "{result:#?}");
+    assert!(
+        result.violations[0]
+            .what
+            .contains("pay_2 has no finished raft-store record under key k4"),
+        "{result:#?}"
+    );
+}
+
+#[test]
+fn an_acknowledged_payment_whose_record_is_unfinished_or_names_another_payment_is_caught() {
+    let mut unfinished = clean();
+    unfinished.store_records.as_mut().unwrap()[1].status = "InProgress".into();
+    assert!(!check::no_acknowledged_payment_lost(&unfinished).passed);
+
+    let mut other = clean();
+    other.store_records.as_mut().unwrap()[1].payment_id = Some("pay_9".into());
+    assert!(!check::no_acknowledged_payment_lost(&other).passed);
+}
+
+#[test]
+fn without_raft_store_records_the_lost_payment_check_says_it_did_not_compare_them() {
+    let mut evidence = clean();
+    evidence.store_records = None;
+    let result = check::no_acknowledged_payment_lost(&evidence);
+    assert!(result.passed, "{result:#?}");
+    assert!(
+        result
+            .notes
+            .iter()
+            .any(|n| n.contains("raft-store records not available")),
+        "{result:#?}"
+    );
 }
 
 #[test]
@@ -397,4 +579,66 @@ fn an_operation_still_unanswered_is_noted_not_condemned() {
     let result = check::loud_mismatch(&evidence);
     assert!(result.passed);
     assert!(result.notes[0].contains("1 unanswered"));
+}
+
+#[test]
+fn a_fresh_payment_whose_final_answer_is_not_201_is_caught() {
+    for (status, code) in [
+        (409, Some("IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST")),
+        (409, Some("DUPLICATE_MERCHANT_REFERENCE")),
+        (400, Some("VALIDATION_FAILED")),
+        (422, Some("VALIDATION_FAILED")),
+        (402, Some("INSUFFICIENT_FUNDS")),
+    ] {
+        let mut evidence = clean();
+        // Operation 1's first answer is a 503 (retried); its second, final
+        // answer becomes the wrong one.
+        let last = evidence
+            .log
+            .attempts
+            .iter_mut()
+            .rfind(|a| a.op == 1)
+            .unwrap();
+        last.status = Some(status);
+        last.error_code = code.map(str::to_owned);
+        last.response_body = Some(format!(r#"{{"errorCode":"{}"}}"#, code.unwrap()));
+        let result = check::payments_answered_201(&evidence);
+        assert!(!result.passed, "{status} {code:?}: {result:#?}");
+        assert!(
+            result.violations[0]
+                .what
+                .contains(&format!("key k1 of tenant acme ended with {status}")),
+            "{result:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_fresh_payment_still_retrying_when_the_drill_ended_is_noted_not_condemned() {
+    let mut evidence = clean();
+    // Only the 503 is left: no final answer.
+    evidence
+        .log
+        .attempts
+        .retain(|a| a.op != 1 || a.status == Some(503));
+    let result = check::payments_answered_201(&evidence);
+    assert!(result.passed, "{result:#?}");
+    assert!(result.notes[0].contains("1 unanswered"), "{result:#?}");
+}
+
+#[test]
+fn an_unreadable_database_fails_the_drill_even_when_nothing_else_is_wrong() {
+    let mut evidence = clean();
+    evidence
+        .gaps
+        .push("region us-east's database: unable to open database file".into());
+    let results = check::check_all(&evidence);
+    assert_eq!(failed(&results), ["evidence complete"], "{results:#?}");
+    let complete = &results[0];
+    assert!(
+        complete.violations[0]
+            .what
+            .contains("region us-east's database"),
+        "{complete:#?}"
+    );
 }

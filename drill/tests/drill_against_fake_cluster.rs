@@ -1,10 +1,16 @@
 //! The whole drill, `run`, against a small in-process stand-in for a
 //! cluster: a router/node that keeps payments in a real SQLite `payments`
 //! table (the migration's schema), a provider ledger, and a store member
-//! without the partition switch. It proves the drill's plumbing end to end:
+//! that leads and serves the node's idempotency records (`GET
+//! /admin/records`, as raft-store encodes them) but has no partition
+//! switch; a second region's member, listed first, is a follower that has
+//! applied nothing yet; a control endpoint records the regions it is asked
+//! to restart. It proves the drill's plumbing end to end:
 //! load with retries, a missing switch reported rather than pretended,
-//! failback, evidence gathering, checks and report files — and that a node
-//! that replays a changed body is caught.
+//! failback, the final replays, evidence gathering (store records from the
+//! leader), checks and report files — that a node that replays a changed
+//! body is caught, and that a kill which reached only some of the region's
+//! processes still counts and restarts the region at failback.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,11 +19,14 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_drill::{DrillArgs, fault::FaultMode};
+use once_raft_store::command::{self as store, Record};
+use once_raft_store::protocol::{Answer, ReadReply};
+use once_raft_store::wire::Postcard;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
@@ -129,6 +138,83 @@ async fn create_payment(State(fake): State<Fake>, headers: HeaderMap, body: Byte
     json_response(status, response, false)
 }
 
+/// The fake node's finished records as raft-store keeps them: a `201`
+/// completed with its payment and business key, a `409` duplicate failed
+/// replayably.
+fn store_record(tenant: &str, key: &str, status: u16, response: &str) -> Record {
+    let body: Value = serde_json::from_str(response).unwrap();
+    let created = status == 201;
+    Record {
+        scope: store::Scope {
+            tenant: tenant.to_owned(),
+            principal: "demo".into(),
+            operation: "create_payment".into(),
+            key: key.to_owned(),
+        },
+        fingerprint_version: 1,
+        fingerprint: String::new(),
+        status: if created {
+            store::Status::Completed
+        } else {
+            store::Status::FailedReplayable
+        },
+        step: store::Step::Completed,
+        fence: 1,
+        locked_until: 0,
+        payment_id: created.then(|| body["id"].as_str().unwrap().to_owned()),
+        provider_key: None,
+        business_key: None,
+        payload: None,
+        response: Some(store::StoredResponse {
+            status,
+            headers: Vec::new(),
+            body: response.as_bytes().to_vec(),
+            schema_version: 2,
+        }),
+        error_code: None,
+        trace_id: None,
+        region: "eu-west".into(),
+        takeovers: 0,
+        created_at: 0,
+        updated_at: 0,
+        expires_at: None,
+        purge_after: None,
+    }
+}
+
+async fn store_records(State(fake): State<Fake>) -> Postcard<Vec<Record>> {
+    let records = fake.records.lock().unwrap();
+    Postcard(
+        records
+            .iter()
+            .map(|((tenant, key), (_, status, response))| {
+                store_record(tenant, key, *status, response)
+            })
+            .collect(),
+    )
+}
+
+/// `GET /api/status` of a member: `id`, whom it follows, what it applied.
+fn member_status(id: u64, leader: u64, applied: u64) -> Value {
+    serde_json::to_value(once_raft_store::protocol::Status {
+        id,
+        raft_addr: String::new(),
+        api_addr: String::new(),
+        state: if id == leader { "Leader" } else { "Follower" }.into(),
+        leader: Some(leader),
+        term: 2,
+        last_log_index: Some(applied),
+        committed_index: Some(applied),
+        applied_index: Some(applied),
+        snapshot_index: None,
+        purged_index: None,
+        voters: vec![1, 2],
+        learners: Vec::new(),
+        follower_lag: Default::default(),
+    })
+    .unwrap()
+}
+
 async fn serve(router: Router) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -136,25 +222,29 @@ async fn serve(router: Router) -> SocketAddr {
     addr
 }
 
+/// The regions `once up`'s control endpoint was asked to restart.
+type Restarts = Arc<Mutex<Vec<String>>>;
+
 async fn fake_cluster(
     dir: &std::path::Path,
     rerender_replays: bool,
     pids: (u32, u32),
 ) -> std::path::PathBuf {
+    fake_cluster_with_control(dir, rerender_replays, pids)
+        .await
+        .0
+}
+
+async fn fake_cluster_with_control(
+    dir: &std::path::Path,
+    rerender_replays: bool,
+    pids: (u32, u32),
+) -> (std::path::PathBuf, Restarts) {
     let db_path = dir.join("eu-west.db");
-    let db = SqlitePool::connect_with(
-        SqliteConnectOptions::new()
-            .filename(&db_path)
-            .create_if_missing(true),
-    )
-    .await
-    .unwrap();
-    let schema = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../migrations/sqlite/0001_payments_and_idempotency.sql"
-    ))
-    .unwrap();
-    sqlx::raw_sql(&schema).execute(&db).await.unwrap();
+    let db = payments_database(&db_path).await;
+    // The other region's database: nothing was ever served there.
+    let other_db_path = dir.join("us-east.db");
+    payments_database(&other_db_path).await.close().await;
     let fake = Fake {
         db,
         ledger: Arc::default(),
@@ -176,12 +266,63 @@ async fn fake_cluster(
         Router::new()
             .route("/payments", post(create_payment))
             .route("/admin/failback", post(|| async { "{}" }))
+            .with_state(fake.clone()),
+    )
+    .await;
+    // Store members from before the partition switch existed: the leader,
+    // holding the fake node's records, and a follower that has applied
+    // nothing (a drill reading it would find every payment missing).
+    let store = serve(
+        Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route(
+                once_raft_store::protocol::STATUS_PATH,
+                get(|| async { axum::Json(member_status(1, 1, 500)) }),
+            )
+            .route(once_raft_store::protocol::RECORDS_PATH, get(store_records))
+            // Every read is the routers' view of health: every region is
+            // healthy (what a failback waits for).
+            .route(
+                once_raft_store::protocol::READ_PATH,
+                post(|| async {
+                    Postcard(Answer::Done(ReadReply::Regions(vec![
+                        ("eu-west".to_owned(), store::RegionStatus::Healthy),
+                        ("us-east".to_owned(), store::RegionStatus::Healthy),
+                    ])))
+                }),
+            )
             .with_state(fake),
     )
     .await;
-    // A store member from before the partition switch existed.
-    let store = serve(Router::new().route("/healthz", get(|| async { "ok" }))).await;
+    let restarts = Restarts::default();
+    let control = serve(
+        Router::new()
+            .route(
+                "/regions/{name}/restart",
+                post(
+                    |State(restarts): State<Restarts>, Path(name): Path<String>| async move {
+                        restarts.lock().unwrap().push(name);
+                        axum::Json(json!({"restarted": ["node"]}))
+                    },
+                ),
+            )
+            .with_state(restarts.clone()),
+    )
+    .await;
+    let follower = serve(
+        Router::new()
+            .route(
+                once_raft_store::protocol::STATUS_PATH,
+                get(|| async { axum::Json(member_status(2, 1, 3)) }),
+            )
+            .route(
+                once_raft_store::protocol::RECORDS_PATH,
+                get(|| async { Postcard(Vec::<Record>::new()) }),
+            ),
+    )
+    .await;
     let cluster = json!({
+        "control": {"url": format!("http://{control}")},
         "router": {"url": format!("http://{router}")},
         "provider": {"url": format!("http://{provider}")},
         "admin_token": "admin",
@@ -190,6 +331,11 @@ async fn fake_cluster(
             {"id": "globex", "api_key": "key-globex", "home_region": "eu-west"},
         ],
         "regions": [{
+            "name": "us-east",
+            "node": {"url": format!("http://{router}")},
+            "store": {"api_url": format!("http://{follower}")},
+            "database_url": format!("sqlite://{}", other_db_path.display()),
+        }, {
             "name": "eu-west",
             "node": {"url": format!("http://{router}"), "pid": pids.0},
             "store": {"api_url": format!("http://{store}"), "pid": pids.1},
@@ -198,7 +344,25 @@ async fn fake_cluster(
     });
     let path = dir.join("cluster.json");
     std::fs::write(&path, cluster.to_string()).unwrap();
-    path
+    (path, restarts)
+}
+
+/// A SQLite database with the node's schema at `path`.
+async fn payments_database(path: &std::path::Path) -> SqlitePool {
+    let db = SqlitePool::connect_with(
+        SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true),
+    )
+    .await
+    .unwrap();
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../migrations/sqlite/0001_payments_and_idempotency.sql"
+    ))
+    .unwrap();
+    sqlx::raw_sql(&schema).execute(&db).await.unwrap();
+    db
 }
 
 fn args(cluster: std::path::PathBuf, out: std::path::PathBuf) -> DrillArgs {
@@ -250,6 +414,43 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
             .is_some()
     );
     assert!(outcome.report.evidence.payment_rows_by_region["eu-west"] > 30);
+    assert_eq!(outcome.report.evidence.gaps, Vec::<String>::new());
+    assert!(outcome.report.evidence.store_records > Some(30));
+    let member = outcome.report.evidence.store_member.clone().unwrap();
+    assert!(member.ends_with("(leader)"), "{member}");
+
+    // After the failback, every stored answer was asked for once more.
+    let evidence: Value =
+        serde_json::from_slice(&std::fs::read(outcome.report_dir.join("evidence.json")).unwrap())
+            .unwrap();
+    let home_again = outcome.report.failback.as_ref().unwrap().home_again_at;
+    let (operations, attempts) = (
+        evidence["log"]["operations"].as_array().unwrap(),
+        evidence["log"]["attempts"].as_array().unwrap(),
+    );
+    let stored = |status: &Value, code: &Value| {
+        status == 201 || status == 402 || (status == 409 && code == "DUPLICATE_MERCHANT_REFERENCE")
+    };
+    let with_stored_answers = operations
+        .iter()
+        .filter(|op| op["intent"]["kind"] != "replay")
+        .filter(|op| {
+            attempts
+                .iter()
+                .any(|a| a["op"] == op["id"] && stored(&a["status"], &a["error_code"]))
+        })
+        .count();
+    let replayed_after_failback = operations
+        .iter()
+        .filter(|op| op["intent"]["kind"] == "replay")
+        .filter(|op| {
+            attempts
+                .iter()
+                .any(|a| a["op"] == op["id"] && a["sent_at"].as_u64() >= home_again)
+        })
+        .count();
+    assert!(with_stored_answers > 30, "{with_stored_answers}");
+    assert_eq!(replayed_after_failback, with_stored_answers);
     let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
     assert!(md.contains("The fault was not injected"), "{md}");
     let json: Value =
@@ -294,4 +495,52 @@ async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
     assert_eq!(store.wait().unwrap().signal(), Some(9));
     assert!(outcome.invariants_held);
     assert!(outcome.report.measurements.fault_at.is_some());
+}
+
+#[tokio::test]
+async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_at_failback() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut node = std::process::Command::new("sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // pid 1 is never signalled: the store member cannot be killed.
+    let (cluster, restarts) = fake_cluster_with_control(dir.path(), false, (node.id(), 1)).await;
+    let mut args = args(cluster, dir.path().join("report"));
+    args.mode = FaultMode::Kill;
+    let outcome = once_drill::run(args).await.unwrap();
+
+    assert_eq!(node.wait().unwrap().signal(), Some(9));
+    let fault = &outcome.report.fault;
+    assert!(outcome.fault_injected, "{fault:#?}");
+    assert!(
+        fault
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("store member pid 1"),
+        "{fault:#?}"
+    );
+    assert!(
+        fault.steps.iter().any(|s| s.starts_with("SIGKILL node")),
+        "{fault:#?}"
+    );
+    assert_eq!(
+        *restarts.lock().unwrap(),
+        ["eu-west"],
+        "the killed node is restarted"
+    );
+    assert!(
+        outcome
+            .report
+            .failback
+            .as_ref()
+            .unwrap()
+            .home_again_at
+            .is_some(),
+        "{:#?}",
+        outcome.report.timeline
+    );
+    assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
 }

@@ -2,7 +2,7 @@
 //! that record what they are told: the partitioned region's member is
 //! isolated, every other member and the router cut that region (the router
 //! with the admin token), all of them are healed, and a switch that does
-//! not exist leaves nothing cut behind.
+//! not exist — or that cut but lost its answer — leaves nothing cut behind.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 /// What one stand-in switch was told, in order: (Authorization, body).
 type Calls = Arc<Mutex<Vec<(Option<String>, Value)>>>;
 
-async fn record(State(calls): State<Calls>, headers: HeaderMap, body: String) -> StatusCode {
+fn record(calls: &Calls, headers: &HeaderMap, body: &str) {
     let auth = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -26,20 +26,41 @@ async fn record(State(calls): State<Calls>, headers: HeaderMap, body: String) ->
     calls
         .lock()
         .unwrap()
-        .push((auth, serde_json::from_str(&body).unwrap()));
-    StatusCode::OK
+        .push((auth, serde_json::from_str(body).unwrap()));
 }
 
-/// A server with `POST /admin/partition` recording its calls (or, when
-/// `has_switch` is false, an older build where that path is a 404).
-async fn switch(has_switch: bool) -> (String, Calls) {
+/// How a stand-in switch behaves.
+#[derive(Clone, Copy, PartialEq)]
+enum Switch {
+    /// Applies what it is told and says so.
+    Works,
+    /// An older build: `POST /admin/partition` is a 404.
+    Missing,
+    /// Applies what it is told, then fails to say so (the answer is lost).
+    AppliesThenFails,
+}
+
+/// A server with `POST /admin/partition` recording its calls, behaving as
+/// `kind` says.
+async fn switch(kind: Switch) -> (String, Calls) {
     let calls = Calls::default();
-    let app = if has_switch {
-        Router::new()
-            .route("/admin/partition", post(record))
-            .with_state(calls.clone())
-    } else {
-        Router::new()
+    let app = match kind {
+        Switch::Missing => Router::new(),
+        Switch::Works | Switch::AppliesThenFails => Router::new()
+            .route(
+                "/admin/partition",
+                post(
+                    move |State(calls): State<Calls>, headers: HeaderMap, body: String| async move {
+                        record(&calls, &headers, &body);
+                        if kind == Switch::Works {
+                            StatusCode::OK
+                        } else {
+                            StatusCode::INTERNAL_SERVER_ERROR
+                        }
+                    },
+                ),
+            )
+            .with_state(calls.clone()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
@@ -55,11 +76,11 @@ struct Stand {
     router: Calls,
 }
 
-async fn stand_in(router_has_switch: bool) -> Stand {
-    let (eu_url, eu) = switch(true).await;
-    let (us_url, us) = switch(true).await;
-    let (ap_url, ap) = switch(true).await;
-    let (router_url, router) = switch(router_has_switch).await;
+async fn stand_in(ap_member: Switch, router_switch: Switch) -> Stand {
+    let (eu_url, eu) = switch(Switch::Works).await;
+    let (us_url, us) = switch(Switch::Works).await;
+    let (ap_url, ap) = switch(ap_member).await;
+    let (router_url, router) = switch(router_switch).await;
     let region = |name: &str, store: &str| {
         json!({"name": name, "node": {"url": "http://node.invalid"},
                "store": {"api_url": format!("{store}/")},
@@ -106,10 +127,12 @@ fn plan(stand: &Stand, region: &str) -> Fault {
 
 #[tokio::test]
 async fn partitioning_a_region_isolates_its_member_and_every_other_member_and_the_router_cut_it() {
-    let stand = stand_in(true).await;
+    let stand = stand_in(Switch::Works, Switch::Works).await;
     let fault = plan(&stand, "eu-west");
 
-    let steps = fault.inject().await.unwrap();
+    let injection = fault.inject().await;
+    assert!(injection.injected, "{injection:#?}");
+    let steps = injection.steps;
     assert_eq!(steps.len(), 4, "{steps:#?}");
     assert!(steps[0].contains("(isolated)"), "{steps:#?}");
     assert!(steps[3].starts_with("cut router"), "{steps:#?}");
@@ -137,10 +160,12 @@ async fn partitioning_a_region_isolates_its_member_and_every_other_member_and_th
 
 #[tokio::test]
 async fn a_router_without_the_switch_is_reported_and_the_members_already_cut_are_healed() {
-    let stand = stand_in(false).await;
+    let stand = stand_in(Switch::Works, Switch::Missing).await;
     let fault = plan(&stand, "us-east");
 
-    let error = fault.inject().await.unwrap_err();
+    let injection = fault.inject().await;
+    assert!(!injection.injected);
+    let error = injection.error.unwrap();
     assert!(
         matches!(&error, FaultError::SwitchMissing { switch } if switch.starts_with("router")),
         "{error}"
@@ -163,12 +188,51 @@ async fn a_router_without_the_switch_is_reported_and_the_members_already_cut_are
 
 #[tokio::test]
 async fn a_region_without_a_store_member_cannot_be_partitioned() {
-    let mut stand = stand_in(true).await;
+    let mut stand = stand_in(Switch::Works, Switch::Works).await;
     stand.cluster.regions[0].store = None;
     let fault = plan(&stand, "eu-west");
+    let injection = fault.inject().await;
+    assert!(!injection.injected);
     assert!(matches!(
-        fault.inject().await,
-        Err(FaultError::NoSwitches { .. })
+        injection.error,
+        Some(FaultError::NoSwitches { .. })
     ));
     assert!(bodies(&stand.us).is_empty() && bodies(&stand.router).is_empty());
+}
+
+#[tokio::test]
+async fn a_member_that_cut_but_lost_its_answer_is_healed_with_the_ones_before_it() {
+    let stand = stand_in(Switch::AppliesThenFails, Switch::Works).await;
+    let fault = plan(&stand, "eu-west");
+
+    let injection = fault.inject().await;
+    assert!(!injection.injected);
+    let error = injection.error.unwrap();
+    assert!(
+        matches!(&error, FaultError::SwitchRefused { status: 500, .. }),
+        "{error}"
+    );
+    assert_eq!(
+        bodies(&stand.ap),
+        [
+            json!({"cut_regions": ["eu-west"]}),
+            json!({"cut_regions": []})
+        ],
+        "the member whose answer was lost may have cut: it is healed too"
+    );
+    assert_eq!(
+        bodies(&stand.eu),
+        [json!({"isolated": true}), json!({"isolated": false})]
+    );
+    assert_eq!(
+        bodies(&stand.us),
+        [
+            json!({"cut_regions": ["eu-west"]}),
+            json!({"cut_regions": []})
+        ]
+    );
+    assert!(
+        bodies(&stand.router).is_empty(),
+        "nothing after the failed switch was cut"
+    );
 }

@@ -15,6 +15,7 @@
 mod children;
 mod control;
 mod layout;
+mod shutdown;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use serde_json::json;
 
 use self::children::ChildProcess;
 use self::layout::{Layout, RegionLayout};
+use self::shutdown::Shutdown;
 use super::keys::generate_key;
 
 #[derive(Debug, Args)]
@@ -58,6 +60,26 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a child may take to exit after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
+/// Writes `contents` to `path` readable by its owner only (mode 0600): the
+/// files `once up` keeps hold every API key or the admin token. A file left
+/// looser by an older `once up` is tightened before anything is written.
+pub(crate) fn write_private(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // `mode` only applies to a file this call creates.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("restricting {}", path.display()))?;
+    file.write_all(contents)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// Demo keys are made once and kept in `DIR/demo-keys.txt` (plaintext, for
 /// development only; production uses hashed key files).
 fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
@@ -78,25 +100,24 @@ fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
     }
     keys.extend(missing.iter().map(|t| ((*t).to_owned(), generate_key())));
     let text: String = keys.iter().map(|(t, k)| format!("{t}:{k}\n")).collect();
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    }
+    write_private(&path, text.as_bytes())?;
     Ok(keys)
 }
 
-/// The admin token, made once and kept in `DIR/admin-token`.
+/// The admin token, made once and kept in `DIR/admin-token` (mode 0600).
 fn demo_admin_token(dir: &Path) -> anyhow::Result<String> {
     let path = dir.join("admin-token");
     if let Ok(token) = std::fs::read_to_string(&path)
         && token.trim().len() >= 16
     {
-        return Ok(token.trim().to_owned());
+        // Written the same again: a token an older `once up` left
+        // world-readable is tightened.
+        let token = token.trim().to_owned();
+        write_private(&path, token.as_bytes())?;
+        return Ok(token);
     }
     let token = format!("adm_{}", generate_key().trim_start_matches("sk_"));
-    std::fs::write(&path, &token).with_context(|| format!("writing {}", path.display()))?;
+    write_private(&path, token.as_bytes())?;
     Ok(token)
 }
 
@@ -318,10 +339,19 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
+    // Before any child exists, and for the whole run: a SIGTERM at any
+    // moment from here on stops the cluster (see `shutdown`).
+    let mut shutdown = Shutdown::listen().context("listening for SIGTERM and Ctrl-C")?;
     std::fs::create_dir_all(args.dir.join("logs"))
         .with_context(|| format!("creating {}", args.dir.display()))?;
-    let layout = Layout::load_or_create(&args.dir, usize::from(args.regions))?;
+    // Every path written down (cluster.json's database URLs, the children's
+    // arguments) is absolute: a drill reads cluster.json from wherever it
+    // runs, not from the directory `once up` was started in.
+    args.dir = std::fs::canonicalize(&args.dir)
+        .with_context(|| format!("resolving {}", args.dir.display()))?;
+    let layout =
+        Layout::load_or_create(&args.dir, usize::from(args.regions), &[args.listen.port()])?;
     let keys = demo_keys(&args.dir)?;
     let admin_token = demo_admin_token(&args.dir)?;
 
@@ -363,13 +393,12 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
             .join(","),
     });
     let mut running = Running::default();
-    let started = tokio::select! {
-        started = start(&plan, &mut running) => started,
-        () = once_node::shutdown_signal() => Err(anyhow::anyhow!("interrupted while starting")),
-    };
-    let homes = match started {
-        Ok(()) => place_tenants(&layout, &keys).await,
-        Err(e) => Err(e),
+    let homes = tokio::select! {
+        homes = async {
+            start(&plan, &mut running).await?;
+            place_tenants(&layout, &keys).await
+        } => homes,
+        () = shutdown.requested() => Err(anyhow::anyhow!("interrupted while starting")),
     };
     let homes = match homes {
         Ok(homes) => homes,
@@ -406,7 +435,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         })).collect::<Vec<_>>(),
     });
     drop(running_now);
-    std::fs::write(&cluster_path, serde_json::to_vec_pretty(&cluster)?)?;
+    // Every tenant's API key and the admin token are in it.
+    write_private(&cluster_path, &serde_json::to_vec_pretty(&cluster)?)?;
 
     print_welcome(
         &args,
@@ -417,7 +447,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
         &homes,
         &cluster_path,
     );
-    once_node::shutdown_signal().await;
+    shutdown.requested().await;
     println!("stopping every process of the cluster …");
     std::mem::take(&mut *running.lock().await).stop().await;
     Ok(())
@@ -464,4 +494,38 @@ fn print_welcome(
         "Ctrl-C stops it; `once up --dir {}` resumes from the same data.",
         args.dir.display()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_admin_token_is_for_the_owner_only_even_when_an_older_once_up_left_it_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = demo_admin_token(dir.path()).unwrap();
+        let path = dir.path().join("admin-token");
+        assert_eq!(mode(&path), 0o600);
+
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(demo_admin_token(dir.path()).unwrap(), token);
+        assert_eq!(mode(&path), 0o600);
+    }
+
+    #[test]
+    fn a_private_file_rewritten_over_a_looser_one_is_tightened_and_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.json");
+        std::fs::write(&path, "an older, longer description").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&path, b"{}").unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}");
+    }
 }

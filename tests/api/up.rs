@@ -2,7 +2,9 @@
 //! failover --failback` against it: the drill finds zero violations in
 //! partition and kill mode (the killed region restarted through `once up`'s
 //! control endpoint, then failed back), the cluster stops cleanly on SIGTERM
-//! and resumes from its data.
+//! and resumes from its data. `once up` is given a relative `--dir` and the
+//! drill runs from another directory, so every path in `cluster.json` must
+//! be absolute (or the drill cannot read the evidence, and fails).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -19,19 +21,41 @@ struct Up {
     cluster: serde_json::Value,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A port for the router: free now, and below the kernel's ephemeral range
+/// so that no other test's port-0 listener or outgoing connection is handed
+/// it before `once up`'s router binds it (seconds later, and again when the
+/// cluster resumes).
+fn router_port() -> u16 {
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    loop {
+        let port = rand::random_range(10_000..ephemeral_start);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
+/// Where `once up` keeps its cluster, relative to the directory it runs in.
+const DATA_DIR: &str = "data";
+
 impl Up {
-    async fn start(dir: &Path, listen: &str) -> Self {
+    /// `once up --dir data` started in `root`; the cluster is `root/data`.
+    async fn start(root: &Path, listen: &str) -> Self {
+        let dir = root.join(DATA_DIR);
         let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
-            .args(["up", "--regions", "3", "--listen", listen, "--dir"])
-            .arg(dir)
+            .args([
+                "up",
+                "--regions",
+                "3",
+                "--listen",
+                listen,
+                "--dir",
+                DATA_DIR,
+            ])
+            .current_dir(root)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -54,16 +78,26 @@ impl Up {
             .expect("cluster.json");
         Self { child, cluster }
     }
+}
 
-    fn pids(&self) -> Vec<i32> {
-        let regions = self.cluster["regions"].as_array().unwrap();
-        regions
-            .iter()
-            .flat_map(|r| [&r["node"]["pid"], &r["store"]["pid"]])
-            .chain([&self.cluster["router"]["pid"]])
-            .map(|p| p.as_i64().expect("pid") as i32)
-            .collect()
-    }
+/// The pid of every child `once up` runs now, as `dir/cluster.json` says:
+/// read again each time, since restarting a killed region rewrites it with
+/// the new processes' pids.
+fn pids_now(dir: &Path) -> Vec<i32> {
+    let cluster: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).unwrap()).unwrap();
+    let regions = cluster["regions"].as_array().unwrap();
+    regions
+        .iter()
+        .flat_map(|r| [&r["node"]["pid"], &r["store"]["pid"]])
+        .chain([&cluster["router"]["pid"]])
+        .map(|p| p.as_i64().expect("pid") as i32)
+        .collect()
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 fn alive(pid: i32) -> bool {
@@ -118,9 +152,22 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut up = Up::start(dir.path(), &listen).await;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(DATA_DIR);
+    let listen = format!("127.0.0.1:{}", router_port());
+    let mut up = Up::start(root.path(), &listen).await;
+    let pids_at_start = pids_now(&dir);
+    for secret in ["cluster.json", "admin-token", "demo-keys.txt"] {
+        assert_eq!(
+            mode(&dir.join(secret)),
+            0o600,
+            "{secret} holds keys or the token"
+        );
+    }
+    for region in up.cluster["regions"].as_array().unwrap() {
+        let url = region["database_url"].as_str().unwrap();
+        assert!(Path::new(url).is_absolute(), "{url}");
+    }
     let tenants = up.cluster["tenants"].as_array().unwrap().clone();
     let homes: std::collections::BTreeSet<&str> = tenants
         .iter()
@@ -156,14 +203,24 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     // Cut a region (not the router's) off from the others under load, then
     // heal: no invariant breaks, and its tenants are served elsewhere.
     let cut = tenants[1]["home_region"].as_str().unwrap();
-    drill_holds(dir.path(), cut, "partition").await;
+    drill_holds(&dir, cut, "partition").await;
 
     // Kill the router's region under load: no invariant breaks.
     let victim = tenants[0]["home_region"].as_str().unwrap();
-    drill_holds(dir.path(), victim, "kill").await;
+    drill_holds(&dir, victim, "kill").await;
 
-    // SIGTERM stops every child; nothing is left running.
-    let pids = up.pids();
+    // SIGTERM stops every child; nothing is left running — the restarted
+    // region's new processes included.
+    let pids = pids_now(&dir);
+    assert_eq!(
+        mode(&dir.join("cluster.json")),
+        0o600,
+        "rewritten with the restarted region's pids, still private"
+    );
+    assert_ne!(
+        pids, pids_at_start,
+        "the kill drill restarted a region: its processes are new ones"
+    );
     let status = terminate(&mut up.child).await;
     assert!(status.success(), "{status:?}");
     eventually(Duration::from_secs(30), || async {
@@ -172,7 +229,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     .await;
 
     // A second `once up --dir` resumes: earlier answers replay, byte for byte.
-    let mut again = Up::start(dir.path(), &listen).await;
+    let mut again = Up::start(root.path(), &listen).await;
     for (key, body, original) in &first {
         let replay = send(post(&client, &router, key, Some("k-up"), body)).await;
         assert_eq!(replay.status, 201);

@@ -98,6 +98,5 @@ fn record_pids(path: &std::path::Path, region: &str, node: u32, store: u32) -> a
         r["node"]["pid"] = json!(node);
         r["store"]["pid"] = json!(store);
     }
-    std::fs::write(path, serde_json::to_vec_pretty(&cluster)?)?;
-    Ok(())
+    super::write_private(path, &serde_json::to_vec_pretty(&cluster)?)
 }

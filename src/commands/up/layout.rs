@@ -2,8 +2,18 @@
 //! process listens on and the files it keeps, chosen on the first `once up`
 //! and read back by every later one (raft-store membership names its
 //! members' addresses, so a resumed cluster must reuse them).
+//!
+//! Ports are chosen outside the kernel's ephemeral range
+//! (`/proc/sys/net/ipv4/ip_local_port_range`). A port found by binding port
+//! 0 comes from that range, and between choosing it and the child binding
+//! it — seconds later, or after a restart — the kernel may hand it to any
+//! other process's listener or outgoing connection. A port outside the
+//! range is only ever taken by someone who asks for it by number, so
+//! checking that nobody holds it when it is chosen is enough.
 
-use std::net::{SocketAddr, TcpListener};
+use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -26,9 +36,95 @@ pub struct Layout {
     pub regions: Vec<RegionLayout>,
 }
 
-fn free_local_addr() -> anyhow::Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?)
+/// Where the kernel documents its ephemeral range, and what it is when
+/// that cannot be read (Linux's default).
+const EPHEMERAL_RANGE_FILE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+const DEFAULT_EPHEMERAL: RangeInclusive<u16> = 32768..=60999;
+/// Below this, ports belong to well-known and commonly configured services.
+const LOWEST_PORT: u16 = 10_000;
+
+/// The ports the kernel hands out for port 0 and outgoing connections.
+fn ephemeral_range() -> RangeInclusive<u16> {
+    std::fs::read_to_string(EPHEMERAL_RANGE_FILE)
+        .ok()
+        .and_then(|text| parse_port_range(&text))
+        .unwrap_or(DEFAULT_EPHEMERAL)
+}
+
+/// `"32768\t60999\n"` → `32768..=60999`.
+fn parse_port_range(text: &str) -> Option<RangeInclusive<u16>> {
+    let mut bounds = text.split_whitespace().map(str::parse::<u16>);
+    let (low, high) = (bounds.next()?.ok()?, bounds.next()?.ok()?);
+    (low <= high).then_some(low..=high)
+}
+
+/// The ports worth choosing from: from [`LOWEST_PORT`] up to the ephemeral
+/// range, and above it.
+fn ports_outside(ephemeral: &RangeInclusive<u16>) -> Vec<RangeInclusive<u16>> {
+    let mut spans = Vec::new();
+    if *ephemeral.start() > LOWEST_PORT {
+        spans.push(LOWEST_PORT..=ephemeral.start() - 1);
+    }
+    if *ephemeral.end() < u16::MAX {
+        spans.push((ephemeral.end() + 1).max(LOWEST_PORT)..=u16::MAX);
+    }
+    spans
+}
+
+/// Chooses local ports outside the ephemeral range, each free when chosen
+/// and none chosen twice.
+struct PortPicker {
+    spans: Vec<RangeInclusive<u16>>,
+    chosen: BTreeSet<u16>,
+}
+
+impl PortPicker {
+    /// Never choosing a port of `taken` (the router's `--listen`).
+    fn new(ephemeral: &RangeInclusive<u16>, taken: &[u16]) -> anyhow::Result<Self> {
+        let spans = ports_outside(ephemeral);
+        anyhow::ensure!(
+            !spans.is_empty(),
+            "the kernel's ephemeral port range {}-{} leaves no port above {LOWEST_PORT} to choose",
+            ephemeral.start(),
+            ephemeral.end()
+        );
+        Ok(Self {
+            spans,
+            chosen: taken.iter().copied().collect(),
+        })
+    }
+
+    fn next_addr(&mut self) -> anyhow::Result<SocketAddr> {
+        let total: u32 = self
+            .spans
+            .iter()
+            .map(|s| u32::from(s.end() - s.start()) + 1)
+            .sum();
+        // Random, so two clusters started at once rarely try the same port;
+        // a port someone holds is simply passed over.
+        for _ in 0..1000 {
+            let mut n = rand::random_range(0..total);
+            let port = self
+                .spans
+                .iter()
+                .find_map(|span| {
+                    let len = u32::from(span.end() - span.start()) + 1;
+                    if n < len {
+                        u16::try_from(u32::from(*span.start()) + n).ok()
+                    } else {
+                        n -= len;
+                        None
+                    }
+                })
+                .expect("n is below the spans' total");
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            if !self.chosen.contains(&port) && TcpListener::bind(addr).is_ok() {
+                self.chosen.insert(port);
+                return Ok(addr);
+            }
+        }
+        anyhow::bail!("no free local port outside the kernel's ephemeral range after 1000 tries")
+    }
 }
 
 fn region_name(i: usize) -> String {
@@ -42,8 +138,9 @@ impl Layout {
         dir.join("layout.json")
     }
 
-    /// The layout kept in `dir`, or a new one for `regions` regions.
-    pub fn load_or_create(dir: &Path, regions: usize) -> anyhow::Result<Self> {
+    /// The layout kept in `dir`, or a new one for `regions` regions whose
+    /// ports are none of `taken`.
+    pub fn load_or_create(dir: &Path, regions: usize, taken: &[u16]) -> anyhow::Result<Self> {
         let path = Self::path(dir);
         if let Ok(bytes) = std::fs::read(&path) {
             let layout: Layout = serde_json::from_slice(&bytes)
@@ -57,22 +154,29 @@ impl Layout {
             );
             return Ok(layout);
         }
-        let layout = Layout {
+        let layout = Self::new(regions, &ephemeral_range(), taken)?;
+        std::fs::write(&path, serde_json::to_vec_pretty(&layout)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(layout)
+    }
+
+    /// A new layout of `regions` regions, its ports outside `ephemeral`
+    /// and none of `taken`.
+    fn new(regions: usize, ephemeral: &RangeInclusive<u16>, taken: &[u16]) -> anyhow::Result<Self> {
+        let mut ports = PortPicker::new(ephemeral, taken)?;
+        Ok(Layout {
             regions: (0..regions)
                 .map(|i| {
                     Ok(RegionLayout {
                         name: region_name(i),
                         store_id: i as u64 + 1,
-                        store_raft: free_local_addr()?,
-                        store_api: free_local_addr()?,
-                        node: free_local_addr()?,
+                        store_raft: ports.next_addr()?,
+                        store_api: ports.next_addr()?,
+                        node: ports.next_addr()?,
                     })
                 })
                 .collect::<anyhow::Result<_>>()?,
-        };
-        std::fs::write(&path, serde_json::to_vec_pretty(&layout)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(layout)
+        })
     }
 
     /// `id=raft address` of every member, for `once store --peers`.
@@ -115,10 +219,19 @@ impl Layout {
 mod tests {
     use super::*;
 
+    impl Layout {
+        fn ports(&self) -> Vec<u16> {
+            self.regions
+                .iter()
+                .flat_map(|r| [r.store_raft.port(), r.store_api.port(), r.node.port()])
+                .collect()
+        }
+    }
+
     #[test]
     fn a_layout_is_kept_and_reused() {
         let dir = tempfile::tempdir().unwrap();
-        let first = Layout::load_or_create(dir.path(), 3).unwrap();
+        let first = Layout::load_or_create(dir.path(), 3, &[]).unwrap();
         assert_eq!(
             first
                 .regions
@@ -127,11 +240,51 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["eu-west", "us-east", "ap-south"]
         );
-        let again = Layout::load_or_create(dir.path(), 3).unwrap();
+        let again = Layout::load_or_create(dir.path(), 3, &[]).unwrap();
         assert_eq!(first, again);
-        assert!(Layout::load_or_create(dir.path(), 2).is_err());
+        assert!(Layout::load_or_create(dir.path(), 2, &[]).is_err());
         let from_us = first.store_endpoints_from(&first.regions[1]);
         assert_eq!(from_us[0], format!("http://{}", first.regions[1].store_api));
         assert_eq!(from_us.len(), 3);
+    }
+
+    #[test]
+    fn a_new_layouts_ports_are_distinct_and_never_ones_the_kernel_hands_out() {
+        let ephemeral = ephemeral_range();
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::load_or_create(dir.path(), 7, &[]).unwrap();
+        let ports = layout.ports();
+        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 21, "{ports:?}");
+        for port in ports {
+            assert!(!ephemeral.contains(&port), "{port} in {ephemeral:?}");
+            assert!(port >= LOWEST_PORT, "{port}");
+        }
+    }
+
+    #[test]
+    fn the_routers_port_is_never_given_to_a_region() {
+        // Four ports outside the range, the router holds one of them.
+        let layout = Layout::new(1, &(10_004..=u16::MAX), &[10_001]).unwrap();
+        let mut ports = layout.ports();
+        ports.sort_unstable();
+        assert_eq!(ports, [10_000, 10_002, 10_003]);
+    }
+
+    #[test]
+    fn with_an_ephemeral_range_from_low_ports_are_chosen_above_it() {
+        let layout = Layout::new(3, &(1024..=60999), &[]).unwrap();
+        assert!(layout.ports().iter().all(|p| *p > 60999), "{layout:?}");
+    }
+
+    #[test]
+    fn an_ephemeral_range_covering_every_port_leaves_nothing_to_choose() {
+        assert!(Layout::new(1, &(1024..=u16::MAX), &[]).is_err());
+    }
+
+    #[test]
+    fn the_kernels_range_file_is_read_as_it_is_written() {
+        assert_eq!(parse_port_range("32768\t60999\n"), Some(32768..=60999));
+        assert_eq!(parse_port_range("60999 32768"), None);
+        assert_eq!(parse_port_range(""), None);
     }
 }
