@@ -700,3 +700,24 @@ pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
         .expect("exits after SIGTERM")
         .expect("wait")
 }
+
+/// A port free on every address in `ips` now, below the kernel's ephemeral
+/// range: a child process binds it seconds later (and again after a
+/// restart), and no other test's port-0 listener or outgoing connection can
+/// be handed a port outside that range in between.
+pub fn port_outside_ephemeral_range(ips: &[&str]) -> u16 {
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+        .max(10_001);
+    loop {
+        let port = rand::random_range(10_000..ephemeral_start);
+        if ips
+            .iter()
+            .all(|ip| std::net::TcpListener::bind((*ip, port)).is_ok())
+        {
+            return port;
+        }
+    }
+}

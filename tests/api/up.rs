@@ -21,23 +21,6 @@ struct Up {
     cluster: serde_json::Value,
 }
 
-/// A port for the router: free now, and below the kernel's ephemeral range
-/// so that no other test's port-0 listener or outgoing connection is handed
-/// it before `once up`'s router binds it (seconds later, and again when the
-/// cluster resumes).
-fn router_port() -> u16 {
-    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    loop {
-        let port = rand::random_range(10_000..ephemeral_start);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
 /// Where `once up` keeps its cluster, relative to the directory it runs in.
 const DATA_DIR: &str = "data";
 
@@ -154,7 +137,10 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
 async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and_resume() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join(DATA_DIR);
-    let listen = format!("127.0.0.1:{}", router_port());
+    let listen = format!(
+        "127.0.0.1:{}",
+        crate::helpers::port_outside_ephemeral_range(&["127.0.0.1"])
+    );
     let mut up = Up::start(root.path(), &listen).await;
     let pids_at_start = pids_now(&dir);
     for secret in ["cluster.json", "admin-token", "demo-keys.txt"] {

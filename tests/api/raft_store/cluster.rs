@@ -22,15 +22,12 @@ pub fn member_ip(id: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
 }
 
-/// A port free on 127.0.0.1–5 right now (the members bind it moments later).
+/// A port free on 127.0.0.1–5 right now, outside the ephemeral range (the
+/// members bind it moments later, and again after a restart).
 fn free_port() -> u16 {
-    loop {
-        let port = rand::random_range(20_000..60_000u16);
-        let free = (1..=5).all(|i| std::net::TcpListener::bind((member_ip(i), port)).is_ok());
-        if free {
-            return port;
-        }
-    }
+    let ips: Vec<String> = (1..=5).map(|i| member_ip(i).to_string()).collect();
+    let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+    crate::helpers::port_outside_ephemeral_range(&ips)
 }
 
 #[derive(Debug)]
