@@ -52,6 +52,6 @@ pub mod sql;
 pub mod state;
 pub mod sweeper;
 
-pub use app::{Application, shutdown_signal};
+pub use app::{Application, LIFELINE_ENV, shutdown_signal};
 pub use auth::ApiKeys;
 pub use config::NodeConfig;

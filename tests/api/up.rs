@@ -2,7 +2,8 @@
 //! failover --failback` against it: the drill finds zero violations in
 //! partition and kill mode (the killed region restarted through `once up`'s
 //! control endpoint, then failed back), the cluster stops cleanly on SIGTERM
-//! and resumes from its data. `once up` is given a relative `--dir` and the
+//! and resumes from its data, and a `once up` killed outright leaves no child
+//! running. `once up` is given a relative `--dir` and the
 //! drill runs from another directory, so every path in `cluster.json` must
 //! be absolute (or the drill cannot read the evidence, and fails).
 
@@ -222,5 +223,14 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
         assert!(replay.replayed);
         assert_eq!(&replay.body, original);
     }
-    terminate(&mut again.child).await;
+
+    // `once up` itself dies without a word (SIGKILL): its children notice
+    // their lifeline close and stop on their own; none is left behind.
+    let orphans = pids_now(&dir);
+    again.child.start_kill().expect("SIGKILL once up");
+    again.child.wait().await.expect("once up reaped");
+    eventually(Duration::from_secs(30), || async {
+        orphans.iter().all(|p| !alive(*p)).then_some(())
+    })
+    .await;
 }

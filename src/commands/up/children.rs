@@ -1,6 +1,7 @@
 //! The processes `once up` runs: each role is this same binary started as a
 //! child, its output in `DIR/logs/<name>.log`, waited for until it answers
-//! HTTP, and stopped with SIGTERM (SIGKILL only after a grace period).
+//! HTTP, and stopped with SIGTERM (SIGKILL only after a grace period); if
+//! `once up` itself is killed, each child sees its stdin close and stops.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -31,11 +32,17 @@ impl ChildProcess {
             .with_context(|| format!("opening {}", log_path.display()))?;
         let exe = std::env::current_exe().context("locating the once binary")?;
         let mut command = Command::new(exe);
+        // stdin is the child's lifeline: a pipe whose write end this
+        // process keeps (in `Child`) until it exits. If `once up` dies
+        // outright, the pipe closes and the child shuts itself down
+        // (`once_node::shutdown_signal`); `kill_on_drop` covers every
+        // ordinary exit.
         command
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log)
+            .env(once_node::LIFELINE_ENV, "stdin")
             .kill_on_drop(true);
         for (k, v) in env {
             command.env(k, v);
