@@ -91,15 +91,7 @@ pub fn evidence_complete(evidence: &Evidence) -> CheckResult {
         "evidence complete",
         "(all)",
         violations,
-        vec![format!(
-            "{} payment rows, {} ledger entries, {} raft-store records",
-            evidence.payments.len(),
-            evidence.ledger.len(),
-            evidence
-                .store_records
-                .as_ref()
-                .map_or_else(|| "no".to_owned(), |r| r.len().to_string())
-        )],
+        vec![evidence.counts()],
     )
 }
 

@@ -106,3 +106,18 @@ pub struct Evidence {
     /// may be looking at a gap, and the report says so.
     pub gaps: Vec<String>,
 }
+
+impl Evidence {
+    /// "N payment rows, M ledger entries, K raft-store records": what was
+    /// gathered, for the timeline and the checks' details.
+    pub fn counts(&self) -> String {
+        format!(
+            "{} payment rows, {} ledger entries, {} raft-store records",
+            self.payments.len(),
+            self.ledger.len(),
+            self.store_records
+                .as_ref()
+                .map_or_else(|| "no".to_owned(), |r| r.len().to_string())
+        )
+    }
+}

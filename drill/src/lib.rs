@@ -302,13 +302,8 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
 
     let evidence = gather::gather(&cluster, log.snapshot(), &http).await;
     timeline.record(format!(
-        "evidence gathered: {} payment rows, {} ledger entries, {} store records{}, {} gaps",
-        evidence.payments.len(),
-        evidence.ledger.len(),
-        evidence
-            .store_records
-            .as_ref()
-            .map_or_else(|| "no".to_owned(), |r| r.len().to_string()),
+        "evidence gathered: {}{}, {} gaps",
+        evidence.counts(),
         evidence
             .store_member
             .as_ref()
