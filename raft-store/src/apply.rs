@@ -165,7 +165,15 @@ impl<'txn> Tables<'txn> {
             self.unfinished.remove(key.as_slice())?;
         }
         if let Some(id) = &record.payment_id {
-            self.payment_ids.insert(id.as_bytes(), key.as_slice())?;
+            // Written once per payment; the many later writes of the same
+            // record only read it (a read dirties no page).
+            let indexed = self
+                .payment_ids
+                .get(id.as_bytes())?
+                .is_some_and(|v| v.value() == key.as_slice());
+            if !indexed {
+                self.payment_ids.insert(id.as_bytes(), key.as_slice())?;
+            }
         }
         Ok(())
     }
