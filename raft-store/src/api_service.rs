@@ -39,7 +39,7 @@ use crate::protocol::{
 };
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
-use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError};
+use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError, StorageError};
 use crate::wan::{self, CLIENT_REGION_HEADER, PARTITION_PATH, SetPartition, SimulatedWan};
 use crate::wire::Postcard;
 
@@ -154,7 +154,6 @@ async fn read(
 }
 
 async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
-    let unavailable = |e: &dyn std::fmt::Display| Answer::Unavailable(e.to_string());
     match read {
         Read::Record {
             scope,
@@ -164,67 +163,51 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
                 Answer::Done(ReadReply::Record(Some(record)))
             }
             Ok(_) => Answer::Done(ReadReply::NotFinalHere),
-            Err(e) => unavailable(&e),
+            Err(e) => Answer::Unavailable(e.to_string()),
         },
         Read::Record {
             scope,
             consistency: Consistency::Linearizable,
-        } => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.record(&scope) {
-                Ok(r) => Answer::Done(ReadReply::Record(r)),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
+        } => linearizable(state, |sm| sm.record(&scope).map(ReadReply::Record)).await,
+        Read::Regions => linearizable(state, |sm| sm.regions().map(ReadReply::Regions)).await,
+        Read::Placements => {
+            linearizable(state, |sm| sm.placements().map(ReadReply::Placements)).await
+        }
+        Read::Records(query) => {
+            linearizable(state, |sm| sm.query(&query).map(ReadReply::Records)).await
+        }
+        Read::CountRecords(query) => {
+            linearizable(state, |sm| sm.count(&query).map(ReadReply::Count)).await
+        }
+        Read::RecordOfPayment { tenant, payment_id } => {
+            linearizable(state, |sm| {
+                let record = sm.record_of_payment(&payment_id)?;
+                Ok(ReadReply::Record(
+                    record.filter(|r| r.scope.tenant == tenant),
+                ))
+            })
+            .await
+        }
+        Read::Placement { tenant } => {
+            linearizable(state, |sm| sm.placement(&tenant).map(ReadReply::Placement)).await
+        }
+    }
+}
+
+/// Reads `read` from this member's state machine once the read index says
+/// it reflects every write acknowledged before the call (or says where the
+/// leader is, or that it cannot tell).
+async fn linearizable(
+    state: &ApiState,
+    read: impl FnOnce(&StateMachine) -> Result<ReadReply, StorageError>,
+) -> ReadAnswer {
+    match state.read_index.barrier().await {
+        Answer::Done(()) => match read(&state.state_machine) {
+            Ok(reply) => Answer::Done(reply),
+            Err(e) => Answer::Unavailable(e.to_string()),
         },
-        Read::Regions => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.regions() {
-                Ok(r) => Answer::Done(ReadReply::Regions(r)),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
-        },
-        Read::Placements => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.placements() {
-                Ok(p) => Answer::Done(ReadReply::Placements(p)),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
-        },
-        Read::Records(query) => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.query(&query) {
-                Ok(r) => Answer::Done(ReadReply::Records(r)),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
-        },
-        Read::CountRecords(query) => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.count(&query) {
-                Ok(n) => Answer::Done(ReadReply::Count(n)),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
-        },
-        Read::RecordOfPayment { tenant, payment_id } => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.record_of_payment(&payment_id) {
-                Ok(r) => Answer::Done(ReadReply::Record(r.filter(|r| r.scope.tenant == tenant))),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
-        },
-        Read::Placement { tenant } => match state.read_index.barrier().await {
-            Answer::Done(()) => match state.state_machine.placement(&tenant) {
-                Ok(p) => Answer::Done(ReadReply::Placement(p)),
-                Err(e) => unavailable(&e),
-            },
-            Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
-            Answer::Unavailable(e) => Answer::Unavailable(e),
-        },
+        Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
+        Answer::Unavailable(e) => Answer::Unavailable(e),
     }
 }
 

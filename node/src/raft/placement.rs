@@ -47,13 +47,6 @@ impl PlacementBeliefs {
             map.insert(tenant.to_owned(), placement);
         }
     }
-
-    /// The home region believed for a tenant, if it has a placement.
-    pub fn home(&self, tenant: &str) -> Option<String> {
-        let map = self.by_tenant.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(tenant)
-            .and_then(|p| p.as_ref().map(|p| p.home.clone()))
-    }
 }
 
 #[cfg(test)]
@@ -76,7 +69,6 @@ mod tests {
         beliefs.learn("acme", Some(placement("us-east", 3)));
         beliefs.learn("acme", Some(placement("eu-west", 2)));
         assert_eq!(beliefs.belief("acme"), Belief::Epoch(3));
-        assert_eq!(beliefs.home("acme").as_deref(), Some("us-east"));
         beliefs.learn("other", None);
         assert_eq!(beliefs.belief("other"), Belief::Epoch(0));
     }
