@@ -2,6 +2,7 @@
 
 pub mod api_keys;
 pub mod drill;
+pub mod edge;
 pub mod events;
 pub mod keys;
 pub mod migrate;

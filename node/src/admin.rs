@@ -1,4 +1,5 @@
-//! Operator endpoints, behind their own bearer token (`--admin-token`):
+//! Operator endpoints, on the admin listener behind the admin token
+//! (`ONCE_ADMIN_TOKEN`):
 //! list and show idempotency records, and resolve by hand an operation whose
 //! provider outcome stayed unknown. Every resolution is written with an
 //! audit entry (who, when, why) in the same transaction. The `once records`
@@ -44,7 +45,9 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        crate::auth::require_admin_token(&parts.headers, state.config.admin_token.as_deref())?;
+        // No token configured: the surface is off, like a missing route.
+        let token = state.config.admin_token.as_ref().ok_or(ApiError::NotFound)?;
+        token.check(&parts.headers)?;
         Ok(Operator)
     }
 }

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::error_handling::HandleErrorLayer;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use tokio::net::TcpListener;
+use axum::middleware::from_fn_with_state;
+use once_edge::observe::{Observe, TraceHeaders};
+use once_edge::tenants::TenantGates;
+use once_edge::{Server, api_keys, observe, tenants};
 use tokio::sync::watch;
-use tower::ServiceBuilder;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::auth::ApiKeys;
 use crate::config::{NodeConfig, StoreMode};
@@ -27,10 +26,11 @@ use crate::sql::{Database, Materialized, SqlStore};
 use crate::state::{App, AppState};
 use crate::{admin, http, ops, payments, recovery, sweeper};
 
-/// A node that has bound its port and migrated its database, ready to run.
+/// A node that has bound its ports and migrated its database, ready to run.
 #[derive(Debug)]
 pub struct Application {
-    listener: TcpListener,
+    public: Server,
+    admin: Server,
     state: AppState,
     events: crate::events::Events,
 }
@@ -109,13 +109,26 @@ impl Builder {
             (Some(http), _) => Arc::new(HttpProvider::new(http.clone())?),
             (None, provider) => provider,
         };
-        let listener = TcpListener::bind(self.config.listen)
-            .await
-            .with_context(|| format!("binding {}", self.config.listen))?;
+        let public = Server::bind(
+            "public",
+            self.config.listen,
+            self.config.limits,
+            metrics.edge.clone(),
+        )
+        .await
+        .with_context(|| format!("binding {}", self.config.listen))?;
+        let admin = Server::bind(
+            "admin",
+            self.config.admin_listen,
+            self.config.limits,
+            metrics.edge.clone(),
+        )
+        .await
+        .with_context(|| format!("binding the admin listener {}", self.config.admin_listen))?;
         let state = AppState(Arc::new(App {
             replays: ReplayCache::new(self.config.replay_cache_bytes),
             config: self.config,
-            api_keys: self.api_keys,
+            api_keys: Arc::new(self.api_keys),
             store,
             provider,
             clock: self.clock,
@@ -123,7 +136,8 @@ impl Builder {
         }));
         state.metrics.export_over_otlp();
         Ok(Application {
-            listener,
+            public,
+            admin,
             state,
             events,
         })
@@ -141,11 +155,15 @@ impl Application {
         }
     }
 
-    /// The bound address (the real port when the config asked for port 0).
+    /// The public API's bound address (the real port when the config asked
+    /// for port 0).
     pub fn address(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.public.local_addr()
+    }
+
+    /// The admin listener's bound address.
+    pub fn admin_address(&self) -> SocketAddr {
+        self.admin.local_addr()
     }
 
     pub fn state(&self) -> &AppState {
@@ -165,7 +183,8 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let Application {
-            listener,
+            public,
+            admin,
             state,
             events,
         } = self;
@@ -175,26 +194,20 @@ impl Application {
         let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped.clone()));
         let event_workers = events.spawn(workers_stopped).await;
 
-        let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
-        let signal = async move {
-            shutdown.await;
-            info!("shutdown requested; draining in-flight requests");
-            let _ = draining_tx.send(());
+        let (stop_serving, stopping) = watch::channel(false);
+        let stopped = |mut stopping: watch::Receiver<bool>| async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
         };
-        let server = axum::serve(listener, router(state)).with_graceful_shutdown(signal);
-        let mut server = tokio::spawn(async move { server.await });
-        tokio::select! {
-            result = &mut server => result??,
-            Ok(()) = draining_rx => {
-                match tokio::time::timeout(drain, &mut server).await {
-                    Ok(result) => result??,
-                    Err(_) => {
-                        warn!(?drain, "drain deadline passed; abandoning remaining requests");
-                        server.abort();
-                    }
-                }
-            }
-        }
+        let public = tokio::spawn(public.serve(
+            public_router(state.clone()),
+            stopped(stopping.clone()),
+            drain,
+        ));
+        let admin = tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
+        shutdown.await;
+        info!("shutdown requested; draining in-flight requests");
+        let _ = stop_serving.send(true);
+        let _ = tokio::join!(public, admin);
         let _ = stop_workers.send(true);
         let _ = sweeper.await;
         let _ = recovery.await;
@@ -204,103 +217,41 @@ impl Application {
     }
 }
 
-/// The whole HTTP surface, with its layers. Order matters: requests pass the
-/// layers top to bottom.
-pub fn router(state: AppState) -> Router {
-    let limit = state.config.concurrency_limit;
+/// The public listener: the payments API, its contract and probes. Route
+/// layers run bottom-up: a request is authenticated (401) before its
+/// tenant's gate (429), and both before the handler reads the body.
+pub fn public_router(state: AppState) -> Router {
+    let gates = TenantGates::new(state.config.tenant_limits.clone(), state.metrics.edge.clone());
+    let payments = payments::routes::router()
+        .route_layer(from_fn_with_state(gates, tenants::admit))
+        .route_layer(from_fn_with_state(
+            state.api_keys.clone(),
+            api_keys::authenticate,
+        ));
     Router::new()
-        .merge(payments::routes::router())
-        .merge(ops::router())
-        .merge(admin::router())
+        .merge(payments)
+        .merge(ops::health(&state))
+        .merge(ops::openapi())
         .fallback(|| async { ApiError::NotFound })
-        .layer(
-            ServiceBuilder::new()
-                // Outermost, so every answer (shed or panicked ones included)
-                // gets a trace id and lands in the latency histogram.
-                .layer(axum::middleware::from_fn_with_state(
-                    state.clone(),
-                    http::observe,
-                ))
-                // A panicking handler answers 500 in the API's error shape
-                // instead of dropping the connection.
-                .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
-                    ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
-                }))
-                // Shed load beyond the concurrency limit with a fast 503
-                // rather than queueing until clients time out and retry.
-                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        ApiError::Unavailable(anyhow::anyhow!("overloaded")),
-                    )
-                        .into_response()
-                }))
-                .load_shed()
-                .concurrency_limit(limit),
-        )
+        .layer(from_fn_with_state(observing(&state), observe::observe))
         .with_state(state)
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    // A process started by a supervisor that may die without a word
-    // (`once up` killed outright) stops when the supervisor's end of its
-    // stdin closes, instead of running on as an orphan.
-    let lifeline = async {
-        if std::env::var(LIFELINE_ENV).as_deref() == Ok("stdin") {
-            lifeline_closed().await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-        _ = lifeline => tracing::warn!("the supervising process is gone (stdin closed): shutting down"),
-    }
+/// The admin listener: metrics, probes and the operator endpoints.
+pub fn admin_router(state: AppState) -> Router {
+    Router::new()
+        .merge(admin::router())
+        .merge(ops::metrics(&state))
+        .merge(ops::health(&state))
+        .fallback(|| async { ApiError::NotFound })
+        .layer(from_fn_with_state(observing(&state), observe::observe))
+        .with_state(state)
 }
 
-/// `ONCE_LIFELINE=stdin`: [`shutdown_signal`] also fires when stdin reaches
-/// its end. Set by `once up` for its children, whose stdin is a pipe it
-/// holds open for as long as it lives.
-pub const LIFELINE_ENV: &str = "ONCE_LIFELINE";
-
-/// Resolves when stdin reaches its end (or fails, which means the same).
-/// The blocking read runs on a plain thread of its own, not tokio's
-/// blocking pool: a runtime waits for its blocking tasks when it shuts
-/// down, and a read that never returns would keep a SIGTERM'd process alive.
-async fn lifeline_closed() {
-    use std::io::Read;
-    let (closed, on_close) = tokio::sync::oneshot::channel::<()>();
-    let reader = std::thread::Builder::new()
-        .name("lifeline".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = [0u8; 64];
-            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-            let _ = closed.send(());
-        });
-    match reader {
-        Ok(_) => {
-            let _ = on_close.await;
-        }
-        // No thread, no lifeline: the process still stops on signals.
-        Err(_) => std::future::pending::<()>().await,
-    }
+/// What the outermost route layer does for the node: the edge's span and
+/// trace ids, plus the latency histogram by idempotency outcome.
+fn observing(state: &AppState) -> Observe {
+    Observe::new(http::RequestMetrics(state.clone()), TraceHeaders::Ours)
 }
 
 /// For tests: a drain long enough to be observable, short enough not to hang.

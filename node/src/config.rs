@@ -4,12 +4,20 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use once_edge::{AdminToken, ServerLimits, TenantLimits};
+
 use crate::payments::response::ResponseSchema;
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// Address to bind; port 0 picks a free port (see `Application::address`).
+    /// The public API's address; port 0 picks a free port (see `Application::address`).
     pub listen: SocketAddr,
+    /// The admin listener: `/metrics`, `/admin/*`, health and readiness.
+    pub admin_listen: SocketAddr,
+    /// What each listener tolerates (timeouts, connection cap, in-flight limit).
+    pub limits: ServerLimits,
+    /// Each tenant's rate and in-flight quota on the public listener.
+    pub tenant_limits: TenantLimits,
     /// This node's region, stamped on records and payments.
     pub region: String,
     /// `postgres://…` or a SQLite file (`sqlite://PATH` or a bare path).
@@ -38,11 +46,9 @@ pub struct NodeConfig {
     /// `None`: the in-process provider (tests of the contract only).
     pub provider: Option<crate::provider::HttpProviderConfig>,
     /// Bearer token of the admin endpoints; `None` disables them.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<AdminToken>,
     /// Bytes of finished answers kept in memory for replays (0 disables).
     pub replay_cache_bytes: u64,
-    /// Requests served at once before new ones are shed with 503.
-    pub concurrency_limit: usize,
     /// The event path: broker, consumers, email sender.
     pub events: crate::events::EventsConfig,
     /// Where idempotency records live (DESIGN §5).
@@ -80,7 +86,9 @@ impl NodeConfig {
             body_limit: 16 * 1024,
             response_schema: ResponseSchema::CURRENT,
             drain_timeout: Duration::from_secs(10),
-            concurrency_limit: 2048,
+            admin_listen: SocketAddr::new(listen.ip(), 0),
+            limits: ServerLimits::default(),
+            tenant_limits: TenantLimits::default(),
             replay_cache_bytes: 32 * 1024 * 1024,
             recovery_interval: Duration::from_secs(1),
             recovery_batch: 100,
@@ -93,6 +101,7 @@ impl NodeConfig {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(!self.region.is_empty(), "region must not be empty");
+        self.limits.validate()?;
         anyhow::ensure!(
             self.lease >= Duration::from_millis(100),
             "lease must be at least 100ms"

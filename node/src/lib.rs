@@ -20,13 +20,17 @@
 //! - [`admin`]: operator endpoints (list, show, resolve records), own token.
 //! - [`events`]: outbox publisher, broker (NATS JetStream or in-process),
 //!   deduplicating consumers (ledger, receipt email), dead letters.
-//! - [`http`], [`ops`], [`openapi`], [`metrics`], [`error`]: the HTTP edges.
+//! - [`http`], [`ops`], [`openapi`], [`metrics`]: the node's part of the
+//!   HTTP edge; the rest (server, limits, errors, API keys, tracing) is the
+//!   `once-edge` crate's, shared with every role. [`error`] and [`auth`]
+//!   re-export it.
 //! - [`failpoints`]: crash injection for recovery tests (test builds only).
 //!
 //! # A request's path
 //!
 //! ```text
-//! POST /payments ─► observe (trace id, metrics) ─► Caller (401) ─► key (400) ─► body (400/413/422)
+//! POST /payments ─► edge (limits, 503) ─► observe (trace id, metrics) ─► API key (401) ─► tenant gate (429)
+//!   ─► key (400) ─► body (400/408/413/422)
 //!   ─► execute::create_payment ─► store.claim ─┬─ won ──► provider.charge ─► store.finish ─► 201/402
 //!                                              └─ lost ─► decide ─► replay | 409 | 202 | take over
 //! ```
@@ -52,6 +56,7 @@ pub mod sql;
 pub mod state;
 pub mod sweeper;
 
-pub use app::{Application, LIFELINE_ENV, shutdown_signal};
+pub use app::Application;
+pub use once_edge::{LIFELINE_ENV, shutdown_signal};
 pub use auth::ApiKeys;
 pub use config::NodeConfig;

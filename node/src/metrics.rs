@@ -84,6 +84,8 @@ pub struct Metrics {
     pub request_duration: Family<RequestLabels, Histogram>,
     /// The event path: outbox publisher, consumers, email sender.
     pub events: EventMetrics,
+    /// The HTTP edge: connections, shedding, deadlines, tenant admission.
+    pub edge: once_edge::EdgeMetrics,
     /// The OpenTelemetry twin of `request_duration`, set only when exporting.
     pub otel_request_duration: std::sync::OnceLock<opentelemetry::metrics::Histogram<f64>>,
     /// Observable instruments stay registered while these live.
@@ -171,9 +173,12 @@ impl Metrics {
             request_duration.clone(),
         );
         let events = EventMetrics::register(&mut registry);
+        let edge = once_edge::EdgeMetrics::default();
+        edge.register(&mut registry);
         Self {
             registry,
             events,
+            edge,
             replays,
             conflicts_different_request,
             expired_retries,

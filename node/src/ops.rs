@@ -1,12 +1,9 @@
-//! Operational endpoints: liveness, readiness, metrics and the OpenAPI
-//! document. None of them needs a credential.
+//! The node's operational endpoints, built from the edge's
+//! ([`once_edge::ops`]): `/healthz` and `/readyz` on both listeners,
+//! `/openapi.json` on the public one, `/metrics` on the admin one.
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
 use utoipa::OpenApi;
 
@@ -14,57 +11,54 @@ use crate::error::ApiError;
 use crate::openapi::ApiDoc;
 use crate::state::AppState;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
-}
-
-/// The process is up. Says nothing about the database.
-async fn healthz() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
-}
-
-/// Ready to serve payments: migrations ran (the node does not bind before
+/// `/healthz`; `/readyz`: migrations ran (the node does not bind before
 /// they do) and the store answers now.
-async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, ApiError> {
-    tokio::time::timeout(Duration::from_secs(2), state.store.ready())
-        .await
-        .map_err(|_| ApiError::Unavailable(anyhow::anyhow!("store readiness check timed out")))?
-        .map_err(|e| ApiError::Unavailable(e.into()))?;
-    Ok(Json(
-        serde_json::json!({ "status": "ready", "region": state.config.region }),
-    ))
+pub fn health(state: &AppState) -> Router<AppState> {
+    let state = state.clone();
+    once_edge::ops::health(move || {
+        let state = state.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(2), state.store.ready())
+                .await
+                .map_err(|_| {
+                    ApiError::Unavailable(anyhow::anyhow!("store readiness check timed out"))
+                })?
+                .map_err(|e| ApiError::Unavailable(e.into()))?;
+            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
+        }
+    })
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
-    // The in-progress age is read at scrape time so it is never stale.
-    if let Ok(Ok(oldest)) =
-        tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress()).await
-    {
-        let age = oldest.map_or(0.0, |at| {
-            state.clock.now().0.saturating_sub(at.0).max(0) as f64 / 1000.0
-        });
-        state.metrics.in_progress_age_max.set(age);
-    }
-    if let Ok(Ok(n)) =
-        tokio::time::timeout(Duration::from_secs(1), state.store.unknown_count()).await
-    {
-        state.metrics.unknown_records.set(n);
-    }
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.render(),
+/// `/openapi.json`: the API's contract.
+pub fn openapi() -> Router<AppState> {
+    Router::new().route(
+        "/openapi.json",
+        axum::routing::get(|| async { Json(ApiDoc::openapi()) }),
     )
-        .into_response()
 }
 
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+/// `/metrics`. The in-progress age and the unknown-record count are read at
+/// scrape time so they are never stale.
+pub fn metrics(state: &AppState) -> Router<AppState> {
+    let state = state.clone();
+    once_edge::ops::metrics(move || {
+        let state = state.clone();
+        async move {
+            if let Ok(Ok(oldest)) =
+                tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress())
+                    .await
+            {
+                let age = oldest.map_or(0.0, |at| {
+                    state.clock.now().0.saturating_sub(at.0).max(0) as f64 / 1000.0
+                });
+                state.metrics.in_progress_age_max.set(age);
+            }
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_secs(1), state.store.unknown_count()).await
+            {
+                state.metrics.unknown_records.set(n);
+            }
+            state.metrics.render()
+        }
+    })
 }

@@ -25,8 +25,8 @@ impl Deref for AppState {
 pub struct App {
     /// Validated at startup; never changes while the node runs.
     pub config: NodeConfig,
-    /// Digests of the accepted API keys.
-    pub api_keys: ApiKeys,
+    /// Digests of the accepted API keys (shared with the authenticating layer).
+    pub api_keys: Arc<ApiKeys>,
     /// Where idempotency records (and, in `sql` mode, payments) live.
     pub store: Arc<dyn IdempotencyStore>,
     pub provider: Arc<dyn PaymentProvider>,

@@ -1,9 +1,12 @@
 //! Operator actions against a running cluster (behind `once store status |
-//! add-learner | change-membership | snapshot | partition`): plain JSON over the client
-//! API listener, following the leader when a member redirects.
+//! add-learner | change-membership | snapshot | partition`): plain JSON over
+//! each member's admin listener, with the admin token, following the leader
+//! when a member redirects. `status` needs no token and is also served on
+//! the client API listener (the store client finds the leader with it).
 
 use std::time::Duration;
 
+use once_edge::AdminToken;
 use serde::Serialize;
 
 use crate::protocol::{
@@ -46,6 +49,29 @@ fn http() -> reqwest::Client {
         .expect("static client configuration")
 }
 
+/// An operator: the admin token on every request.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    http: reqwest::Client,
+}
+
+impl Operator {
+    pub fn new(token: &AdminToken) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+            .expect("an admin token is printable ASCII");
+        bearer.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .default_headers(headers)
+                .build()
+                .expect("static client configuration"),
+        }
+    }
+}
+
 pub async fn status(endpoint: &str) -> Result<Status, AdminError> {
     get_json(endpoint, STATUS_PATH).await
 }
@@ -82,9 +108,15 @@ pub async fn leader_endpoint(endpoints: &[String]) -> Result<String, AdminError>
     Err(AdminError::NoLeader)
 }
 
-async fn post<T: Serialize>(endpoint: &str, path: &str, body: &T) -> Result<(), AdminError> {
+async fn post<T: Serialize>(
+    operator: &Operator,
+    endpoint: &str,
+    path: &str,
+    body: &T,
+) -> Result<(), AdminError> {
     let url = format!("{}{path}", base(endpoint));
-    let r = http()
+    let r = operator
+        .http
         .post(&url)
         .json(body)
         .send()
@@ -104,12 +136,14 @@ async fn post<T: Serialize>(endpoint: &str, path: &str, body: &T) -> Result<(), 
 /// Adds `id` as a learner and waits until it has caught up with the log
 /// (or received a snapshot).
 pub async fn add_learner(
+    operator: &Operator,
     endpoints: &[String],
     id: NodeId,
     raft_addr: &str,
 ) -> Result<(), AdminError> {
     let leader = leader_endpoint(endpoints).await?;
     post(
+        operator,
         &leader,
         ADD_LEARNER_PATH,
         &AddLearner {
@@ -123,11 +157,13 @@ pub async fn add_learner(
 /// Makes `voters` the voting members (learners not listed stay learners;
 /// members in neither are removed).
 pub async fn change_membership(
+    operator: &Operator,
     endpoints: &[String],
     voters: Vec<NodeId>,
 ) -> Result<(), AdminError> {
     let leader = leader_endpoint(endpoints).await?;
     post(
+        operator,
         &leader,
         CHANGE_MEMBERSHIP_PATH,
         &ChangeMembership { voters },
@@ -136,29 +172,56 @@ pub async fn change_membership(
 }
 
 /// Builds a snapshot on the member at `endpoint` now.
-pub async fn snapshot(endpoint: &str) -> Result<(), AdminError> {
-    post(endpoint, SNAPSHOT_PATH, &()).await
+pub async fn snapshot(operator: &Operator, endpoint: &str) -> Result<(), AdminError> {
+    post(operator, endpoint, SNAPSHOT_PATH, &()).await
 }
 
 /// Starts an election on the member at `endpoint`.
-pub async fn elect(endpoint: &str) -> Result<(), AdminError> {
-    post(endpoint, ELECT_PATH, &()).await
+pub async fn elect(operator: &Operator, endpoint: &str) -> Result<(), AdminError> {
+    post(operator, endpoint, ELECT_PATH, &()).await
 }
 
 /// Isolates the member at `endpoint` from every other region (`true`) or
 /// heals it (`false`); see [`crate::wan`]. Its cut regions stay as they are.
-pub async fn set_partition(endpoint: &str, isolated: bool) -> Result<(), AdminError> {
-    post(endpoint, PARTITION_PATH, &SetPartition::isolated(isolated)).await
+pub async fn set_partition(
+    operator: &Operator,
+    endpoint: &str,
+    isolated: bool,
+) -> Result<(), AdminError> {
+    post(
+        operator,
+        endpoint,
+        PARTITION_PATH,
+        &SetPartition::isolated(isolated),
+    )
+    .await
 }
 
 /// Cuts exactly `regions` off from the member at `endpoint` (`[]` heals
 /// them all); its isolation stays as it is.
-pub async fn set_cut_regions(endpoint: &str, regions: &[String]) -> Result<(), AdminError> {
-    post(endpoint, PARTITION_PATH, &SetPartition::cut(regions)).await
+pub async fn set_cut_regions(
+    operator: &Operator,
+    endpoint: &str,
+    regions: &[String],
+) -> Result<(), AdminError> {
+    post(operator, endpoint, PARTITION_PATH, &SetPartition::cut(regions)).await
 }
 
 /// Whether the member at `endpoint` is isolated, which regions it cuts
 /// off, and its region.
-pub async fn partition(endpoint: &str) -> Result<PartitionState, AdminError> {
-    get_json(endpoint, PARTITION_PATH).await
+pub async fn partition(operator: &Operator, endpoint: &str) -> Result<PartitionState, AdminError> {
+    let url = format!("{}{PARTITION_PATH}", base(endpoint));
+    let r = operator
+        .http
+        .get(&url)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|source| AdminError::Http {
+            url: url.clone(),
+            source,
+        })?;
+    r.json()
+        .await
+        .map_err(|source| AdminError::Http { url, source })
 }

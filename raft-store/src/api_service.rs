@@ -1,4 +1,11 @@
-//! The client API and admin endpoints of one member, on their own listener.
+//! The client API and the admin endpoints of one member, each on its own
+//! listener.
+//!
+//! | listener | routes | credential |
+//! |---|---|---|
+//! | client API | write, read, status, `/healthz`, `/readyz` | none (issue: mTLS) |
+//! | admin | status, `/metrics`, `/healthz`, `/readyz` | none |
+//! | admin | records dump, add-learner, change-membership, snapshot, elect, partition | admin token |
 //!
 //! Writes go through group commit; linearizable reads through the coalesced
 //! read index. A read that only needs a *final* record (`COMPLETED` or
@@ -30,6 +37,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
+use once_edge::{AdminToken, EdgeMetrics};
+
 use crate::command::Record;
 use crate::group_commit::GroupCommit;
 use crate::protocol::{
@@ -45,6 +54,10 @@ use crate::wire::Postcard;
 
 /// What every handler shares.
 pub struct ApiState {
+    /// The operator endpoints' token; `None` turns them off (404).
+    pub admin_token: Option<Arc<AdminToken>>,
+    /// The edge's metrics of this member's three listeners.
+    pub edge: EdgeMetrics,
     pub id: NodeId,
     pub raft: Raft,
     /// A clone of the state machine: reads go straight to redb (MVCC read
@@ -67,19 +80,12 @@ impl std::fmt::Debug for ApiState {
     }
 }
 
-pub fn router(state: Arc<ApiState>) -> Router {
-    // Outside the partition check: an operator must always reach it.
-    let partition_admin = Router::new().route(PARTITION_PATH, get(partition).post(set_partition));
+/// The client API: what nodes and routers call.
+pub fn client_router(state: Arc<ApiState>) -> Router {
     Router::new()
         .route(WRITE_PATH, post(write))
         .route(READ_PATH, post(read))
         .route(STATUS_PATH, get(status))
-        .route(RECORDS_PATH, get(records))
-        .route(ADD_LEARNER_PATH, post(add_learner))
-        .route(CHANGE_MEMBERSHIP_PATH, post(change_membership))
-        .route(SNAPSHOT_PATH, post(snapshot))
-        .route(ELECT_PATH, post(elect))
-        .route("/metrics", get(crate::metrics::render))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         // Clients of another region cannot reach an isolated member.
@@ -87,8 +93,31 @@ pub fn router(state: Arc<ApiState>) -> Router {
             state.clone(),
             refuse_across_partition,
         ))
-        .merge(partition_admin)
         // A server span per request, continuing the caller's trace.
+        .layer(axum::middleware::from_fn(server_span))
+        .with_state(state)
+}
+
+/// The admin listener: operators and Prometheus. Never behind the
+/// simulated partition: an operator must always reach it.
+pub fn admin_router(state: Arc<ApiState>) -> Router {
+    let operator_only = Router::new()
+        .route(RECORDS_PATH, get(records))
+        .route(ADD_LEARNER_PATH, post(add_learner))
+        .route(CHANGE_MEMBERSHIP_PATH, post(change_membership))
+        .route(SNAPSHOT_PATH, post(snapshot))
+        .route(ELECT_PATH, post(elect))
+        .route(PARTITION_PATH, get(partition).post(set_partition))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.admin_token.clone(),
+            once_edge::admin::require,
+        ));
+    Router::new()
+        .merge(operator_only)
+        .route(STATUS_PATH, get(status))
+        .route("/metrics", get(crate::metrics::render))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .layer(axum::middleware::from_fn(server_span))
         .with_state(state)
 }

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use once_edge::{AdminToken, ServerLimits};
+
 use crate::types::NodeId;
 use crate::wan::WanConfig;
 
@@ -45,6 +47,14 @@ pub struct StoreConfig {
     pub id: NodeId,
     pub raft_addr: SocketAddr,
     pub api_addr: SocketAddr,
+    /// The operator listener: membership, elections, snapshots, record
+    /// dumps, the partition switch (behind `admin_token`), status, metrics.
+    pub admin_addr: SocketAddr,
+    /// Bearer token of the operator endpoints; `None` turns them off (404).
+    pub admin_token: Option<AdminToken>,
+    /// What the client API and admin listeners tolerate; the Raft listener
+    /// gets the same with deadlines long enough for a snapshot chunk.
+    pub limits: ServerLimits,
     pub data_dir: PathBuf,
     /// The founding voters, this member included. Only the lowest of them
     /// initialises a cluster, only once, and only when every founding peer
@@ -77,6 +87,9 @@ impl StoreConfig {
             id,
             raft_addr,
             api_addr,
+            admin_addr: SocketAddr::new(api_addr.ip(), 0),
+            admin_token: None,
+            limits: ServerLimits::default(),
             data_dir,
             peers: BTreeMap::new(),
             timing: Timing::default(),

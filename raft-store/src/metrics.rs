@@ -30,6 +30,7 @@ fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
 pub async fn render(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
     let status = status_of(&state);
     let mut registry = Registry::default();
+    state.edge.register(&mut registry);
     let index = |i: Option<u64>| i64::try_from(i.unwrap_or(0)).unwrap_or(i64::MAX);
     gauge(
         &mut registry,

@@ -1,14 +1,16 @@
 //! One raft-store member: opens the log and state machine in its data
-//! directory, starts openraft, binds the Raft RPC and client API listeners,
-//! and bootstraps the cluster when it is a founding member of a new one.
+//! directory, starts openraft, binds its three listeners (Raft RPC, client
+//! API, admin) on the edge's server, and bootstraps the cluster when it is a
+//! founding member of a new one.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use once_edge::{EdgeMetrics, Server, ServerLimits};
 use openraft::{Config, SnapshotPolicy};
-use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::api_service::{self, ApiState};
 use crate::config::StoreConfig;
@@ -55,8 +57,11 @@ pub struct StoreServer {
     pub state_machine: StateMachine,
     pub raft_addr: SocketAddr,
     pub api_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
     /// The simulated WAN of this member (to isolate it in-process).
     pub wan: Arc<SimulatedWan>,
+    /// Stops the three listeners.
+    stop: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for StoreServer {
@@ -65,6 +70,7 @@ impl std::fmt::Debug for StoreServer {
             .field("id", &self.id)
             .field("raft_addr", &self.raft_addr)
             .field("api_addr", &self.api_addr)
+            .field("admin_addr", &self.admin_addr)
             .finish_non_exhaustive()
     }
 }
@@ -95,10 +101,25 @@ impl StoreServer {
         let state_machine = StateMachine::open(&config.data_dir.join("state.redb"))
             .map_err(StartError::StateMachine)?;
 
-        let raft_listener = bind("raft", config.raft_addr).await?;
-        let api_listener = bind("api", config.api_addr).await?;
-        let raft_addr = raft_listener.local_addr().expect("bound");
-        let api_addr = api_listener.local_addr().expect("bound");
+        let edge = EdgeMetrics::default();
+        // A snapshot chunk may take its whole timeout to arrive and apply.
+        let raft_limits = ServerLimits {
+            body_read_timeout: config
+                .limits
+                .body_read_timeout
+                .max(t.snapshot_chunk_timeout),
+            request_deadline: config
+                .limits
+                .request_deadline
+                .max(t.snapshot_chunk_timeout + std::time::Duration::from_secs(5)),
+            ..config.limits
+        };
+        let raft_server = bind("raft", config.raft_addr, raft_limits, &edge).await?;
+        let api_server = bind("api", config.api_addr, config.limits, &edge).await?;
+        let admin_server = bind("admin", config.admin_addr, config.limits, &edge).await?;
+        let raft_addr = raft_server.local_addr();
+        let api_addr = api_server.local_addr();
+        let admin_addr = admin_server.local_addr();
 
         let wan = Arc::new(SimulatedWan::new(config.wan.clone()));
         let network = Network::new(
@@ -132,11 +153,24 @@ impl StoreServer {
             raft_addr: raft_addr.to_string(),
             api_addr: api_addr.to_string(),
             wan: wan.clone(),
+            admin_token: config.admin_token.clone().map(Arc::new),
+            edge,
         });
+        let (stop, stopping) = watch::channel(false);
+        // Only an explicit stop ends them: a test that drops its handle
+        // keeps the member serving, as a process would.
+        let stopped = |mut stopping: watch::Receiver<bool>| async move {
+            if stopping.wait_for(|stop| *stop).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let drain = std::time::Duration::from_secs(5);
         let raft_router = raft_service::router(raft.clone(), config.max_body, wan.clone());
-        tokio::spawn(async move { axum::serve(raft_listener, raft_router).await });
-        let api_router = api_service::router(api);
-        tokio::spawn(async move { axum::serve(api_listener, api_router).await });
+        tokio::spawn(raft_server.serve(raft_router, stopped(stopping.clone()), drain));
+        let api_router = api_service::client_router(api.clone());
+        tokio::spawn(api_server.serve(api_router, stopped(stopping.clone()), drain));
+        let admin_router = api_service::admin_router(api);
+        tokio::spawn(admin_server.serve(admin_router, stopped(stopping), drain));
 
         bootstrap(
             raft.clone(),
@@ -151,20 +185,27 @@ impl StoreServer {
             state_machine,
             raft_addr,
             api_addr,
+            admin_addr,
             wan,
+            stop,
         })
     }
 
-    /// Runs until `signal`, then stops raft (the listeners die with the
-    /// process).
+    /// Runs until `signal`, then stops raft and the listeners.
     pub async fn run_until(self, signal: impl Future<Output = ()>) {
         signal.await;
         let _ = self.raft.shutdown().await;
+        let _ = self.stop.send(true);
     }
 }
 
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
+async fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+    limits: ServerLimits,
+    edge: &EdgeMetrics,
+) -> Result<Server, StartError> {
+    Server::bind(what, addr, limits, edge.clone())
         .await
         .map_err(|source| StartError::Bind { what, addr, source })
 }

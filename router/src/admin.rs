@@ -1,5 +1,6 @@
-//! Operator endpoints, behind their own bearer token (`--admin-token`);
-//! without one they do not exist (404, like any unknown route).
+//! Operator endpoints, on the admin listener behind the admin token
+//! (`ONCE_ADMIN_TOKEN`); without one they do not exist (404, like any
+//! unknown route).
 //!
 //! - `POST /admin/failover {"region":"eu-west"}`: what the health checker
 //!   does when a region goes down, on command (drills).
@@ -20,7 +21,7 @@ use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use once_node::error::ApiError;
+use once_edge::ApiError;
 use once_raft_store::command::RegionStatus;
 use serde::Deserialize;
 
@@ -44,7 +45,9 @@ impl FromRequestParts<SharedState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &SharedState) -> Result<Self, ApiError> {
-        once_node::auth::require_admin_token(&parts.headers, state.config.admin_token.as_deref())?;
+        // No token configured: the surface is off, like a missing route.
+        let token = state.config.admin_token.as_ref().ok_or(ApiError::NotFound)?;
+        token.check(&parts.headers)?;
         Ok(Operator)
     }
 }

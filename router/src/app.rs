@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
-use axum::middleware;
-use once_node::ApiKeys;
-use once_node::error::ApiError;
+use axum::middleware::from_fn_with_state;
+use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
+use once_edge::tenants::{self, TenantGates};
+use once_edge::{ApiError, ApiKeys, Server, api_keys};
 use once_raft_store::client::{ClientOptions, StoreClient};
-use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::config::RouterConfig;
 use crate::metrics::Metrics;
@@ -20,12 +21,13 @@ use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
 use crate::regions::RegionHealth;
 use crate::state::{RouterState, SharedState};
-use crate::{admin, forward, health, http, ops};
+use crate::{admin, forward, health, ops};
 
 /// A bound router, not serving yet.
 #[derive(Debug)]
 pub struct RouterApp {
-    listener: TcpListener,
+    public: Server,
+    admin: Server,
     state: SharedState,
 }
 
@@ -58,26 +60,38 @@ impl RouterApp {
             .build()
             .context("building the HTTP client")?;
         let health = RegionHealth::new(config.nodes.regions(), config.health);
-        let listener = TcpListener::bind(config.listen)
+        let metrics = Arc::new(Metrics::new());
+        let public = Server::bind("public", config.listen, config.limits, metrics.edge.clone())
             .await
             .with_context(|| format!("binding {}", config.listen))?;
+        let admin = Server::bind("admin", config.admin_listen, config.limits, metrics.edge.clone())
+            .await
+            .with_context(|| format!("binding the admin listener {}", config.admin_listen))?;
         let state = Arc::new(RouterState {
             placements: Arc::new(PlacementCache::new(store.clone())),
             store,
             health,
             partition: RegionCut::new(&config.region),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             http,
-            api_keys,
+            api_keys: Arc::new(api_keys),
             config,
         });
-        Ok(Self { listener, state })
+        Ok(Self {
+            public,
+            admin,
+            state,
+        })
     }
 
+    /// The public listener's bound address.
     pub fn address(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or(self.state.config.listen)
+        self.public.local_addr()
+    }
+
+    /// The admin listener's bound address.
+    pub fn admin_address(&self) -> SocketAddr {
+        self.admin.local_addr()
     }
 
     pub fn state(&self) -> &SharedState {
@@ -91,7 +105,11 @@ impl RouterApp {
         self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let Self { listener, state } = self;
+        let Self {
+            public,
+            admin,
+            state,
+        } = self;
         let refresher = tokio::spawn(
             state
                 .placements
@@ -100,36 +118,56 @@ impl RouterApp {
         );
         let checker = tokio::spawn(health::watch_regions(state.clone()));
         let drain = state.config.drain_timeout;
-        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-            signal.await;
-            let _ = stopping_tx.send(());
-        });
-        let result = tokio::select! {
-            result = server => result.context("serving"),
-            () = async {
-                let _ = stopping_rx.await;
-                tokio::time::sleep(drain).await;
-            } => {
-                tracing::warn!("drain timeout reached; closing remaining connections");
-                Ok(())
-            }
+        let (stop, stopping) = watch::channel(false);
+        let stopped = |mut stopping: watch::Receiver<bool>| async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
         };
+        let public = tokio::spawn(public.serve(
+            public_router(state.clone()),
+            stopped(stopping.clone()),
+            drain,
+        ));
+        let admin = tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
+        signal.await;
+        let _ = stop.send(true);
+        let _ = tokio::join!(public, admin);
         refresher.abort();
         checker.abort();
-        result
+        Ok(())
     }
 }
 
-/// Every route, under the observing layer.
-pub fn router(state: SharedState) -> Router {
+/// The public listener. Route layers run bottom-up: the API key (401)
+/// before the tenant's gate (429), both before the body is read.
+pub fn public_router(state: SharedState) -> Router {
+    let gates = TenantGates::new(state.config.tenant_limits.clone(), state.metrics.edge.clone());
+    let forwarded = forward::router()
+        .route_layer(from_fn_with_state(gates, tenants::admit))
+        .route_layer(from_fn_with_state(
+            state.api_keys.clone(),
+            api_keys::authenticate,
+        ));
     Router::new()
-        .merge(forward::router())
-        .merge(admin::router())
-        .merge(ops::router())
+        .merge(forwarded)
+        .merge(ops::health(&state))
         .fallback(|| async { ApiError::NotFound })
-        // Outermost, so every answer (401s, 404s, 503s included) carries
-        // its trace id and internal causes are logged inside the span.
-        .layer(middleware::from_fn(http::observe))
+        .layer(from_fn_with_state(observing(), observe::observe))
         .with_state(state)
+}
+
+/// The admin listener: metrics, probes and the operator endpoints.
+pub fn admin_router(state: SharedState) -> Router {
+    Router::new()
+        .merge(admin::router())
+        .merge(ops::metrics(&state))
+        .merge(ops::health(&state))
+        .fallback(|| async { ApiError::NotFound })
+        .layer(from_fn_with_state(observing(), observe::observe))
+        .with_state(state)
+}
+
+/// Outermost route layer: the server span and trace ids. A forwarded
+/// answer keeps the node's trace headers (same trace, the node's span).
+fn observing() -> Observe {
+    Observe::new(SpanOnly, TraceHeaders::KeepUpstream)
 }

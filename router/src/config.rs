@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use once_edge::{AdminToken, ServerLimits, TenantLimits};
+
 use crate::nodes::NodeDirectory;
 
 /// A configuration the router refuses to start with.
@@ -18,13 +20,22 @@ pub enum ConfigError {
     ZeroInterval,
     #[error("--body-limit must be at least 1 byte")]
     ZeroBodyLimit,
-    #[error("--admin-token must be at least 16 characters")]
-    ShortAdminToken,
+    #[error(transparent)]
+    Limits(#[from] once_edge::limits::LimitsError),
+    #[error("--node-timeout ({node:?}) must be shorter than --request-deadline ({deadline:?}), so a node's late answer is a 503 of the router's own and not a cut-off stream")]
+    NodeTimeoutPastDeadline { node: Duration, deadline: Duration },
 }
 
 #[derive(Debug)]
 pub struct RouterConfig {
+    /// The public listener: `/payments…`, health and readiness.
     pub listen: SocketAddr,
+    /// The admin listener: `/metrics`, `/admin/*`, health and readiness.
+    pub admin_listen: SocketAddr,
+    /// What each listener tolerates (timeouts, connection cap, in-flight limit).
+    pub limits: ServerLimits,
+    /// Each tenant's rate and in-flight quota, enforced before forwarding.
+    pub tenant_limits: TenantLimits,
     /// The region this router runs in: tenants without a placement are
     /// served here, and forwarding elsewhere pays `wan_latency`.
     pub region: String,
@@ -36,7 +47,7 @@ pub struct RouterConfig {
     pub placement_refresh: Duration,
     pub auto_failover: bool,
     /// Bearer token of `/admin/*`; `None` disables those endpoints.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<AdminToken>,
     /// Simulated round trip added before forwarding to another region.
     pub wan_latency: Duration,
     /// Largest request body buffered for forwarding (and re-sending after a 421).
@@ -78,6 +89,9 @@ impl RouterConfig {
     ) -> Self {
         Self {
             listen,
+            admin_listen: SocketAddr::new(listen.ip(), 0),
+            limits: ServerLimits::default(),
+            tenant_limits: TenantLimits::default(),
             region: region.to_owned(),
             store_endpoints,
             nodes,
@@ -87,7 +101,7 @@ impl RouterConfig {
             admin_token: None,
             wan_latency: Duration::ZERO,
             body_limit: 64 * 1024,
-            node_timeout: Duration::from_secs(30),
+            node_timeout: Duration::from_secs(25),
             drain_timeout: Duration::from_secs(10),
         }
     }
@@ -108,8 +122,12 @@ impl RouterConfig {
         if self.body_limit == 0 {
             return Err(ConfigError::ZeroBodyLimit);
         }
-        if self.admin_token.as_ref().is_some_and(|t| t.len() < 16) {
-            return Err(ConfigError::ShortAdminToken);
+        self.limits.validate()?;
+        if self.node_timeout >= self.limits.request_deadline {
+            return Err(ConfigError::NodeTimeoutPastDeadline {
+                node: self.node_timeout,
+                deadline: self.limits.request_deadline,
+            });
         }
         Ok(())
     }

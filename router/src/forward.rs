@@ -2,7 +2,7 @@
 //! its nodes, stream the answer back.
 //!
 //! ```text
-//! client ─► 401? ─► body ≤ --body-limit (413) ─► home = placement(tenant) or own region
+//! client ─► 401? ─► 429? ─► body ≤ --body-limit (413), in time (408) ─► home = placement(tenant) or own region
 //!   ─► [WAN wait if home ≠ own region] ─► node (round-robin; next node on connect error)
 //!        ├─ answer        ─► stream back + X-Once-Region
 //!        ├─ 421           ─► re-read the tenant's placement ─► re-send once ─► answer (even a 421)
@@ -31,12 +31,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
-use http_body_util::LengthLimitError;
-use once_node::error::ApiError;
+use axum::routing::{get, post};
+use once_edge::{ApiError, Caller};
 use tracing::Instrument;
 
-use crate::auth::tenant_of;
 use crate::headers;
 use crate::metrics::Metrics;
 use crate::state::{RouterState, SharedState};
@@ -46,10 +44,25 @@ pub const X_ONCE_REGION: HeaderName = HeaderName::from_static("x-once-region");
 /// A node's hint on a 421: the home region it believes in.
 pub const X_ONCE_HOME_REGION: HeaderName = HeaderName::from_static("x-once-home-region");
 
+/// Only the API's own routes are forwarded, each with its own method: a
+/// path the node would route elsewhere (`/metrics`, `/admin/…`) can never
+/// be reached through the router. Paths are canonical by then (the edge
+/// answers `400 INVALID_PATH` to dot segments and encoded dots or slashes),
+/// and a payment id is one segment of the id alphabet.
 pub fn router() -> Router<SharedState> {
     Router::new()
-        .route("/payments", any(forward))
-        .route("/payments/{*rest}", any(forward))
+        .route("/payments", post(forward))
+        .route("/payments/{id}", get(forward))
+}
+
+/// A payment id as the node mints them (`pay_` and hex), checked loosely:
+/// one segment of `[A-Za-z0-9_-]`, so nothing but an id is forwarded.
+fn is_id_segment(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment.len() <= 128
+        && segment
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// A forward that got no answer from a node.
@@ -92,42 +105,28 @@ async fn forward(State(state): State<SharedState>, request: Request) -> Response
 /// router answered by itself before choosing one).
 async fn forward_to_home(state: &SharedState, request: Request) -> (String, Response) {
     let (parts, body) = request.into_parts();
-    let tenant = match tenant_of(&state.api_keys, &parts.headers) {
-        Ok(tenant) => tenant,
+    // Put there by the authenticating layer; without it, nothing is sent.
+    let Some(tenant) = parts.extensions.get::<Caller>().map(|c| c.tenant.to_string()) else {
+        return (String::new(), ApiError::Unauthorized.into_response());
+    };
+    let path = parts.uri.path();
+    if let Some(id) = path.strip_prefix("/payments/")
+        && !is_id_segment(id)
+    {
+        return (String::new(), ApiError::PaymentNotFound.into_response());
+    }
+    let body = match once_edge::body::read(body, &parts.headers, state.config.body_limit).await {
+        Ok(body) => body,
         Err(e) => return (String::new(), e.into_response()),
     };
-    tracing::Span::current().record("tenant", tenant.as_str());
-    let limit = state.config.body_limit;
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return (
-            String::new(),
-            ApiError::PayloadTooLarge { limit }.into_response(),
-        );
-    }
-    let body = match axum::body::to_bytes(body, limit).await {
-        Ok(body) => body,
-        Err(e) if is_length_limit(&e) => {
-            return (
-                String::new(),
-                ApiError::PayloadTooLarge { limit }.into_response(),
-            );
-        }
-        Err(e) => {
-            let error = ApiError::MalformedJson(format!("could not read the request body: {e}"));
-            return (String::new(), error.into_response());
-        }
+    // Rebuilt from the checked path, never the raw request target.
+    let path_and_query = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
     };
     let outgoing = Outgoing {
         method: parts.method,
-        path_and_query: parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_owned(), |p| p.as_str().to_owned()),
+        path_and_query,
         headers: headers::to_node(&parts.headers),
         body,
     };
@@ -278,15 +277,4 @@ fn unavailable(error: ForwardError) -> (String, Response) {
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     (region, response)
-}
-
-fn is_length_limit(error: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if e.is::<LengthLimitError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }

@@ -12,7 +12,6 @@
 //! - [`config`]: validated configuration; [`nodes`]: `--nodes`, the node
 //!   URLs of each region and their round-robin rotation.
 //! - [`state`]: what handlers and background tasks share.
-//! - [`auth`]: API key → tenant, with the node's keys and 401.
 //! - [`forward`]: `/payments…` — resolve, forward, 421 retry, 503.
 //! - [`headers`]: end-to-end headers pass, hop-by-hop ones stop.
 //! - [`placement`]: the placement cache and its refresher.
@@ -23,13 +22,16 @@
 //!   simulated partition switch.
 //! - [`partition`]: regions a drill has cut off from this router (their
 //!   nodes count as unreachable for forwarding and health checks).
-//! - [`http`], [`ops`], [`metrics`]: span and trace ids, health/readiness/
-//!   metrics endpoints, Prometheus counters.
+//! - [`ops`], [`metrics`]: health/readiness/metrics endpoints, Prometheus
+//!   counters. Everything else at the HTTP edge (the server and its limits,
+//!   API keys, per-tenant gates, path checks, spans and trace ids, errors)
+//!   is the `once-edge` crate's, shared with the node.
 //!
 //! # A request, and a region failing
 //!
 //! ```text
-//! client ─► router ─ Bearer key → tenant (401) ─ placement cache → home ─► node(home)
+//! client ─► router ─ edge (limits, path check 400) ─ Bearer key → tenant (401) ─ tenant gate (429)
+//!                  ─ placement cache → home ─► node(home)
 //!                                                                   │
 //!             ◄── answer streamed back + X-Once-Region ─────────────┤
 //!             421 (node is not home) ─► re-read placement ─► resend once to the new home
@@ -51,13 +53,11 @@
 
 pub mod admin;
 pub mod app;
-pub mod auth;
 pub mod config;
 pub mod failover;
 pub mod forward;
 pub mod headers;
 pub mod health;
-pub mod http;
 pub mod metrics;
 pub mod nodes;
 pub mod ops;

@@ -59,6 +59,8 @@ pub struct Metrics {
     pub placements: Gauge<i64, std::sync::atomic::AtomicI64>,
     /// `router_placement_refresh_failures_total`.
     pub refresh_failures: Counter<u64, AtomicU64>,
+    /// The HTTP edge's own: connections, shedding, deadlines, tenant admission.
+    pub edge: once_edge::EdgeMetrics,
 }
 
 impl Default for Metrics {
@@ -133,7 +135,10 @@ impl Metrics {
             "Placement refreshes that could not read raft-store",
             refresh_failures.clone(),
         );
+        let edge = once_edge::EdgeMetrics::default();
+        edge.register(&mut registry);
         Self {
+            edge,
             registry,
             requests,
             request_duration,

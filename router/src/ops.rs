@@ -1,55 +1,42 @@
-//! Operational endpoints: liveness, readiness and metrics. No credential.
+//! The router's operational endpoints, built from the edge's
+//! ([`once_edge::ops`]): `/healthz` and `/readyz` on both listeners,
+//! `/metrics` on the admin one.
 
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
-use once_node::error::ApiError;
+use axum::Router;
+use once_edge::ApiError;
 
 use crate::state::SharedState;
 
-pub fn router() -> Router<SharedState> {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+/// `/healthz`; `/readyz`: the placement table has been read at least once
+/// and raft-store answers now.
+pub fn health(state: &SharedState) -> Router<SharedState> {
+    let state = state.clone();
+    once_edge::ops::health(move || {
+        let state = state.clone();
+        async move {
+            if !state.placements.is_loaded() {
+                return Err(ApiError::Unavailable(anyhow::anyhow!(
+                    "placements not loaded yet"
+                )));
+            }
+            tokio::time::timeout(Duration::from_secs(2), state.store.regions())
+                .await
+                .map_err(|_| {
+                    ApiError::Unavailable(anyhow::anyhow!("raft-store readiness check timed out"))
+                })?
+                .map_err(|e| ApiError::Unavailable(e.into()))?;
+            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
+        }
+    })
 }
 
-/// The process is up.
-async fn healthz() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
-}
-
-/// Ready to route: the placement table has been read at least once and
-/// raft-store answers now.
-async fn readyz(State(state): State<SharedState>) -> Result<Json<serde_json::Value>, ApiError> {
-    if !state.placements.is_loaded() {
-        return Err(ApiError::Unavailable(anyhow::anyhow!(
-            "placements not loaded yet"
-        )));
-    }
-    tokio::time::timeout(Duration::from_secs(2), state.store.regions())
-        .await
-        .map_err(|_| {
-            ApiError::Unavailable(anyhow::anyhow!("raft-store readiness check timed out"))
-        })?
-        .map_err(|e| ApiError::Unavailable(e.into()))?;
-    Ok(Json(
-        serde_json::json!({ "status": "ready", "region": state.config.region }),
-    ))
-}
-
-async fn metrics(State(state): State<SharedState>) -> Response {
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
-        .into_response()
+/// `/metrics`.
+pub fn metrics(state: &SharedState) -> Router<SharedState> {
+    let state = state.clone();
+    once_edge::ops::metrics(move || {
+        let state = state.clone();
+        async move { state.metrics.encode() }
+    })
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use once_node::ApiKeys;
+use once_edge::ApiKeys;
 use once_raft_store::client::StoreClient;
 
 use crate::config::RouterConfig;
@@ -20,7 +20,7 @@ pub struct RouterState {
     pub config: RouterConfig,
     /// The node's keys, the node's check: a request the router lets through
     /// is one the node would authenticate too (it checks again).
-    pub api_keys: ApiKeys,
+    pub api_keys: Arc<ApiKeys>,
     /// raft-store: placements and region status.
     pub store: Arc<StoreClient>,
     pub placements: Arc<PlacementCache>,

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use once_node::ApiKeys;
+use once_edge::ApiKeys;
 use once_router::{NodeDirectory, RouterApp, RouterConfig};
 
 const KEY: &str = "sk_test_acme_checkout_0001";

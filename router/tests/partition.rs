@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use once_node::ApiKeys;
+use once_edge::{AdminToken, ApiKeys};
 use once_router::{NodeDirectory, RouterApp, RouterConfig};
 use serde_json::{Value, json};
 
@@ -71,7 +71,13 @@ async fn serve(app: Router) -> SocketAddr {
 /// A router in `region` over `us` and `eu`, health-checking every 100 ms
 /// (down after 2 failed rounds, back after 1 good one), store unreachable,
 /// no automatic failover.
-async fn router(region: &str, us: SocketAddr, eu: SocketAddr) -> String {
+/// A router's two listeners.
+struct RouterUrls {
+    public: String,
+    admin: String,
+}
+
+async fn router(region: &str, us: SocketAddr, eu: SocketAddr) -> RouterUrls {
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -85,15 +91,18 @@ async fn router(region: &str, us: SocketAddr, eu: SocketAddr) -> String {
     config.health.interval = Duration::from_millis(100);
     config.health.failures = 2;
     config.health.successes = 1;
-    config.admin_token = Some(ADMIN_TOKEN.to_owned());
+    config.admin_token = Some(AdminToken::new(ADMIN_TOKEN).unwrap());
     // No store to move tenants in; a round that publishes a region's status
     // still waits out the store client's deadline, hence the patient polls.
     config.auto_failover = false;
     let keys = ApiKeys::from_plaintext_list(&format!("acme:checkout:{KEY}")).unwrap();
     let app = RouterApp::build(config, keys).await.unwrap();
-    let url = format!("http://{}", app.address());
+    let urls = RouterUrls {
+        public: format!("http://{}", app.address()),
+        admin: format!("http://{}", app.admin_address()),
+    };
     tokio::spawn(app.run_until(std::future::pending()));
-    url
+    urls
 }
 
 async fn pay(router: &str) -> reqwest::Response {
@@ -156,18 +165,18 @@ async fn a_region_cut_at_the_router_answers_503_sends_nothing_and_fails_its_heal
     let (eu, received) = eu_node().await;
     let router = router("us", us, eu).await;
     assert_eq!(
-        pay(&router).await.status(),
+        pay(&router.public).await.status(),
         201,
         "eu reachable before the cut"
     );
     assert_eq!(received.load(Ordering::SeqCst), 1);
 
-    let state = set_cut(&router, &["eu"]).await;
+    let state = set_cut(&router.admin, &["eu"]).await;
     assert_eq!(state["region"], "us");
     assert_eq!(state["cut_regions"], json!(["eu"]));
     assert_eq!(state["unreachable_regions"], json!(["eu"]));
 
-    let answer = pay(&router).await;
+    let answer = pay(&router.public).await;
     assert_eq!(answer.status(), 503);
     assert_eq!(answer.headers()["retry-after"], "1");
     let body: Value = answer.json().await.unwrap();
@@ -175,14 +184,14 @@ async fn a_region_cut_at_the_router_answers_503_sends_nothing_and_fails_its_heal
     assert_eq!(received.load(Ordering::SeqCst), 1, "nothing reached eu");
 
     eventually("eu is down in the router's view", || async {
-        !region_up(&router, "eu").await
+        !region_up(&router.admin, "eu").await
     })
     .await;
-    assert!(region_up(&router, "us").await, "us is still up");
+    assert!(region_up(&router.admin, "us").await, "us is still up");
 
-    set_cut(&router, &[]).await;
-    eventually("eu is up again", || region_up(&router, "eu")).await;
-    assert_eq!(pay(&router).await.status(), 201, "healed: eu served again");
+    set_cut(&router.admin, &[]).await;
+    eventually("eu is up again", || region_up(&router.admin, "eu")).await;
+    assert_eq!(pay(&router.public).await.status(), 201, "healed: eu served again");
     assert_eq!(received.load(Ordering::SeqCst), 2);
 }
 
@@ -192,9 +201,9 @@ async fn a_router_in_the_cut_region_is_cut_off_from_every_other_region() {
     let (eu, received) = eu_node().await;
     let router = router("us", us, eu).await;
 
-    let state = set_cut(&router, &["us"]).await;
+    let state = set_cut(&router.admin, &["us"]).await;
     assert_eq!(state["unreachable_regions"], json!(["eu"]));
-    let answer = pay(&router).await;
+    let answer = pay(&router.public).await;
     assert_eq!(
         answer.status(),
         503,
@@ -202,10 +211,10 @@ async fn a_router_in_the_cut_region_is_cut_off_from_every_other_region() {
     );
     assert_eq!(received.load(Ordering::SeqCst), 0);
     eventually("eu is down in the router's view", || async {
-        !region_up(&router, "eu").await
+        !region_up(&router.admin, "eu").await
     })
     .await;
-    assert!(region_up(&router, "us").await);
+    assert!(region_up(&router.admin, "us").await);
 }
 
 #[tokio::test]
@@ -214,7 +223,7 @@ async fn the_switch_is_behind_the_admin_token_and_knows_only_configured_regions(
     let (eu, _) = eu_node().await;
     let router = router("us", us, eu).await;
     let client = reqwest::Client::new();
-    let url = format!("{router}/admin/partition");
+    let url = format!("{}/admin/partition", router.admin);
 
     let anonymous = client
         .post(&url)

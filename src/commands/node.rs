@@ -20,6 +20,14 @@ pub struct NodeArgs {
     /// Address to listen on; port 0 picks a free one (printed on stdout).
     #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// The admin listener: `/metrics`, `/admin/*` (admin token from
+    /// `ONCE_ADMIN_TOKEN`), health and readiness. Port 0 picks a free one.
+    #[arg(long, env = "ONCE_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
+    #[command(flatten)]
+    pub edge: super::edge::EdgeArgs,
+    #[command(flatten)]
+    pub tenants: super::edge::TenantArgs,
     /// This node's region.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -61,9 +69,6 @@ pub struct NodeArgs {
     /// How often the recovery worker looks for abandoned operations.
     #[arg(long, env = "ONCE_RECOVERY_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
     pub recovery_interval: Duration,
-    /// Bearer token of the admin endpoints (`once records`); unset disables them.
-    #[arg(long, env = "ONCE_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
     /// NATS server for events (JetStream); unset: the in-process bus.
     #[arg(long, env = "ONCE_NATS_URL")]
     pub nats_url: Option<String>,
@@ -129,7 +134,11 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.sweep_interval = args.sweep_interval;
     config.drain_timeout = args.drain_timeout;
     config.recovery_interval = args.recovery_interval;
-    config.admin_token = args.admin_token.clone();
+    // From the environment only (`ONCE_ADMIN_TOKEN`); unset: no admin endpoints.
+    config.admin_token = super::edge::admin_token()?;
+    config.admin_listen = args.admin_listen;
+    config.limits = args.edge.limits()?;
+    config.tenant_limits = args.tenants.limits()?;
     config.provider = args.provider_url.as_ref().map(|url| {
         let mut provider = HttpProviderConfig::new(url);
         provider.request_timeout = args.provider_timeout;
@@ -185,6 +194,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "role": "node",
                 "listen": config.listen.to_string(),
+                "adminListen": config.admin_listen.to_string(),
+                "limits": super::edge::describe(&config.limits),
+                "tenantLimits": super::edge::TenantArgs::describe(&config.tenant_limits),
                 "region": config.region,
                 "databaseUrl": redact_url(&config.database_url),
                 "maxDbConnections": config.max_db_connections,
@@ -215,10 +227,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     }
     let app = Application::builder(config, keys).build().await?;
     let addr = app.address();
-    tracing::info!(%addr, region = %app.state().config.region, "node listening");
-    // One machine-readable line on stdout for harnesses and scripts.
+    let admin = app.admin_address();
+    tracing::info!(%addr, %admin, region = %app.state().config.region, "node listening");
+    // Machine-readable lines on stdout for harnesses and scripts.
+    println!("admin on http://{admin}");
     println!("listening on http://{addr}");
-    app.run_until(once_node::shutdown_signal()).await
+    app.run_until(once_edge::shutdown_signal()).await
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ pub async fn run(args: ProviderSimArgs) -> anyhow::Result<()> {
             tracing::info!(%addr, "provider simulator listening");
             println!("listening on http://{addr}");
         },
-        once_node::shutdown_signal(),
+        once_edge::shutdown_signal(),
     )
     .await
 }

@@ -1,5 +1,5 @@
 //! `once records`: the operator's view of idempotency records, through a
-//! node's admin endpoints (`--admin-token` on the node).
+//! node's admin listener, with the admin token from `ONCE_ADMIN_TOKEN`.
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -7,17 +7,14 @@ use once_node::admin::{RecordView, ResolveRequest};
 
 #[derive(Debug, Args)]
 pub struct RecordsArgs {
-    /// A node's base URL.
+    /// A node's admin listener.
     #[arg(
         long,
-        env = "ONCE_NODE_URL",
-        default_value = "http://127.0.0.1:8080",
+        env = "ONCE_NODE_ADMIN_URL",
+        default_value = "http://127.0.0.1:9090",
         global = true
     )]
     pub node: String,
-    /// The node's admin token.
-    #[arg(long, env = "ONCE_ADMIN_TOKEN", global = true, hide_env_values = true)]
-    pub admin_token: Option<String>,
     #[command(subcommand)]
     pub command: RecordsCommand,
 }
@@ -100,10 +97,9 @@ async fn records_for_key(
 }
 
 pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
-    let token = args
-        .admin_token
-        .clone()
-        .context("--admin-token (or ONCE_ADMIN_TOKEN) is required")?;
+    let token = super::edge::admin_token()?
+        .with_context(|| format!("{} must hold the node's admin token", super::edge::ADMIN_TOKEN_ENV))?;
+    let token = token.expose();
     let client = reqwest::Client::new();
     let base = args.node.trim_end_matches('/');
     match args.command {

@@ -15,6 +15,14 @@ pub struct RouterArgs {
     /// Address to listen on; port 0 picks a free one (printed on stdout).
     #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// The admin listener: `/metrics`, `/admin/*` (admin token from
+    /// `ONCE_ADMIN_TOKEN`), health and readiness. Port 0 picks a free one.
+    #[arg(long, env = "ONCE_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
+    #[command(flatten)]
+    pub edge: super::edge::EdgeArgs,
+    #[command(flatten)]
+    pub tenants: super::edge::TenantArgs,
     /// This router's region: tenants without a placement are served here.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -53,9 +61,6 @@ pub struct RouterArgs {
     #[arg(long, env = "ONCE_AUTO_FAILOVER", default_value_t = true, action = ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub auto_failover: bool,
-    /// Bearer token of `/admin/*` (failover, failback, placements); unset disables them.
-    #[arg(long, env = "ONCE_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
     /// Milliseconds to wait before forwarding to another region: a
     /// simulated WAN round trip for local multi-region runs.
     #[arg(long, env = "ONCE_WAN_LATENCY", default_value_t = 0)]
@@ -64,7 +69,7 @@ pub struct RouterArgs {
     #[arg(long, env = "ONCE_BODY_LIMIT", default_value_t = 64 * 1024)]
     pub body_limit: usize,
     /// Longest wait for a node's answer to a forwarded request.
-    #[arg(long, env = "ONCE_NODE_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "ONCE_NODE_TIMEOUT", default_value = "25s", value_parser = humantime::parse_duration)]
     pub node_timeout: Duration,
     /// How long in-flight requests may finish after SIGTERM.
     #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -94,7 +99,11 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
     };
     config.placement_refresh = args.placement_refresh;
     config.auto_failover = args.auto_failover;
-    config.admin_token = args.admin_token.clone();
+    // From the environment only (`ONCE_ADMIN_TOKEN`); unset: no admin endpoints.
+    config.admin_token = super::edge::admin_token()?;
+    config.admin_listen = args.admin_listen;
+    config.limits = args.edge.limits()?;
+    config.tenant_limits = args.tenants.limits()?;
     config.wan_latency = Duration::from_millis(args.wan_latency);
     config.body_limit = args.body_limit;
     config.node_timeout = args.node_timeout;
@@ -112,6 +121,9 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "role": "router",
                 "listen": config.listen.to_string(),
+                "adminListen": config.admin_listen.to_string(),
+                "limits": super::edge::describe(&config.limits),
+                "tenantLimits": super::edge::TenantArgs::describe(&config.tenant_limits),
                 "region": config.region,
                 "storeEndpoints": config.store_endpoints,
                 "nodes": config.nodes.describe(),
@@ -134,8 +146,10 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
     }
     let app = RouterApp::build(config, keys).await?;
     let addr = app.address();
-    tracing::info!(%addr, region = %app.state().config.region, "router listening");
-    // One machine-readable line on stdout for harnesses and scripts.
+    let admin = app.admin_address();
+    tracing::info!(%addr, %admin, region = %app.state().config.region, "router listening");
+    // Machine-readable lines on stdout for harnesses and scripts.
+    println!("admin on http://{admin}");
     println!("listening on http://{addr}");
-    app.run_until(once_node::shutdown_signal()).await
+    app.run_until(once_edge::shutdown_signal()).await
 }

@@ -49,6 +49,13 @@ struct MemberArgs {
     /// Client API listener.
     #[arg(long, env = "ONCE_STORE_API_ADDR", default_value = "127.0.0.1:7101")]
     api_addr: SocketAddr,
+    /// The admin listener: membership, elections, snapshots, record dumps
+    /// and the partition switch (admin token from `ONCE_ADMIN_TOKEN`),
+    /// status, `/metrics`, health and readiness.
+    #[arg(long, env = "ONCE_ADMIN_LISTEN", default_value = "127.0.0.1:7201")]
+    admin_listen: SocketAddr,
+    #[command(flatten)]
+    edge: super::edge::EdgeArgs,
     #[arg(long, env = "ONCE_STORE_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Founding voters `1=host:port,2=…` (raft addresses, this member
@@ -194,6 +201,9 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
     let region = wan::own_region(id, args.region.as_deref(), &peer_regions)
         .map_err(|e| config_error(anyhow::anyhow!(e)))?;
     let mut config = StoreConfig::new(id, args.raft_addr, args.api_addr, data_dir);
+    config.admin_addr = args.admin_listen;
+    config.admin_token = super::edge::admin_token().map_err(config_error)?;
+    config.limits = args.edge.limits().map_err(config_error)?;
     config.peers = peers;
     config.wan = WanConfig {
         region,
@@ -223,6 +233,9 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
                 "id": id,
                 "raftAddr": args.raft_addr.to_string(),
                 "apiAddr": args.api_addr.to_string(),
+                "adminListen": args.admin_listen.to_string(),
+                "adminEndpoints": config.admin_token.is_some(),
+                "limits": super::edge::describe(&config.limits),
                 "dataDir": config.data_dir.display().to_string(),
                 "peers": config.peers,
                 "heartbeat": humantime::format_duration(timing.heartbeat).to_string(),
@@ -243,14 +256,21 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
         .await
         .context("starting the raft-store member")?;
     println!(
-        "listening raft={} api={}",
-        server.raft_addr, server.api_addr
+        "listening raft={} api={} admin={}",
+        server.raft_addr, server.api_addr, server.admin_addr
     );
-    server.run_until(once_node::shutdown_signal()).await;
+    server.run_until(once_edge::shutdown_signal()).await;
     Ok(())
 }
 
 async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
+    // Operator actions need the token; status and bench do not.
+    let operator = || -> anyhow::Result<admin::Operator> {
+        let token = super::edge::admin_token()?.with_context(|| {
+            format!("{} must hold the store's admin token", super::edge::ADMIN_TOKEN_ENV)
+        })?;
+        Ok(admin::Operator::new(&token))
+    };
     match command {
         AdminCommand::Status { endpoints } => {
             for e in &endpoints {
@@ -264,11 +284,11 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             endpoints,
             id,
             raft_addr,
-        } => admin::add_learner(&endpoints, id, &raft_addr).await?,
+        } => admin::add_learner(&operator()?, &endpoints, id, &raft_addr).await?,
         AdminCommand::ChangeMembership { endpoints, voters } => {
-            admin::change_membership(&endpoints, voters).await?
+            admin::change_membership(&operator()?, &endpoints, voters).await?
         }
-        AdminCommand::Snapshot { endpoint } => admin::snapshot(&endpoint).await?,
+        AdminCommand::Snapshot { endpoint } => admin::snapshot(&operator()?, &endpoint).await?,
         AdminCommand::Bench {
             endpoints,
             etcd,
@@ -293,16 +313,17 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             isolated,
             cut_regions,
         } => {
+            let operator = operator()?;
             if let Some(regions) = cut_regions {
                 let regions: Vec<String> = regions.into_iter().filter(|r| !r.is_empty()).collect();
-                admin::set_cut_regions(&endpoint, &regions).await?;
+                admin::set_cut_regions(&operator, &endpoint, &regions).await?;
             }
             if let Some(isolated) = isolated {
-                admin::set_partition(&endpoint, isolated).await?;
+                admin::set_partition(&operator, &endpoint, isolated).await?;
             }
             println!(
                 "{}",
-                serde_json::to_string(&admin::partition(&endpoint).await?)?
+                serde_json::to_string(&admin::partition(&operator, &endpoint).await?)?
             );
         }
     }

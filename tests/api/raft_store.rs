@@ -316,8 +316,8 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
             .await
             .unwrap();
     }
-    let endpoints = cluster.endpoints();
-    admin::change_membership(&endpoints, vec![1, 2])
+    let admin_endpoints = cluster.admin_endpoints();
+    admin::change_membership(&cluster::operator(), &admin_endpoints, vec![1, 2])
         .await
         .expect("remove member 3");
     cluster.kill(3).await;
@@ -329,7 +329,7 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
             .unwrap();
     }
     let leader = cluster.wait_for_leader(&[1, 2]).await;
-    admin::snapshot(&cluster.members[&leader].endpoint())
+    admin::snapshot(&cluster::operator(), &cluster.members[&leader].admin_endpoint())
         .await
         .expect("snapshot");
     // The log the wiped member would need is gone: only a snapshot helps.
@@ -348,14 +348,14 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
     assert_eq!(probe("/healthz").await, 200);
     assert_eq!(probe("/readyz").await, 503);
     let raft_addr = cluster.advertised(3);
-    admin::add_learner(&endpoints, 3, &raft_addr)
+    admin::add_learner(&cluster::operator(), &admin_endpoints, 3, &raft_addr)
         .await
         .expect("add learner");
     eventually(Duration::from_secs(20), || async {
         (probe("/readyz").await == 200).then_some(())
     })
     .await;
-    admin::change_membership(&endpoints, vec![1, 2, 3])
+    admin::change_membership(&cluster::operator(), &admin_endpoints, vec![1, 2, 3])
         .await
         .expect("promote");
     cluster.wait_for_convergence(&[1, 2, 3]).await;
@@ -481,10 +481,10 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
         }
     };
     let cluster = Cluster::start_with(3, &[], skewed).await;
-    let endpoint_1 = cluster.members[&1].endpoint();
+    let admin_endpoint_1 = cluster.members[&1].admin_endpoint();
     // Make the skewed member the leader: every command passes through it.
     eventually(Duration::from_secs(30), || async {
-        let _ = admin::elect(&endpoint_1).await;
+        let _ = admin::elect(&cluster::operator(), &admin_endpoint_1).await;
         let leader = cluster.wait_for_leader(&cluster.ids()).await;
         (leader == 1).then_some(())
     })
@@ -605,17 +605,18 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
         .filter(|id| *id != isolated)
         .collect();
     let isolated_endpoint = cluster.members[&isolated].endpoint();
-    let isolated_region = admin::partition(&isolated_endpoint).await.unwrap().region;
-    let other_region = admin::partition(&cluster.members[&majority[0]].endpoint())
+    let isolated_admin = cluster.members[&isolated].admin_endpoint();
+    let isolated_region = admin::partition(&cluster::operator(), &isolated_admin).await.unwrap().region;
+    let other_region = admin::partition(&cluster::operator(), &cluster.members[&majority[0]].admin_endpoint())
         .await
         .unwrap()
         .region;
     assert_ne!(isolated_region, other_region);
 
-    admin::set_partition(&isolated_endpoint, true)
+    admin::set_partition(&cluster::operator(), &isolated_admin, true)
         .await
         .unwrap();
-    assert!(admin::partition(&isolated_endpoint).await.unwrap().isolated);
+    assert!(admin::partition(&cluster::operator(), &isolated_admin).await.unwrap().isolated);
 
     // The other two stop hearing the leader and elect one of themselves.
     let new_leader = cluster.wait_for_leader(&majority).await;
@@ -683,10 +684,10 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
 
     // Healing: the isolated member rejoins under the new term, drops its
     // uncommitted claim and catches up with the majority's.
-    admin::set_partition(&isolated_endpoint, false)
+    admin::set_partition(&cluster::operator(), &isolated_admin, false)
         .await
         .unwrap();
-    assert!(!admin::partition(&isolated_endpoint).await.unwrap().isolated);
+    assert!(!admin::partition(&cluster::operator(), &isolated_admin).await.unwrap().isolated);
     let leader = cluster.wait_for_leader(&cluster.ids()).await;
     assert_ne!(leader, isolated);
     let after = routed

@@ -1,9 +1,12 @@
 //! Identifiers. Tenants and principals come from the authenticated
-//! credential, never from a request body; payment ids are minted here.
+//! credential, never from a request body (they are the edge's:
+//! [`once_edge::identity`]); payment ids are minted here.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+pub use once_edge::identity::{PrincipalId, TenantId};
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -27,37 +30,9 @@ macro_rules! string_id {
 }
 
 string_id!(
-    /// The merchant that owns a credential; every record and payment is scoped to one.
-    TenantId
-);
-string_id!(
-    /// The caller inside a tenant (one API key, one service account).
-    PrincipalId
-);
-string_id!(
     /// `pay_` followed by a UUIDv7, so ids sort by creation time.
     PaymentId
 );
-
-/// Tenant and principal names: what an operator may type in a key file.
-fn is_valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-impl TenantId {
-    pub fn parse(s: &str) -> Option<Self> {
-        is_valid_name(s).then(|| Self(s.to_owned()))
-    }
-}
-
-impl PrincipalId {
-    pub fn parse(s: &str) -> Option<Self> {
-        is_valid_name(s).then(|| Self(s.to_owned()))
-    }
-}
 
 impl PaymentId {
     pub fn generate() -> Self {
@@ -93,10 +68,4 @@ mod tests {
         assert_eq!(PaymentId::parse("pay_../etc"), None);
     }
 
-    #[test]
-    fn names_are_restricted() {
-        assert!(TenantId::parse("acme-eu_1").is_some());
-        assert!(TenantId::parse("").is_none());
-        assert!(TenantId::parse("a:b").is_none());
-    }
 }

@@ -243,7 +243,7 @@ async fn reject_duplicate_reference(
 ) -> Result<Answer, ApiError> {
     let now = state.clock.now();
     let error = ApiError::DuplicateMerchantReference {
-        payment_id: existing,
+        payment_id: existing.to_string(),
     };
     let response = response::replayable_error(409, &error.body(), state.config.response_schema);
     let finish = Finish {

@@ -54,30 +54,6 @@ fn api_version(headers: &HeaderMap) -> Result<String, ApiError> {
     }
 }
 
-/// Reads the body up to the configured limit; larger bodies are 413.
-async fn read_body(
-    body: Body,
-    headers: &HeaderMap,
-    limit: usize,
-) -> Result<bytes::Bytes, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|len| len > limit) {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::MalformedJson(format!("could not read the request body: {e}"))
-        }
-    })
-}
-
 /// Create a payment, exactly once per `Idempotency-Key`.
 #[utoipa::path(
     post,
@@ -113,7 +89,7 @@ pub async fn create(
     let result = async {
         let key = idempotency_key(&headers)?;
         let api_version = api_version(&headers)?;
-        let body = read_body(body, &headers, state.config.body_limit).await?;
+        let body = once_edge::body::read(body, &headers, state.config.body_limit).await?;
         let command = CreatePayment::parse(&body)?;
         let request = CreatePaymentRequest {
             caller,

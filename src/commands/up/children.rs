@@ -42,7 +42,7 @@ impl ChildProcess {
             .stdin(Stdio::piped())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .env(once_node::LIFELINE_ENV, "stdin")
+            .env(once_edge::LIFELINE_ENV, "stdin")
             .kill_on_drop(true);
         for (k, v) in env {
             command.env(k, v);

@@ -34,6 +34,7 @@ fn free_port() -> u16 {
 pub struct Member {
     pub raft_addr: SocketAddr,
     pub api_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub proxy: LinkProxy,
     child: Option<Child>,
@@ -46,6 +47,19 @@ impl Member {
     pub fn endpoint(&self) -> String {
         self.api_addr.to_string()
     }
+
+    /// The admin listener (operator actions, records, status).
+    pub fn admin_endpoint(&self) -> String {
+        self.admin_addr.to_string()
+    }
+}
+
+/// Every test member's admin token.
+pub const ADMIN_TOKEN: &str = "store-admin-token-for-tests";
+
+/// An operator holding [`ADMIN_TOKEN`].
+pub fn operator() -> once_raft_store::admin::Operator {
+    once_raft_store::admin::Operator::new(&once_edge::AdminToken::new(ADMIN_TOKEN).unwrap())
 }
 
 #[derive(Debug)]
@@ -54,6 +68,7 @@ pub struct Cluster {
     pub members: BTreeMap<u64, Member>,
     raft_port: u16,
     api_port: u16,
+    admin_port: u16,
     proxy_port: u16,
     /// Extra `once store` flags for every member.
     pub extra_args: Vec<String>,
@@ -76,6 +91,7 @@ impl Cluster {
             members: BTreeMap::new(),
             raft_port: free_port(),
             api_port: free_port(),
+            admin_port: free_port(),
             proxy_port: free_port(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
@@ -99,6 +115,7 @@ impl Cluster {
     pub async fn add_member(&mut self, id: u64, wrapper: Vec<String>, env: Vec<(String, String)>) {
         let raft_addr = SocketAddr::new(member_ip(id), self.raft_port);
         let api_addr = SocketAddr::new(member_ip(id), self.api_port);
+        let admin_addr = SocketAddr::new(member_ip(id), self.admin_port);
         let proxy = LinkProxy::start(SocketAddr::new(member_ip(id), self.proxy_port), raft_addr)
             .await
             .expect("proxy binds");
@@ -107,6 +124,7 @@ impl Cluster {
             Member {
                 raft_addr,
                 api_addr,
+                admin_addr,
                 data_dir: self.dir.path().join(format!("member-{id}")),
                 proxy,
                 child: None,
@@ -146,6 +164,8 @@ impl Cluster {
             .args(["store", "--id", &id.to_string()])
             .args(["--raft-addr", &m.raft_addr.to_string()])
             .args(["--api-addr", &m.api_addr.to_string()])
+            .args(["--admin-listen", &m.admin_addr.to_string()])
+            .env("ONCE_ADMIN_TOKEN", ADMIN_TOKEN)
             .arg("--data-dir")
             .arg(&m.data_dir)
             // Local members: fast elections keep the tests short.
@@ -198,6 +218,10 @@ impl Cluster {
         self.members.values().map(Member::endpoint).collect()
     }
 
+    pub fn admin_endpoints(&self) -> Vec<String> {
+        self.members.values().map(Member::admin_endpoint).collect()
+    }
+
     pub fn client(&self, options: ClientOptions) -> StoreClient {
         StoreClient::new(&self.endpoints(), options).expect("client")
     }
@@ -240,9 +264,13 @@ impl Cluster {
 
     /// Member `id`'s applied records, sorted by scope.
     pub async fn records(&self, id: u64) -> Vec<Record> {
-        let url = format!("http://{}{RECORDS_PATH}", self.members[&id].api_addr);
-        let bytes = reqwest::get(url)
+        let url = format!("http://{}{RECORDS_PATH}", self.members[&id].admin_addr);
+        let bytes = reqwest::Client::new()
+            .get(url)
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
             .await
+            .and_then(reqwest::Response::error_for_status)
             .expect("records")
             .bytes()
             .await

@@ -1,0 +1,62 @@
+//! The HTTP edge of every `once` role: what stands between a socket and a
+//! handler, written once. Node, router, raft-store's listeners and the
+//! provider simulator all serve through it, so a limit or a fix here holds
+//! for every port the system opens.
+//!
+//! # Layout
+//!
+//! - [`server`]: the one server builder: connection cap, header/idle
+//!   timeouts, the whole-request deadline, one in-flight limit per listener
+//!   with load shedding, panic catching, graceful drain. [`limits`] holds its
+//!   tunables and their defaults.
+//! - [`body`]: reading a request body within a size limit and a deadline.
+//! - [`error`]: the API's error type, its stable codes and JSON shape.
+//! - [`identity`]: tenant and principal names.
+//! - [`api_keys`]: `Authorization: Bearer <key>` → (tenant, principal), as a
+//!   middleware that runs before any body is read.
+//! - [`admin`]: the admin token (a redacting secret, at least 16
+//!   characters) and the check of every operator endpoint.
+//! - [`tenants`]: per-tenant fairness: a token bucket and an in-flight
+//!   quota per tenant, `429 RATE_LIMITED` with `Retry-After`.
+//! - [`path`]: refusing paths that could mean two things (dot segments,
+//!   encoded dots and slashes) before routing.
+//! - [`observe`]: the server span, trace ids on every answer, and the one
+//!   place internal errors are logged.
+//! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
+//! - [`metrics`]: the edge's own counters (connections, shed, deadlines,
+//!   per-tenant admission).
+//! - [`shutdown`]: SIGTERM, Ctrl-C and the supervisor's lifeline.
+//!
+//! # A request through the edge
+//!
+//! ```text
+//! accept ─ cap reached? close ──────────────────────────────────────────── (edge_connections_refused_total)
+//!   └─ connection: header read timeout from accept / first byte, idle timeout between requests
+//!        └─ request: catch panic ─ in-flight limit (full: 503 SERVICE_OVERLOADED, Retry-After)
+//!             ─ deadline (503) ─ body read deadline (408) ─ path check (400) ─ router
+//!                  public API routes: observe ─ API key (401) ─ tenant gate (429) ─ handler
+//! ```
+
+pub mod admin;
+pub mod api_keys;
+pub mod body;
+pub mod error;
+pub mod identity;
+pub mod limits;
+pub mod metrics;
+pub mod observe;
+pub mod ops;
+pub mod path;
+pub mod server;
+pub mod shutdown;
+pub mod tenants;
+
+pub use admin::AdminToken;
+pub use api_keys::{ApiKeys, Caller};
+pub use error::{ApiError, ErrorBody, ErrorCode, InternalCause};
+pub use identity::{PrincipalId, TenantId};
+pub use limits::ServerLimits;
+pub use metrics::EdgeMetrics;
+pub use server::Server;
+pub use shutdown::{LIFELINE_ENV, shutdown_signal};
+pub use tenants::{TenantLimit, TenantLimits};

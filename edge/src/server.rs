@@ -1,0 +1,449 @@
+//! The one server every listener of every role runs on.
+//!
+//! `axum::serve` sets no header, body or idle timeout, caps nothing and has
+//! no place for a per-listener limit (`Router::layer` makes one semaphore
+//! per route). This accept loop and connection driver, on hyper's HTTP/1
+//! connection builder, bound what a client can hold:
+//!
+//! | bound | where | past it |
+//! |---|---|---|
+//! | open connections | accept loop | the new connection is closed at once |
+//! | header bytes and count | hyper's parser | `431`, connection closed |
+//! | header read time | connection watchdog, from accept or the request's first byte | connection closed |
+//! | idle time between requests | connection watchdog | connection closed |
+//! | body read time | [`DeadlineBody`] | `408 REQUEST_TIMEOUT` |
+//! | requests in flight | one concurrency limit for the whole listener | `503 SERVICE_OVERLOADED`, `Retry-After` |
+//! | whole request | timeout around the router | `503`, `Retry-After` |
+//! | a panicking handler | catch-panic, outermost | `500 INTERNAL_ERROR` |
+//!
+//! Memory per connection is then bounded by hyper's read buffer
+//! (`max_header_bytes`) and the role's body limit, and the number of
+//! connections by `max_connections`.
+//!
+//! On shutdown the listener closes, every connection finishes the request
+//! it is serving and closes (hyper's graceful shutdown), and connections
+//! still open after the drain deadline are dropped.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tower::util::BoxCloneSyncService;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+
+use crate::body::DeadlineBody;
+use crate::error::ApiError;
+use crate::limits::ServerLimits;
+use crate::metrics::{CloseLabels, EdgeMetrics, ListenerLabel};
+
+/// A bound listener with its limits, not serving yet.
+#[derive(Debug)]
+pub struct Server {
+    name: &'static str,
+    listener: TcpListener,
+    limits: ServerLimits,
+    metrics: EdgeMetrics,
+}
+
+impl Server {
+    /// Binds `addr` (port 0 picks one; see [`Server::local_addr`]). `name`
+    /// labels this listener's metrics (`public`, `admin`, `raft`, …).
+    pub async fn bind(
+        name: &'static str,
+        addr: SocketAddr,
+        limits: ServerLimits,
+        metrics: EdgeMetrics,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        Ok(Self {
+            name,
+            listener,
+            limits,
+            metrics,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves `router` until `shutdown` resolves, then drains for at most
+    /// `drain`.
+    pub async fn serve(
+        self,
+        router: Router,
+        shutdown: impl Future<Output = ()> + Send,
+        drain: Duration,
+    ) {
+        let Self {
+            name,
+            listener,
+            limits,
+            metrics,
+        } = self;
+        let service = requests(router, &limits, &metrics, name);
+        let (stop, stopping) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let label = EdgeMetrics::listener(name);
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => accepted,
+            };
+            while connections.try_join_next().is_some() {}
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors or a connection reset before
+                    // accept: back off briefly instead of spinning on it.
+                    tracing::warn!(listener = name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                metrics.connections_refused.get_or_create(&label).inc();
+                drop(stream);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            connections.spawn(connection(
+                stream,
+                service.clone(),
+                limits,
+                Conn {
+                    metrics: metrics.clone(),
+                    label: label.clone(),
+                    _slot: slot,
+                },
+                stopping.clone(),
+            ));
+        }
+        drop(listener);
+        let _ = stop.send(true);
+        let drained = tokio::time::timeout(drain, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                listener = name,
+                remaining = connections.len(),
+                "drain deadline passed; closing the remaining connections"
+            );
+            connections.abort_all();
+        }
+    }
+}
+
+type RequestService = BoxCloneSyncService<Request, Response, Infallible>;
+
+/// The per-request layers around a role's router. Each sits where it does
+/// for a reason:
+fn requests(
+    router: Router,
+    limits: &ServerLimits,
+    metrics: &EdgeMetrics,
+    name: &'static str,
+) -> RequestService {
+    let label = EdgeMetrics::listener(name);
+    let panics = metrics.panics.get_or_create(&label).clone();
+    let shed = metrics.requests_shed.get_or_create(&label).clone();
+    let late = metrics.deadline_exceeded.get_or_create(&label).clone();
+    let deadline = limits.request_deadline;
+    let service = ServiceBuilder::new()
+        .map_response(IntoResponse::into_response)
+        // Outermost: a panic anywhere below is a 500 in the API's error
+        // shape, never a dropped connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            move |_: Box<dyn std::any::Any + Send>| {
+                panics.inc();
+                ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+            },
+        ))
+        // Turns the two refusals below into answers a client can act on.
+        .layer(HandleErrorLayer::new(move |error: BoxError| {
+            let (shed, late) = (shed.clone(), late.clone());
+            async move {
+                if error.is::<tower::load_shed::error::Overloaded>() {
+                    shed.inc();
+                    ApiError::Overloaded {
+                        retry_after: Duration::from_secs(1),
+                    }
+                } else if error.is::<tower::timeout::error::Elapsed>() {
+                    late.inc();
+                    ApiError::DeadlineExceeded { deadline }
+                } else {
+                    ApiError::Internal(anyhow::anyhow!(error))
+                }
+                .into_response()
+            }
+        }))
+        // One limit for the whole listener (not per route), shedding at
+        // once instead of queueing until clients time out and retry.
+        .load_shed()
+        .concurrency_limit(limits.max_in_flight)
+        // Inside the limit, so a late request gives its slot back.
+        .timeout(deadline)
+        // Before routing: a path that could mean two things is refused
+        // here, in every role, whatever its routes are.
+        .layer(axum::middleware::from_fn(crate::path::require_canonical))
+        .service(router);
+    BoxCloneSyncService::new(service)
+}
+
+/// What a connection holds while it lives: its slot under the cap and its
+/// place in the open-connections gauge.
+struct Conn {
+    metrics: EdgeMetrics,
+    label: ListenerLabel,
+    _slot: OwnedSemaphorePermit,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CloseReason {
+    HeaderTimeout,
+    IdleTimeout,
+}
+
+impl CloseReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::HeaderTimeout => "header_timeout",
+            Self::IdleTimeout => "idle_timeout",
+        }
+    }
+}
+
+/// Drives one connection and closes it when its client overstays: the
+/// headers of a request must be complete within the header read timeout of
+/// the request's first byte (of accept, for the first request), and a
+/// kept-alive connection may sit idle for the idle timeout.
+async fn connection(
+    stream: TcpStream,
+    service: RequestService,
+    limits: ServerLimits,
+    conn: Conn,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let open = conn.metrics.connections_open.get_or_create(&conn.label).clone();
+    open.inc();
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        activity: activity.clone(),
+    });
+    let body_timeout = limits.body_read_timeout;
+    let tracked = activity.clone();
+    let handler = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let service = service.clone();
+        let activity = tracked.clone();
+        activity.request_started();
+        let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+        async move {
+            let response = service.oneshot(request).await;
+            activity.request_finished();
+            response
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .max_buf_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers)
+        .keep_alive(true);
+    let connection = builder.serve_connection(io, handler);
+    tokio::pin!(connection);
+    let mut draining = false;
+    loop {
+        let recheck_at = match activity.due(&limits) {
+            Ok(at) => at,
+            Err(reason) => {
+                conn.metrics
+                    .connections_closed
+                    .get_or_create(&CloseLabels {
+                        listener: conn.label.listener.clone(),
+                        reason: reason.as_str(),
+                    })
+                    .inc();
+                break;
+            }
+        };
+        tokio::select! {
+            _ = connection.as_mut() => break,
+            () = tokio::time::sleep_until(recheck_at) => {}
+            () = activity.wake.notified() => {}
+            _ = stopping.changed(), if !draining => {
+                draining = true;
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    }
+    open.dec();
+}
+
+/// What the watchdog needs to know about a connection, updated by the IO
+/// wrapper and the request handler. Times are milliseconds since `born`.
+struct Activity {
+    born: Instant,
+    in_flight: AtomicUsize,
+    /// Last byte read or written, or last answer made.
+    last: AtomicU64,
+    /// 1 + when the current request's head began; 0 while none is being read.
+    head_started: AtomicU64,
+    wake: Notify,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            born: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last: AtomicU64::new(0),
+            // The first request's header clock starts at accept.
+            head_started: AtomicU64::new(1),
+            wake: Notify::new(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.born + Duration::from_millis(ms)
+    }
+
+    fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_started.store(0, Ordering::Release);
+    }
+
+    fn request_finished(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.last.store(self.now(), Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn bytes_read(&self) {
+        let now = self.now();
+        self.last.store(now, Ordering::Release);
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self
+                .head_started
+                .compare_exchange(0, now + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.wake.notify_one();
+        }
+    }
+
+    fn bytes_written(&self) {
+        self.last.store(self.now(), Ordering::Release);
+    }
+
+    /// When to look again, or why the connection must close now.
+    fn due(&self, limits: &ServerLimits) -> Result<Instant, CloseReason> {
+        let now = self.now();
+        let ms = |d: Duration| d.as_millis() as u64;
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            // The request's own deadlines apply; look again later.
+            return Ok(self.at(now + ms(limits.idle_timeout)));
+        }
+        let head = self.head_started.load(Ordering::Acquire);
+        if head > 0 {
+            let due = head - 1 + ms(limits.header_read_timeout);
+            return if now >= due {
+                Err(CloseReason::HeaderTimeout)
+            } else {
+                Ok(self.at(due))
+            };
+        }
+        let due = self.last.load(Ordering::Acquire) + ms(limits.idle_timeout);
+        if now >= due {
+            Err(CloseReason::IdleTimeout)
+        } else {
+            Ok(self.at(due))
+        }
+    }
+}
+
+/// The socket, reporting reads and writes to the watchdog.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.bytes_read();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.bytes_written();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.bytes_written();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
