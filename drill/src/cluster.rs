@@ -27,6 +27,17 @@ pub struct Cluster {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub url: String,
+    /// Its admin listener (`/admin/*`, metrics), when it has one of its own.
+    #[serde(default)]
+    pub admin_url: Option<String>,
+}
+
+impl Endpoint {
+    /// Where its `/admin/*` endpoints are: the admin listener, or the
+    /// service's own URL for one that serves both on one port.
+    pub fn admin(&self) -> &str {
+        self.admin_url.as_deref().unwrap_or(&self.url)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +71,9 @@ pub struct Process {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreMember {
     pub api_url: String,
+    /// Its admin listener (records, status, the partition switch; admin token).
+    #[serde(default)]
+    pub admin_url: Option<String>,
     #[serde(default)]
     pub pid: Option<i32>,
 }
@@ -157,5 +171,13 @@ mod tests {
                 .to_string()
                 .contains("eu-west, us-east")
         );
+    }
+}
+
+impl StoreMember {
+    /// Where its operator endpoints are: the admin listener, or the client
+    /// API's URL for a member that serves both on one port.
+    pub fn admin(&self) -> &str {
+        self.admin_url.as_deref().unwrap_or(&self.api_url)
     }
 }

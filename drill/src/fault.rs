@@ -10,8 +10,8 @@
 //!   project's own transports, by flipping every [`PartitionSwitch`]:
 //!
 //! ```text
-//!   R's store member         POST {api_url}/admin/partition {"isolated": true}
-//!   every other member       POST {api_url}/admin/partition {"cut_regions": [R]}
+//!   R's store member         POST {admin_url}/admin/partition {"isolated": true}      (admin token)
+//!   every other member       POST {admin_url}/admin/partition {"cut_regions": [R]}  (admin token)
 //!   the router               POST {router}/admin/partition  {"cut_regions": [R]}  (admin token)
 //!   heal (all of them)       {"isolated": false} / {"cut_regions": []}
 //! ```
@@ -97,12 +97,12 @@ pub struct HttpSwitch {
 impl HttpSwitch {
     /// The partitioned region's own store member: isolated from every
     /// other region.
-    pub fn isolate_store_member(api_url: &str, http: reqwest::Client) -> Self {
-        let base = api_url.trim_end_matches('/');
+    pub fn isolate_store_member(admin_url: &str, admin_token: &str, http: reqwest::Client) -> Self {
+        let base = admin_url.trim_end_matches('/');
         Self {
             what: format!("store member {base}{PARTITION_PATH} (isolated)"),
             url: format!("{base}{PARTITION_PATH}"),
-            bearer: None,
+            bearer: Some(admin_token.to_owned()),
             cut: json!({ "isolated": true }),
             heal: json!({ "isolated": false }),
             http,
@@ -110,12 +110,17 @@ impl HttpSwitch {
     }
 
     /// Another region's store member: `region` is cut off from it.
-    pub fn store_member_cutting(api_url: &str, region: &str, http: reqwest::Client) -> Self {
-        let base = api_url.trim_end_matches('/');
+    pub fn store_member_cutting(
+        admin_url: &str,
+        admin_token: &str,
+        region: &str,
+        http: reqwest::Client,
+    ) -> Self {
+        let base = admin_url.trim_end_matches('/');
         Self {
             what: format!("store member {base}{PARTITION_PATH} (cuts {region})"),
             url: format!("{base}{PARTITION_PATH}"),
-            bearer: None,
+            bearer: Some(admin_token.to_owned()),
             cut: json!({ "cut_regions": [region] }),
             heal: json!({ "cut_regions": [] }),
             http,
@@ -354,19 +359,20 @@ fn partition_switches(
         return Vec::new();
     };
     let mut switches: Vec<Box<dyn PartitionSwitch>> = vec![Box::new(
-        HttpSwitch::isolate_store_member(&own.api_url, http.clone()),
+        HttpSwitch::isolate_store_member(own.admin(), &cluster.admin_token, http.clone()),
     )];
     for other in cluster.regions.iter().filter(|r| r.name != region.name) {
         if let Some(store) = &other.store {
             switches.push(Box::new(HttpSwitch::store_member_cutting(
-                &store.api_url,
+                store.admin(),
+                &cluster.admin_token,
                 &region.name,
                 http.clone(),
             )));
         }
     }
     switches.push(Box::new(HttpSwitch::router_cutting(
-        &cluster.router.url,
+        cluster.router.admin(),
         &cluster.admin_token,
         &region.name,
         http.clone(),

@@ -41,12 +41,12 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
     }
     let mut statuses = Vec::new();
     for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {
-        let status = once_raft_store::admin::status(&member.api_url).await.ok();
-        statuses.push((member.api_url.clone(), status));
+        let status = once_raft_store::admin::status(member.admin()).await.ok();
+        statuses.push((member.admin().to_owned(), status));
     }
     let mut store_errors = Vec::new();
     for (api_url, why) in members_by_what_they_applied(statuses) {
-        match store_records(&api_url, http).await {
+        match store_records(&api_url, &cluster.admin_token, http).await {
             Ok(records) => {
                 evidence.store_records = Some(records);
                 evidence.store_member = Some(format!("{api_url} ({why})"));
@@ -175,15 +175,17 @@ pub async fn ledger(provider_url: &str, http: &reqwest::Client) -> anyhow::Resul
 
 /// One member's applied records.
 pub async fn store_records(
-    api_url: &str,
+    admin_url: &str,
+    admin_token: &str,
     http: &reqwest::Client,
 ) -> anyhow::Result<Vec<StoreRecord>> {
     let bytes = http
         .get(format!(
             "{}{}",
-            api_url.trim_end_matches('/'),
+            admin_url.trim_end_matches('/'),
             once_raft_store::protocol::RECORDS_PATH
         ))
+        .bearer_auth(admin_token)
         .send()
         .await?
         .error_for_status()?

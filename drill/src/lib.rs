@@ -255,7 +255,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         }
         timeline.record(format!("failback of {} requested", region.name));
         let result = failback::fail_back(
-            &cluster.router.url,
+            cluster.router.admin(),
             &cluster.admin_token,
             &region.name,
             &affected,

@@ -110,9 +110,15 @@ mod tests {
         assert!(!format!("{token:?}").contains("secret"));
         let mut headers = HeaderMap::new();
         assert!(!token.admits(&headers));
-        headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer 0123456789abcdef-secreT"));
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Bearer 0123456789abcdef-secreT"),
+        );
         assert!(!token.admits(&headers));
-        headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer 0123456789abcdef-secret"));
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_static("Bearer 0123456789abcdef-secret"),
+        );
         assert!(token.admits(&headers));
     }
 }

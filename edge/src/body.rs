@@ -115,7 +115,8 @@ mod tests {
 
     /// A body that yields one byte, then never another.
     fn trickle() -> Body {
-        let first = futures::stream::once(async { Ok::<_, std::io::Error>(Bytes::from_static(b"{")) });
+        let first =
+            futures::stream::once(async { Ok::<_, std::io::Error>(Bytes::from_static(b"{")) });
         Body::from_stream(first.chain(futures::stream::pending()))
     }
 
@@ -130,7 +131,10 @@ mod tests {
             Duration::from_secs(10),
         ));
         let error = read(body, &HeaderMap::new(), 1024).await.unwrap_err();
-        assert!(matches!(error, ApiError::PayloadTooLarge { limit: 1024 }), "{error:?}");
+        assert!(
+            matches!(error, ApiError::PayloadTooLarge { limit: 1024 }),
+            "{error:?}"
+        );
 
         let body = Body::new(DeadlineBody::new(Body::from("{}"), Duration::from_secs(10)));
         assert_eq!(read(body, &HeaderMap::new(), 1024).await.unwrap(), "{}");

@@ -133,16 +133,22 @@ pub enum ApiError {
     #[error("this tenant has too many requests in flight; retry after the Retry-After delay")]
     TenantBusy { retry_after: Duration },
     /// The listener is at its in-flight limit: shed before any work.
-    #[error("the service is overloaded; retry with the same Idempotency-Key after the Retry-After delay")]
+    #[error(
+        "the service is overloaded; retry with the same Idempotency-Key after the Retry-After delay"
+    )]
     Overloaded { retry_after: Duration },
     /// The request took longer than the server's whole-request deadline.
-    #[error("the request did not finish within the server's deadline; retry with the same Idempotency-Key")]
+    #[error(
+        "the request did not finish within the server's deadline; retry with the same Idempotency-Key"
+    )]
     DeadlineExceeded { deadline: Duration },
     /// The body did not arrive within the body read timeout.
     #[error("the request body did not arrive within {timeout:?}")]
     BodyTimeout { timeout: Duration },
     /// A path that could mean two things (dot segments, encoded dots or slashes).
-    #[error("the request path is not in canonical form (dot segments, encoded dots and encoded slashes are refused)")]
+    #[error(
+        "the request path is not in canonical form (dot segments, encoded dots and encoded slashes are refused)"
+    )]
     InvalidPath,
 }
 
@@ -273,11 +279,46 @@ mod tests {
     #[test]
     fn edge_refusals_carry_retry_after_and_stable_codes() {
         let cases = [
-            (ApiError::RateLimited { retry_after: Duration::from_millis(1500) }, 429, "RATE_LIMITED", Some("2")),
-            (ApiError::TenantBusy { retry_after: Duration::ZERO }, 429, "RATE_LIMITED", Some("1")),
-            (ApiError::Overloaded { retry_after: Duration::from_secs(1) }, 503, "SERVICE_OVERLOADED", Some("1")),
-            (ApiError::DeadlineExceeded { deadline: Duration::from_secs(30) }, 503, "SERVICE_UNAVAILABLE", Some("1")),
-            (ApiError::BodyTimeout { timeout: Duration::from_secs(10) }, 408, "REQUEST_TIMEOUT", None),
+            (
+                ApiError::RateLimited {
+                    retry_after: Duration::from_millis(1500),
+                },
+                429,
+                "RATE_LIMITED",
+                Some("2"),
+            ),
+            (
+                ApiError::TenantBusy {
+                    retry_after: Duration::ZERO,
+                },
+                429,
+                "RATE_LIMITED",
+                Some("1"),
+            ),
+            (
+                ApiError::Overloaded {
+                    retry_after: Duration::from_secs(1),
+                },
+                503,
+                "SERVICE_OVERLOADED",
+                Some("1"),
+            ),
+            (
+                ApiError::DeadlineExceeded {
+                    deadline: Duration::from_secs(30),
+                },
+                503,
+                "SERVICE_UNAVAILABLE",
+                Some("1"),
+            ),
+            (
+                ApiError::BodyTimeout {
+                    timeout: Duration::from_secs(10),
+                },
+                408,
+                "REQUEST_TIMEOUT",
+                None,
+            ),
             (ApiError::InvalidPath, 400, "INVALID_PATH", None),
         ];
         for (error, status, code, retry_after) in cases {
@@ -285,7 +326,10 @@ mod tests {
             let response = error.into_response();
             assert_eq!(response.status().as_u16(), status, "{code}");
             assert_eq!(
-                response.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap()),
+                response
+                    .headers()
+                    .get(header::RETRY_AFTER)
+                    .map(|v| v.to_str().unwrap()),
                 retry_after,
                 "{code}"
             );

@@ -155,7 +155,10 @@ pub async fn observe(State(observe): State<Observe>, mut request: Request, next:
         let headers = response.headers_mut();
         let ours = [
             (X_TRACE_ID, HeaderValue::try_from(trace.trace_id())),
-            (TRACERESPONSE, HeaderValue::try_from(trace.traceparent.as_str())),
+            (
+                TRACERESPONSE,
+                HeaderValue::try_from(trace.traceparent.as_str()),
+            ),
         ];
         for (name, value) in ours {
             let Ok(value) = value else { continue };

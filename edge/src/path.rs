@@ -20,7 +20,10 @@ pub fn is_canonical(path: &str) -> bool {
         return false;
     }
     let lower = path.to_ascii_lowercase();
-    if ["%2e", "%2f", "%5c", "%00"].iter().any(|e| lower.contains(e)) {
+    if ["%2e", "%2f", "%5c", "%00"]
+        .iter()
+        .any(|e| lower.contains(e))
+    {
         return false;
     }
     // The root is "/", whose one segment is empty; elsewhere no segment may be.
@@ -45,7 +48,13 @@ mod tests {
 
     #[test]
     fn dot_segments_encoded_dots_and_slashes_are_not_canonical() {
-        for ok in ["/", "/payments", "/payments/pay_0123", "/admin/records", "/a.b/c.json"] {
+        for ok in [
+            "/",
+            "/payments",
+            "/payments/pay_0123",
+            "/admin/records",
+            "/a.b/c.json",
+        ] {
             assert!(is_canonical(ok), "{ok}");
         }
         for bad in [

@@ -247,7 +247,11 @@ async fn connection(
     conn: Conn,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let open = conn.metrics.connections_open.get_or_create(&conn.label).clone();
+    let open = conn
+        .metrics
+        .connections_open
+        .get_or_create(&conn.label)
+        .clone();
     open.inc();
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Watched {

@@ -203,18 +203,27 @@ impl TenantGates {
             outcome,
         };
         let Ok(permit) = gate.in_flight.clone().try_acquire_owned() else {
-            self.metrics.tenant_requests.get_or_create(&outcome("over_quota")).inc();
+            self.metrics
+                .tenant_requests
+                .get_or_create(&outcome("over_quota"))
+                .inc();
             return Err(ApiError::TenantBusy {
                 retry_after: Duration::from_secs(1),
             });
         };
         if let Err(not_until) = gate.bucket.check() {
-            self.metrics.tenant_requests.get_or_create(&outcome("rate_limited")).inc();
+            self.metrics
+                .tenant_requests
+                .get_or_create(&outcome("rate_limited"))
+                .inc();
             return Err(ApiError::RateLimited {
                 retry_after: not_until.wait_time_from(DefaultClock::default().now()),
             });
         }
-        self.metrics.tenant_requests.get_or_create(&outcome("admitted")).inc();
+        self.metrics
+            .tenant_requests
+            .get_or_create(&outcome("admitted"))
+            .inc();
         let in_flight = self
             .metrics
             .tenant_in_flight
@@ -296,7 +305,11 @@ mod tests {
     fn the_limits_file_overrides_some_fields_of_some_tenants() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("limits.json");
-        std::fs::write(&path, r#"{"tenants": {"acme": {"rate": 5, "inFlight": 1}}}"#).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"tenants": {"acme": {"rate": 5, "inFlight": 1}}}"#,
+        )
+        .unwrap();
         let limits = TenantLimits::new(TenantLimit::default())
             .unwrap()
             .with_file(&path)
@@ -311,8 +324,18 @@ mod tests {
         );
         assert_eq!(limits.of("other"), TenantLimit::default());
         std::fs::write(&path, r#"{"tenants": {"acme": {"rate": 0}}}"#).unwrap();
-        assert!(TenantLimits::new(TenantLimit::default()).unwrap().with_file(&path).is_err());
+        assert!(
+            TenantLimits::new(TenantLimit::default())
+                .unwrap()
+                .with_file(&path)
+                .is_err()
+        );
         std::fs::write(&path, r#"{"tenants": {"acme": {"rat": 5}}}"#).unwrap();
-        assert!(TenantLimits::new(TenantLimit::default()).unwrap().with_file(&path).is_err());
+        assert!(
+            TenantLimits::new(TenantLimit::default())
+                .unwrap()
+                .with_file(&path)
+                .is_err()
+        );
     }
 }

@@ -46,7 +46,11 @@ impl FromRequestParts<AppState> for Operator {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         // No token configured: the surface is off, like a missing route.
-        let token = state.config.admin_token.as_ref().ok_or(ApiError::NotFound)?;
+        let token = state
+            .config
+            .admin_token
+            .as_ref()
+            .ok_or(ApiError::NotFound)?;
         token.check(&parts.headers)?;
         Ok(Operator)
     }

@@ -203,7 +203,8 @@ impl Application {
             stopped(stopping.clone()),
             drain,
         ));
-        let admin = tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
+        let admin =
+            tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
         shutdown.await;
         info!("shutdown requested; draining in-flight requests");
         let _ = stop_serving.send(true);
@@ -221,7 +222,10 @@ impl Application {
 /// layers run bottom-up: a request is authenticated (401) before its
 /// tenant's gate (429), and both before the handler reads the body.
 pub fn public_router(state: AppState) -> Router {
-    let gates = TenantGates::new(state.config.tenant_limits.clone(), state.metrics.edge.clone());
+    let gates = TenantGates::new(
+        state.config.tenant_limits.clone(),
+        state.metrics.edge.clone(),
+    );
     let payments = payments::routes::router()
         .route_layer(from_fn_with_state(gates, tenants::admit))
         .route_layer(from_fn_with_state(

@@ -57,6 +57,6 @@ pub mod state;
 pub mod sweeper;
 
 pub use app::Application;
-pub use once_edge::{LIFELINE_ENV, shutdown_signal};
 pub use auth::ApiKeys;
 pub use config::NodeConfig;
+pub use once_edge::{LIFELINE_ENV, shutdown_signal};

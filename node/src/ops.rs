@@ -45,8 +45,7 @@ pub fn metrics(state: &AppState) -> Router<AppState> {
         let state = state.clone();
         async move {
             if let Ok(Ok(oldest)) =
-                tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress())
-                    .await
+                tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress()).await
             {
                 let age = oldest.map_or(0.0, |at| {
                     state.clock.now().0.saturating_sub(at.0).max(0) as f64 / 1000.0

@@ -58,8 +58,9 @@ pub struct Operator {
 impl Operator {
     pub fn new(token: &AdminToken) -> Self {
         let mut headers = reqwest::header::HeaderMap::new();
-        let mut bearer = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-            .expect("an admin token is printable ASCII");
+        let mut bearer =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                .expect("an admin token is printable ASCII");
         bearer.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, bearer);
         Self {
@@ -204,7 +205,13 @@ pub async fn set_cut_regions(
     endpoint: &str,
     regions: &[String],
 ) -> Result<(), AdminError> {
-    post(operator, endpoint, PARTITION_PATH, &SetPartition::cut(regions)).await
+    post(
+        operator,
+        endpoint,
+        PARTITION_PATH,
+        &SetPartition::cut(regions),
+    )
+    .await
 }
 
 /// Whether the member at `endpoint` is isolated, which regions it cuts

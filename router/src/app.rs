@@ -64,9 +64,14 @@ impl RouterApp {
         let public = Server::bind("public", config.listen, config.limits, metrics.edge.clone())
             .await
             .with_context(|| format!("binding {}", config.listen))?;
-        let admin = Server::bind("admin", config.admin_listen, config.limits, metrics.edge.clone())
-            .await
-            .with_context(|| format!("binding the admin listener {}", config.admin_listen))?;
+        let admin = Server::bind(
+            "admin",
+            config.admin_listen,
+            config.limits,
+            metrics.edge.clone(),
+        )
+        .await
+        .with_context(|| format!("binding the admin listener {}", config.admin_listen))?;
         let state = Arc::new(RouterState {
             placements: Arc::new(PlacementCache::new(store.clone())),
             store,
@@ -127,7 +132,8 @@ impl RouterApp {
             stopped(stopping.clone()),
             drain,
         ));
-        let admin = tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
+        let admin =
+            tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
         signal.await;
         let _ = stop.send(true);
         let _ = tokio::join!(public, admin);
@@ -140,7 +146,10 @@ impl RouterApp {
 /// The public listener. Route layers run bottom-up: the API key (401)
 /// before the tenant's gate (429), both before the body is read.
 pub fn public_router(state: SharedState) -> Router {
-    let gates = TenantGates::new(state.config.tenant_limits.clone(), state.metrics.edge.clone());
+    let gates = TenantGates::new(
+        state.config.tenant_limits.clone(),
+        state.metrics.edge.clone(),
+    );
     let forwarded = forward::router()
         .route_layer(from_fn_with_state(gates, tenants::admit))
         .route_layer(from_fn_with_state(

@@ -22,7 +22,9 @@ pub enum ConfigError {
     ZeroBodyLimit,
     #[error(transparent)]
     Limits(#[from] once_edge::limits::LimitsError),
-    #[error("--node-timeout ({node:?}) must be shorter than --request-deadline ({deadline:?}), so a node's late answer is a 503 of the router's own and not a cut-off stream")]
+    #[error(
+        "--node-timeout ({node:?}) must be shorter than --request-deadline ({deadline:?}), so a node's late answer is a 503 of the router's own and not a cut-off stream"
+    )]
     NodeTimeoutPastDeadline { node: Duration, deadline: Duration },
 }
 

@@ -106,7 +106,11 @@ async fn forward(State(state): State<SharedState>, request: Request) -> Response
 async fn forward_to_home(state: &SharedState, request: Request) -> (String, Response) {
     let (parts, body) = request.into_parts();
     // Put there by the authenticating layer; without it, nothing is sent.
-    let Some(tenant) = parts.extensions.get::<Caller>().map(|c| c.tenant.to_string()) else {
+    let Some(tenant) = parts
+        .extensions
+        .get::<Caller>()
+        .map(|c| c.tenant.to_string())
+    else {
         return (String::new(), ApiError::Unauthorized.into_response());
     };
     let path = parts.uri.path();

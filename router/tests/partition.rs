@@ -191,7 +191,11 @@ async fn a_region_cut_at_the_router_answers_503_sends_nothing_and_fails_its_heal
 
     set_cut(&router.admin, &[]).await;
     eventually("eu is up again", || region_up(&router.admin, "eu")).await;
-    assert_eq!(pay(&router.public).await.status(), 201, "healed: eu served again");
+    assert_eq!(
+        pay(&router.public).await.status(),
+        201,
+        "healed: eu served again"
+    );
     assert_eq!(received.load(Ordering::SeqCst), 2);
 }
 

@@ -102,9 +102,11 @@ impl TenantArgs {
 /// to start.
 pub fn admin_token() -> anyhow::Result<Option<AdminToken>> {
     match std::env::var(ADMIN_TOKEN_ENV) {
-        Ok(token) if !token.is_empty() => Ok(Some(
-            AdminToken::new(token).with_context(|| format!("{ADMIN_TOKEN_ENV} is not usable"))?,
-        )),
+        Ok(token) if !token.is_empty() => {
+            Ok(Some(AdminToken::new(token).with_context(|| {
+                format!("{ADMIN_TOKEN_ENV} is not usable")
+            })?))
+        }
         Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => {
             anyhow::bail!("{ADMIN_TOKEN_ENV} is not valid UTF-8")

@@ -97,8 +97,12 @@ async fn records_for_key(
 }
 
 pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
-    let token = super::edge::admin_token()?
-        .with_context(|| format!("{} must hold the node's admin token", super::edge::ADMIN_TOKEN_ENV))?;
+    let token = super::edge::admin_token()?.with_context(|| {
+        format!(
+            "{} must hold the node's admin token",
+            super::edge::ADMIN_TOKEN_ENV
+        )
+    })?;
     let token = token.expose();
     let client = reqwest::Client::new();
     let base = args.node.trim_end_matches('/');

@@ -267,7 +267,10 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
     // Operator actions need the token; status and bench do not.
     let operator = || -> anyhow::Result<admin::Operator> {
         let token = super::edge::admin_token()?.with_context(|| {
-            format!("{} must hold the store's admin token", super::edge::ADMIN_TOKEN_ENV)
+            format!(
+                "{} must hold the store's admin token",
+                super::edge::ADMIN_TOKEN_ENV
+            )
         })?;
         Ok(admin::Operator::new(&token))
     };

@@ -186,6 +186,8 @@ impl Plan {
             region.store_raft.to_string(),
             "--api-addr".into(),
             region.store_api.to_string(),
+            "--admin-listen".into(),
+            region.store_admin.to_string(),
             "--data-dir".into(),
             self.dir
                 .join(format!("store-{}", region.name))
@@ -213,7 +215,12 @@ impl Plan {
             );
         }
         args.extend(self.latency());
-        ChildProcess::spawn(&self.logs, &format!("store-{}", region.name), &args, &[])
+        ChildProcess::spawn(
+            &self.logs,
+            &format!("store-{}", region.name),
+            &args,
+            &[("ONCE_ADMIN_TOKEN", self.admin_token.clone())],
+        )
     }
 
     fn node(&self, region: &RegionLayout) -> anyhow::Result<ChildProcess> {
@@ -221,6 +228,8 @@ impl Plan {
             "node".into(),
             "--listen".into(),
             region.node.to_string(),
+            "--admin-listen".into(),
+            region.node_admin.to_string(),
             "--region".into(),
             region.name.clone(),
             "--database-url".into(),
@@ -250,6 +259,8 @@ impl Plan {
             "router".into(),
             "--listen".into(),
             self.listen.to_string(),
+            "--admin-listen".into(),
+            self.layout.router_admin.to_string(),
             "--region".into(),
             home.name.clone(),
             "--store-endpoints".into(),
@@ -420,7 +431,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let running_now = running.lock().await;
     let cluster = json!({
         "control": { "url": control_url },
-        "router": { "url": router_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
+        "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "pid": running_now.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
         "admin_token": admin_token,
         "wan_latency_ms": args.wan_latency,
@@ -429,8 +440,8 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         })).collect::<Vec<_>>(),
         "regions": layout.regions.iter().zip(running_now.nodes.iter().zip(&running_now.stores)).map(|(r, (node, store))| json!({
             "name": r.name,
-            "node": { "url": format!("http://{}", r.node), "pid": node.pid() },
-            "store": { "id": r.store_id, "api_url": format!("http://{}", r.store_api), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
+            "node": { "url": format!("http://{}", r.node), "admin_url": format!("http://{}", r.node_admin), "pid": node.pid() },
+            "store": { "id": r.store_id, "api_url": format!("http://{}", r.store_api), "admin_url": format!("http://{}", r.store_admin), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
             "database_url": plan.database_url(r),
         })).collect::<Vec<_>>(),
     });

@@ -595,6 +595,7 @@ async fn a_poison_message_is_dead_lettered_while_others_flow_and_redrives_once_f
 /// A node in this process, built with the test's event settings.
 struct EventNode {
     url: String,
+    admin_url: String,
     client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -611,12 +612,14 @@ impl EventNode {
             .await
             .expect("node builds");
         let url = format!("http://{}", app.address());
+        let admin_url = format!("http://{}", app.admin_address());
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(app.run_until(async {
             let _ = stopped.await;
         }));
         Self {
             url,
+            admin_url,
             client: reqwest::Client::new(),
             stop: Some(stop),
             task: Some(task),
@@ -710,7 +713,7 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
 
     let metrics = node
         .client
-        .get(format!("{}/metrics", node.url))
+        .get(format!("{}/metrics", node.admin_url))
         .send()
         .await
         .unwrap()
@@ -720,7 +723,7 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
     assert!(metrics.contains("outbox_backlog "), "{metrics}");
     assert!(metrics.contains("outbox_publish_lag_seconds_bucket"));
     assert_eq!(
-        metric(&node.client, &node.url, "outbox_published_total").await,
+        metric(&node.client, &node.admin_url, "outbox_published_total").await,
         2.0
     );
     node.stop().await;
@@ -947,7 +950,7 @@ mod crashes {
         // bus: the outbox row was never marked, so it is published again)
         // and the inbox turns it into a no-op.
         eventually(WAIT, || async {
-            (consumed_total(&client, &node.url, "duplicate").await >= 1.0).then_some(())
+            (consumed_total(&client, &node.admin_url, "duplicate").await >= 1.0).then_some(())
         })
         .await;
         eventually(WAIT, || async {
@@ -961,7 +964,7 @@ mod crashes {
         })
         .await;
         assert_eq!(
-            consumed_total(&client, &node.url, "processed").await,
+            consumed_total(&client, &node.admin_url, "processed").await,
             (2 - committed) as f64,
             "after the restart only a consumer that had not committed wrote anything"
         );
@@ -1022,8 +1025,14 @@ mod crashes {
             None => {
                 // The bus delivered twice; both consumers' inboxes dropped
                 // the second copy.
-                assert_eq!(consumed_total(&client, &node.url, "duplicate").await, 2.0);
-                assert_eq!(consumed_total(&client, &node.url, "processed").await, 0.0);
+                assert_eq!(
+                    consumed_total(&client, &node.admin_url, "duplicate").await,
+                    2.0
+                );
+                assert_eq!(
+                    consumed_total(&client, &node.admin_url, "processed").await,
+                    0.0
+                );
             }
         }
         node.kill().await;

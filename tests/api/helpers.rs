@@ -291,6 +291,8 @@ fn with_database(server: &str, name: &str) -> String {
 #[derive(Debug)]
 pub struct TestApp {
     pub url: String,
+    /// The admin listener: `/metrics`, `/admin/*`.
+    pub admin_url: String,
     pub state: AppState,
     pub clock: ManualClock,
     pub client: reqwest::Client,
@@ -332,6 +334,7 @@ impl TestApp {
             .await
             .expect("node builds");
         let url = format!("http://{}", app.address());
+        let admin_url = format!("http://{}", app.admin_address());
         let state = app.state().clone();
         let (stop, stopped) = oneshot::channel();
         let task = tokio::spawn(app.run_until(async {
@@ -339,6 +342,7 @@ impl TestApp {
         }));
         Self {
             url,
+            admin_url,
             state,
             clock,
             client: reqwest::Client::new(),
@@ -366,7 +370,7 @@ impl TestApp {
     }
 
     pub async fn metric(&self, name: &str) -> f64 {
-        metric(&self.client, &self.url, name).await
+        metric(&self.client, &self.admin_url, name).await
     }
 }
 
@@ -464,6 +468,8 @@ pub async fn send(request: reqwest::RequestBuilder) -> Answer {
 #[derive(Debug)]
 pub struct NodeProcess {
     pub url: String,
+    /// The admin listener: `/metrics`, `/admin/*`.
+    pub admin_url: String,
     pub child: Child,
 }
 
@@ -488,6 +494,8 @@ impl NodeProcess {
                 "node",
                 "--listen",
                 "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
                 "--region",
                 region,
                 "--database-url",
@@ -510,20 +518,27 @@ impl NodeProcess {
         let mut child = command.spawn().expect("spawn once node");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let addr: SocketAddr = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.expect("read stdout") {
-                if let Some(addr) = line.strip_prefix("listening on http://") {
-                    return addr.parse().expect("address");
+        let (admin, addr): (SocketAddr, SocketAddr) =
+            tokio::time::timeout(Duration::from_secs(60), async {
+                let mut admin = None;
+                while let Some(line) = lines.next_line().await.expect("read stdout") {
+                    if let Some(addr) = line.strip_prefix("admin on http://") {
+                        admin = Some(addr.parse().expect("address"));
+                    }
+                    if let Some(addr) = line.strip_prefix("listening on http://") {
+                        let admin = admin.expect("the admin listener is printed first");
+                        return (admin, addr.parse().expect("address"));
+                    }
                 }
-            }
-            panic!("node exited before listening");
-        })
-        .await
-        .expect("node starts within a minute");
+                panic!("node exited before listening");
+            })
+            .await
+            .expect("node starts within a minute");
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self {
             url: format!("http://{addr}"),
+            admin_url: format!("http://{admin}"),
             child,
         }
     }

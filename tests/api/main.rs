@@ -6,6 +6,7 @@ mod concurrency;
 mod contract;
 mod crash;
 mod deploy;
+mod edge;
 mod events;
 mod helpers;
 mod isolation;

@@ -62,7 +62,7 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
     }
     let metrics = app
         .client
-        .get(format!("{}/metrics", app.url))
+        .get(format!("{}/metrics", app.admin_url))
         .send()
         .await
         .unwrap()

@@ -166,7 +166,15 @@ async fn a_charge_whose_answer_never_comes_becomes_unknown_then_recovered_by_key
     );
     assert_eq!(pending.json()["status"], "processing");
     assert!(pending.retry_after.is_some());
-    assert!(metric(&client, &node.url, "idempotency_unknown_state_count_total").await >= 1.0);
+    assert!(
+        metric(
+            &client,
+            &node.admin_url,
+            "idempotency_unknown_state_count_total"
+        )
+        .await
+            >= 1.0
+    );
 
     let answer = eventually(Duration::from_secs(20), || {
         let request = post(&client, &node.url, ACME_KEY, Some("k-unknown"), &body);
@@ -233,7 +241,8 @@ async fn a_provider_unreachable_past_the_lease_is_recovered_by_the_worker_when_i
     // trying (and backing off) without ever guessing.
     let client = reqwest::Client::new();
     eventually(Duration::from_secs(10), || async {
-        (metric(&client, &node.url, "idempotency_takeover_count_total").await >= 2.0).then_some(())
+        (metric(&client, &node.admin_url, "idempotency_takeover_count_total").await >= 2.0)
+            .then_some(())
     })
     .await;
     assert_eq!(db.count_records("COMPLETED").await, 0);
@@ -348,9 +357,8 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
     let mut sim = ProviderSim::start().await;
     let token = "adm_test_token_0123456789";
     // The worker stays out of the way: this is the operator's call.
-    let mut args = provider_args_with(&sim.url, "1h");
-    args.extend(["--admin-token", token].map(str::to_owned));
-    let node = node_with(&db, &args, &[]).await;
+    let args = provider_args_with(&sim.url, "1h");
+    let node = node_with(&db, &args, &[("ONCE_ADMIN_TOKEN", token)]).await;
     let charged_body = payment_body("acc_1", "9.00", "op-1");
     let not_charged_body = payment_body("acc_1", "9.00", "op-2");
     leave_unknown(&node, &mut sim, "k-op-charged", &charged_body).await;
@@ -363,7 +371,8 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
         command
             .arg("records")
             .args(args)
-            .args(["--node", &node.url, "--admin-token", token]);
+            .args(["--node", &node.admin_url])
+            .env("ONCE_ADMIN_TOKEN", token);
         command.output().map(|o| o.unwrap())
     };
     let listed = records(&["list", "--status", "unknown"]).await;
@@ -414,14 +423,8 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
         String::from_utf8_lossy(&resolved.stderr)
     );
     let wrong_token = tokio::process::Command::new(env!("CARGO_BIN_EXE_once"))
-        .args([
-            "records",
-            "list",
-            "--node",
-            &node.url,
-            "--admin-token",
-            "not-the-admin-token-000",
-        ])
+        .args(["records", "list", "--node", &node.admin_url])
+        .env("ONCE_ADMIN_TOKEN", "not-the-admin-token-000")
         .output()
         .await
         .unwrap();

@@ -329,9 +329,12 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
             .unwrap();
     }
     let leader = cluster.wait_for_leader(&[1, 2]).await;
-    admin::snapshot(&cluster::operator(), &cluster.members[&leader].admin_endpoint())
-        .await
-        .expect("snapshot");
+    admin::snapshot(
+        &cluster::operator(),
+        &cluster.members[&leader].admin_endpoint(),
+    )
+    .await
+    .expect("snapshot");
     // The log the wiped member would need is gone: only a snapshot helps.
     eventually(Duration::from_secs(20), || async {
         let s = cluster.status(leader).await?;
@@ -568,7 +571,7 @@ async fn every_member_exposes_raft_metrics() {
     let leader = cluster.wait_for_leader(&cluster.ids()).await;
     let client = reqwest::Client::new();
     for id in cluster.ids() {
-        let url = format!("http://{}/metrics", cluster.members[&id].endpoint());
+        let url = format!("http://{}/metrics", cluster.members[&id].admin_endpoint());
         let text = client.get(url).send().await.unwrap().text().await.unwrap();
         let value = |name: &str| -> i64 {
             text.lines()
@@ -606,17 +609,28 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
         .collect();
     let isolated_endpoint = cluster.members[&isolated].endpoint();
     let isolated_admin = cluster.members[&isolated].admin_endpoint();
-    let isolated_region = admin::partition(&cluster::operator(), &isolated_admin).await.unwrap().region;
-    let other_region = admin::partition(&cluster::operator(), &cluster.members[&majority[0]].admin_endpoint())
+    let isolated_region = admin::partition(&cluster::operator(), &isolated_admin)
         .await
         .unwrap()
         .region;
+    let other_region = admin::partition(
+        &cluster::operator(),
+        &cluster.members[&majority[0]].admin_endpoint(),
+    )
+    .await
+    .unwrap()
+    .region;
     assert_ne!(isolated_region, other_region);
 
     admin::set_partition(&cluster::operator(), &isolated_admin, true)
         .await
         .unwrap();
-    assert!(admin::partition(&cluster::operator(), &isolated_admin).await.unwrap().isolated);
+    assert!(
+        admin::partition(&cluster::operator(), &isolated_admin)
+            .await
+            .unwrap()
+            .isolated
+    );
 
     // The other two stop hearing the leader and elect one of themselves.
     let new_leader = cluster.wait_for_leader(&majority).await;
@@ -687,7 +701,12 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
     admin::set_partition(&cluster::operator(), &isolated_admin, false)
         .await
         .unwrap();
-    assert!(!admin::partition(&cluster::operator(), &isolated_admin).await.unwrap().isolated);
+    assert!(
+        !admin::partition(&cluster::operator(), &isolated_admin)
+            .await
+            .unwrap()
+            .isolated
+    );
     let leader = cluster.wait_for_leader(&cluster.ids()).await;
     assert_ne!(leader, isolated);
     let after = routed

@@ -32,6 +32,8 @@ const WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct RouterProcess {
     url: String,
+    /// The admin listener: `/metrics`, `/admin/*`.
+    admin_url: String,
     /// Killed when dropped (`kill_on_drop`).
     _child: Child,
     client: reqwest::Client,
@@ -40,9 +42,16 @@ struct RouterProcess {
 impl RouterProcess {
     async fn start(args: &[String]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
-            .args(["router", "--listen", "127.0.0.1:0"])
+            .args([
+                "router",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
             .args(args)
             .env("ONCE_API_KEYS", API_KEYS)
+            .env("ONCE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("RUST_LOG", "warn")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -54,19 +63,26 @@ impl RouterProcess {
             .expect("spawn once router");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let addr: SocketAddr = tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.expect("read stdout") {
-                if let Some(addr) = line.strip_prefix("listening on http://") {
-                    return addr.parse().expect("address");
+        let (admin, addr): (SocketAddr, SocketAddr) =
+            tokio::time::timeout(Duration::from_secs(60), async {
+                let mut admin = None;
+                while let Some(line) = lines.next_line().await.expect("read stdout") {
+                    if let Some(addr) = line.strip_prefix("admin on http://") {
+                        admin = Some(addr.parse().expect("address"));
+                    }
+                    if let Some(addr) = line.strip_prefix("listening on http://") {
+                        let admin = admin.expect("the admin listener is printed first");
+                        return (admin, addr.parse().expect("address"));
+                    }
                 }
-            }
-            panic!("router exited before listening");
-        })
-        .await
-        .expect("router starts within a minute");
+                panic!("router exited before listening");
+            })
+            .await
+            .expect("router starts within a minute");
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self {
             url: format!("http://{addr}"),
+            admin_url: format!("http://{admin}"),
             _child: child,
             client: reqwest::Client::new(),
         }
@@ -99,7 +115,7 @@ impl RouterProcess {
     async fn cut(&self, regions: &[&str]) -> serde_json::Value {
         let answer = send(
             self.client
-                .post(format!("{}/admin/partition", self.url))
+                .post(format!("{}/admin/partition", self.admin_url))
                 .bearer_auth(ADMIN_TOKEN)
                 .json(&serde_json::json!({ "cut_regions": regions })),
         )
@@ -117,7 +133,7 @@ impl RouterProcess {
     async fn region_up(&self, region: &str) -> bool {
         let view: serde_json::Value = self
             .client
-            .get(format!("{}/admin/placements", self.url))
+            .get(format!("{}/admin/placements", self.admin_url))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
@@ -135,7 +151,7 @@ impl RouterProcess {
     async fn admin(&self, path: &str, region: &str) -> Answer {
         send(
             self.client
-                .post(format!("{}{path}", self.url))
+                .post(format!("{}{path}", self.admin_url))
                 .bearer_auth(ADMIN_TOKEN)
                 .json(&serde_json::json!({ "region": region })),
         )
@@ -146,7 +162,7 @@ impl RouterProcess {
     async fn metric(&self, name: &str, filter: &str) -> f64 {
         let text = self
             .client
-            .get(format!("{}/metrics", self.url))
+            .get(format!("{}/metrics", self.admin_url))
             .send()
             .await
             .expect("metrics")
@@ -201,8 +217,6 @@ impl Regions {
             format!("eu={},us={}", self.eu_url, self.us.url),
             "--placement-refresh".to_owned(),
             "200ms".to_owned(),
-            "--admin-token".to_owned(),
-            ADMIN_TOKEN.to_owned(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         args
@@ -479,7 +493,7 @@ async fn an_operator_fails_a_region_over_and_back() {
     let refused = send(
         router
             .client
-            .post(format!("{}/admin/failover", router.url))
+            .post(format!("{}/admin/failover", router.admin_url))
             .json(&serde_json::json!({ "region": "eu" })),
     )
     .await;
@@ -530,7 +544,7 @@ async fn an_operator_fails_a_region_over_and_back() {
     let table = send(
         router
             .client
-            .get(format!("{}/admin/placements", router.url))
+            .get(format!("{}/admin/placements", router.admin_url))
             .bearer_auth(ADMIN_TOKEN),
     )
     .await;
@@ -743,7 +757,7 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
     assert_eq!(again.status(), 201);
     let misdirected = crate::helpers::metric(
         &reqwest::Client::new(),
-        &router.url,
+        &router.admin_url,
         "router_misdirected_total",
     )
     .await;

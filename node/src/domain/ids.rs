@@ -67,5 +67,4 @@ mod tests {
         assert!(id.provider_key().starts_with("provider_payment_pay_"));
         assert_eq!(PaymentId::parse("pay_../etc"), None);
     }
-
 }

@@ -29,11 +29,25 @@ pub struct RegionLayout {
     pub store_raft: SocketAddr,
     pub store_api: SocketAddr,
     pub node: SocketAddr,
+    /// Admin listeners (added later: a layout written before them gets
+    /// ports on its next start).
+    #[serde(default = "unset")]
+    pub store_admin: SocketAddr,
+    #[serde(default = "unset")]
+    pub node_admin: SocketAddr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
     pub regions: Vec<RegionLayout>,
+    /// The router's admin listener.
+    #[serde(default = "unset")]
+    pub router_admin: SocketAddr,
+}
+
+/// A port not chosen yet.
+fn unset() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
 }
 
 /// Where the kernel documents its ephemeral range, and what it is when
@@ -143,8 +157,12 @@ impl Layout {
     pub fn load_or_create(dir: &Path, regions: usize, taken: &[u16]) -> anyhow::Result<Self> {
         let path = Self::path(dir);
         if let Ok(bytes) = std::fs::read(&path) {
-            let layout: Layout = serde_json::from_slice(&bytes)
+            let mut layout: Layout = serde_json::from_slice(&bytes)
                 .with_context(|| format!("reading {}", path.display()))?;
+            if layout.fill_unset(taken)? {
+                std::fs::write(&path, serde_json::to_vec_pretty(&layout)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
             anyhow::ensure!(
                 layout.regions.len() == regions,
                 "{} holds a cluster of {} regions; start it with --regions {} or use another --dir",
@@ -162,9 +180,43 @@ impl Layout {
 
     /// A new layout of `regions` regions, its ports outside `ephemeral`
     /// and none of `taken`.
+    /// Chooses ports for listeners an older layout did not have; whether
+    /// it chose any.
+    fn fill_unset(&mut self, taken: &[u16]) -> anyhow::Result<bool> {
+        let mut held: Vec<u16> = taken.to_vec();
+        held.push(self.router_admin.port());
+        for r in &self.regions {
+            held.extend(
+                [
+                    r.store_raft,
+                    r.store_api,
+                    r.node,
+                    r.store_admin,
+                    r.node_admin,
+                ]
+                .map(|a| a.port()),
+            );
+        }
+        let mut ports = PortPicker::new(&ephemeral_range(), &held)?;
+        let mut filled = false;
+        let slots = std::iter::once(&mut self.router_admin).chain(
+            self.regions
+                .iter_mut()
+                .flat_map(|r| [&mut r.store_admin, &mut r.node_admin]),
+        );
+        for slot in slots {
+            if *slot == unset() {
+                *slot = ports.next_addr()?;
+                filled = true;
+            }
+        }
+        Ok(filled)
+    }
+
     fn new(regions: usize, ephemeral: &RangeInclusive<u16>, taken: &[u16]) -> anyhow::Result<Self> {
         let mut ports = PortPicker::new(ephemeral, taken)?;
         Ok(Layout {
+            router_admin: ports.next_addr()?,
             regions: (0..regions)
                 .map(|i| {
                     Ok(RegionLayout {
@@ -173,6 +225,8 @@ impl Layout {
                         store_raft: ports.next_addr()?,
                         store_api: ports.next_addr()?,
                         node: ports.next_addr()?,
+                        store_admin: ports.next_addr()?,
+                        node_admin: ports.next_addr()?,
                     })
                 })
                 .collect::<anyhow::Result<_>>()?,
@@ -221,9 +275,17 @@ mod tests {
 
     impl Layout {
         fn ports(&self) -> Vec<u16> {
-            self.regions
-                .iter()
-                .flat_map(|r| [r.store_raft.port(), r.store_api.port(), r.node.port()])
+            std::iter::once(self.router_admin.port())
+                .chain(self.regions.iter().flat_map(|r| {
+                    [
+                        r.store_raft,
+                        r.store_api,
+                        r.node,
+                        r.store_admin,
+                        r.node_admin,
+                    ]
+                    .map(|a| a.port())
+                }))
                 .collect()
         }
     }
@@ -254,7 +316,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::load_or_create(dir.path(), 7, &[]).unwrap();
         let ports = layout.ports();
-        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 21, "{ports:?}");
+        // Five listeners a region, and the router's admin listener.
+        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 36, "{ports:?}");
         for port in ports {
             assert!(!ephemeral.contains(&port), "{port} in {ephemeral:?}");
             assert!(port >= LOWEST_PORT, "{port}");
@@ -263,11 +326,11 @@ mod tests {
 
     #[test]
     fn the_routers_port_is_never_given_to_a_region() {
-        // Four ports outside the range, the router holds one of them.
-        let layout = Layout::new(1, &(10_004..=u16::MAX), &[10_001]).unwrap();
+        // Seven ports outside the range, the router holds one of them.
+        let layout = Layout::new(1, &(10_007..=u16::MAX), &[10_001]).unwrap();
         let mut ports = layout.ports();
         ports.sort_unstable();
-        assert_eq!(ports, [10_000, 10_002, 10_003]);
+        assert_eq!(ports, [10_000, 10_002, 10_003, 10_004, 10_005, 10_006]);
     }
 
     #[test]

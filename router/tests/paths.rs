@@ -1,0 +1,140 @@
+//! Only the API's routes reach a node, and only in the one form every hop
+//! reads alike. `/payments/%2e%2e/metrics` once matched the router's
+//! `/payments/{*rest}` and, resolved by the HTTP client, reached the
+//! node's `/metrics`; `/payments/../admin/records` reached the admin API.
+//! Requests are written raw on a socket: an HTTP client library would
+//! normalise the very paths under test before sending them.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use once_edge::ApiKeys;
+use once_router::{NodeDirectory, RouterApp, RouterConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const KEY: &str = "sk_test_acme_checkout_0001";
+
+/// A node that answers 200 to anything and remembers every path it saw.
+async fn recording_node() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let app = Router::new().fallback(move |request: Request| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push(request.uri().to_string());
+            "reached"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+async fn router(node: SocketAddr) -> SocketAddr {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = RouterConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "us",
+        vec![closed.to_string()],
+        NodeDirectory::parse(&[format!("us=http://{node}")]).unwrap(),
+    );
+    config.health.interval = Duration::from_secs(60);
+    let keys = ApiKeys::from_plaintext_list(&format!("acme:checkout:{KEY}")).unwrap();
+    let app = RouterApp::build(config, keys).await.unwrap();
+    let addr = app.address();
+    tokio::spawn(app.run_until(std::future::pending()));
+    addr
+}
+
+/// Sends `method target` raw and returns the status code and body.
+async fn raw(router: SocketAddr, method: &str, target: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(router).await.unwrap();
+    let request = format!(
+        "{method} {target} HTTP/1.1\r\nHost: once\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    (status, body)
+}
+
+#[tokio::test]
+async fn traversal_variants_are_400_and_never_reach_a_node() {
+    let (node, seen) = recording_node().await;
+    let router = router(node).await;
+    for target in [
+        "/payments/%2e%2e/metrics",
+        "/payments/%2E%2E/metrics",
+        "/payments/.%2e/admin/records",
+        "/payments/../admin/records",
+        "/payments/./../metrics",
+        "/payments/x/../../metrics",
+        "/payments/..%2fmetrics",
+        "/payments/%2fadmin%2frecords",
+        "/payments/%5c..%5cmetrics",
+        "/payments/..\\metrics",
+        "/payments//metrics",
+    ] {
+        for method in ["GET", "POST"] {
+            let (status, body) = raw(router, method, target).await;
+            assert_eq!(status, 400, "{method} {target}: {body}");
+            assert!(body.contains("INVALID_PATH"), "{method} {target}: {body}");
+        }
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "reached a node: {:?}",
+        seen.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn only_the_api_routes_are_forwarded() {
+    let (node, seen) = recording_node().await;
+    let router = router(node).await;
+    // Not API routes, or not the API's method: answered by the router.
+    for (method, target) in [
+        ("GET", "/metrics"),
+        ("GET", "/admin/records"),
+        ("GET", "/payments/pay_1/refunds"),
+        ("DELETE", "/payments/pay_1"),
+        ("GET", "/payments"),
+        ("PUT", "/payments"),
+    ] {
+        let (status, _) = raw(router, method, target).await;
+        assert!(
+            status == 404 || status == 405,
+            "{method} {target}: {status}"
+        );
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "reached a node: {:?}",
+        seen.lock().unwrap()
+    );
+    // The API's own routes are.
+    assert_eq!(raw(router, "GET", "/payments/pay_0123abcd").await.0, 200);
+    assert_eq!(raw(router, "POST", "/payments").await.0, 200);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["/payments/pay_0123abcd", "/payments"]
+    );
+}

@@ -1,0 +1,320 @@
+//! The hardened edge, attacked as an attacker would, against real `once`
+//! processes: slow headers, slow bodies and floods from one tenant, a
+//! connection flood, admin endpoints on the public port, short admin
+//! tokens. Each attack that once worked is a regression test here; the
+//! router's path checks are in `router/tests/paths.rs`.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::helpers::{
+    ACME_KEY, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually, metric, payment_body, post,
+};
+
+/// Waits until the server closes `stream` (a read of 0 bytes or a reset),
+/// failing after `limit`.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            // A 408/431 answer before the close is fine; keep reading.
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+/// Resident memory of `pid` in MiB, from /proc.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb / 1024.0
+}
+
+fn host(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+#[tokio::test]
+async fn slow_headers_are_closed_within_the_header_timeout_and_a_normal_request_succeeds() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let node = NodeProcess::start(&db, &["--header-read-timeout", "2s"], &[]).await;
+    let pid = node.child.id().unwrap();
+    let before = rss_mib(pid);
+    // 300 connections, each holding half a header: the slowloris.
+    let mut slow = Vec::new();
+    for _ in 0..300 {
+        let mut stream = TcpStream::connect(host(&node.url)).await.unwrap();
+        stream
+            .write_all(b"POST /payments HTTP/1.1\r\nHost: once\r\nAuthorization: Bea")
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    // Meanwhile a normal client is served.
+    let client = reqwest::Client::new();
+    let answer = post(
+        &client,
+        &node.url,
+        ACME_KEY,
+        Some("normal-1"),
+        &payment_body("acc_1", "1.00", "slowloris-1"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 201);
+    let during = rss_mib(pid);
+    assert!(
+        during - before < 64.0,
+        "300 half-sent headers cost {:.1} MiB (before {before:.1}, during {during:.1})",
+        during - before
+    );
+    // Every one is closed by the server within the header timeout (plus slack
+    // for scheduling on a loaded machine), never held open.
+    let started = Instant::now();
+    for stream in &mut slow {
+        assert!(
+            closed_within(stream, Duration::from_secs(10)).await,
+            "a half-sent header was still open after 10 s"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let closed = metric(
+        &client,
+        &node.admin_url,
+        "edge_connections_closed_total{listener=\"public\",reason=\"header_timeout\"}",
+    )
+    .await;
+    assert!(closed >= 300.0, "closed for header timeout: {closed}");
+}
+
+#[tokio::test]
+async fn one_tenant_holding_slow_bodies_and_flooding_gets_429_and_another_tenant_is_served() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let node = NodeProcess::start(
+        &db,
+        &[
+            "--tenant-in-flight",
+            "16",
+            "--tenant-rate",
+            "100",
+            "--tenant-burst",
+            "100",
+            "--body-read-timeout",
+            "30s",
+            // Small enough that a tenant-blind limit would be filled by A.
+            "--max-in-flight",
+            "64",
+        ],
+        &[],
+    )
+    .await;
+    // Tenant A (acme) opens 200 requests that announce a body and never send it.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut stream = TcpStream::connect(host(&node.url)).await.unwrap();
+        let head = format!(
+            "POST /payments HTTP/1.1\r\nHost: once\r\nAuthorization: Bearer {ACME_KEY}\r\n\
+             Idempotency-Key: slow-body\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        held.push(stream);
+    }
+    let client = reqwest::Client::new();
+    // A's quota is full: its next requests are refused at once with Retry-After.
+    let refused = post(
+        &client,
+        &node.url,
+        ACME_KEY,
+        Some("a-more"),
+        &payment_body("acc_1", "1.00", "a-more"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["errorCode"], "RATE_LIMITED");
+    // Tenant B (globex) is served, each payment promptly, while A holds its bodies.
+    for i in 0..20 {
+        let started = Instant::now();
+        let answer = post(
+            &client,
+            &node.url,
+            GLOBEX_KEY,
+            Some(&format!("b-{i}")),
+            &payment_body("acc_b", "2.00", &format!("b-order-{i}")),
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(answer.status(), 201, "tenant B's payment {i}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "tenant B waited {:?}",
+            started.elapsed()
+        );
+    }
+    // A flood from A beyond its rate is answered 429 too, never queued.
+    let mut limited = 0;
+    for i in 0..150 {
+        let answer = client
+            .get(format!("{}/payments/pay_{i:032x}", node.url))
+            .bearer_auth(ACME_KEY)
+            .send()
+            .await
+            .unwrap();
+        if answer.status() == 429 {
+            assert!(answer.headers().contains_key("retry-after"));
+            limited += 1;
+        }
+    }
+    assert!(limited > 0, "no 429 in a flood of 150 over a quota of 16");
+    drop(held);
+    let over_quota = metric(
+        &client,
+        &node.admin_url,
+        "edge_tenant_requests_total{tenant=\"acme\",outcome=\"over_quota\"}",
+    )
+    .await;
+    assert!(over_quota >= 1.0);
+}
+
+#[tokio::test]
+async fn a_connection_flood_beyond_the_cap_is_refused_and_the_node_keeps_serving() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let node = NodeProcess::start(&db, &["--max-connections", "50"], &[]).await;
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        flood.push(TcpStream::connect(host(&node.url)).await.unwrap());
+    }
+    // 250 of them are closed by the server at once; the first 50 stay open.
+    let mut refused = 0;
+    for stream in &mut flood {
+        if closed_within(stream, Duration::from_millis(200)).await {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 250,
+        "only {refused} of 300 refused over a cap of 50"
+    );
+    let client = reqwest::Client::new();
+    let counted = metric(
+        &client,
+        &node.admin_url,
+        "edge_connections_refused_total{listener=\"public\"}",
+    )
+    .await;
+    assert!(counted >= 250.0, "{counted}");
+    drop(flood);
+    // Once the flood is gone, the node serves again.
+    eventually(Duration::from_secs(10), || async {
+        let answer = post(
+            &client,
+            &node.url,
+            ACME_KEY,
+            Some("after-flood"),
+            &payment_body("acc_1", "1.00", "flood-1"),
+        )
+        .send()
+        .await
+        .ok()?;
+        (answer.status() == 201).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn admin_and_metrics_are_absent_from_the_public_listener() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let token = "an-admin-token-of-28-chars!!";
+    let node = NodeProcess::start(&db, &[], &[("ONCE_ADMIN_TOKEN", token)]).await;
+    let client = reqwest::Client::new();
+    for path in ["/metrics", "/admin/records?status=unknown"] {
+        let public = client
+            .get(format!("{}{path}", node.url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(public.status(), 404, "{path} on the public listener");
+        let admin = client
+            .get(format!("{}{path}", node.admin_url))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(admin.status(), 200, "{path} on the admin listener");
+    }
+    let anonymous = client
+        .get(format!("{}/admin/records?status=unknown", node.admin_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+}
+
+#[tokio::test]
+async fn a_short_admin_token_fails_start_up_in_every_role() {
+    let bin = env!("CARGO_BIN_EXE_once");
+    let dir = tempfile::tempdir().unwrap();
+    let roles: [Vec<String>; 3] = [
+        vec!["node".into(), "--check-config".into()],
+        vec![
+            "router".into(),
+            "--check-config".into(),
+            "--store-endpoints".into(),
+            "http://127.0.0.1:1".into(),
+            "--nodes".into(),
+            "local=http://127.0.0.1:2".into(),
+        ],
+        vec![
+            "store".into(),
+            "--check-config".into(),
+            "--id".into(),
+            "1".into(),
+            "--data-dir".into(),
+            dir.path().display().to_string(),
+        ],
+    ];
+    for args in roles {
+        for (token, ok) in [("short-token", false), ("a-long-enough-admin-token", true)] {
+            let out = tokio::process::Command::new(bin)
+                .args(&args)
+                .env("ONCE_API_KEYS", crate::helpers::API_KEYS)
+                .env("ONCE_ADMIN_TOKEN", token)
+                .output()
+                .await
+                .unwrap();
+            if ok {
+                assert!(
+                    out.status.success(),
+                    "{args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert!(
+                    !String::from_utf8_lossy(&out.stdout).contains(token),
+                    "the token printed"
+                );
+            } else {
+                assert_eq!(out.status.code(), Some(64), "{args:?} with a short token");
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(stderr.contains("at least 16"), "{stderr}");
+                assert!(!stderr.contains(token), "the token printed: {stderr}");
+            }
+        }
+    }
+}
