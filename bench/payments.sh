@@ -21,7 +21,7 @@ WORK=$(mktemp -d)
 trap 'kill $NODE 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 start_node() { # database-url
-  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn $BIN node --listen 127.0.0.1:$PORT \
+  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 $BIN node --listen 127.0.0.1:$PORT \
     --max-db-connections 32 --database-url "$1" > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && return; sleep 0.1; done

@@ -39,10 +39,10 @@ C="$DIR/wan/cluster.json"
 ROUTER=$(json "$C" "d['router']['url']")
 HOME_REGION=$(json "$C" "d['regions'][0]['name']")
 KEY=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$HOME_REGION'][0]")
-STORE=$(json "$C" "d['regions'][0]['store']['api_url']")
+STORE=$(json "$C" "d['regions'][0]['store']['admin_url']")
 STORE_ID=$(json "$C" "d['regions'][0]['store']['id']")
 ENDPOINTS=$(json "$C" "','.join(r['store']['api_url'] for r in d['regions'])")
-curl -sf -X POST "$STORE/admin/elect" >/dev/null
+curl -sf -X POST -H "Authorization: Bearer $(json "$C" "d['admin_token']")" "$STORE/admin/elect" >/dev/null
 for _ in $(seq 1 100); do
   [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
 done

@@ -78,6 +78,14 @@ pub struct StoreMember {
     pub pid: Option<i32>,
 }
 
+impl StoreMember {
+    /// Where its operator endpoints are: the admin listener, or the client
+    /// API's URL for a member that serves both on one port.
+    pub fn admin(&self) -> &str {
+        self.admin_url.as_deref().unwrap_or(&self.api_url)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error("reading {path}: {source}")]
@@ -171,13 +179,5 @@ mod tests {
                 .to_string()
                 .contains("eu-west, us-east")
         );
-    }
-}
-
-impl StoreMember {
-    /// Where its operator endpoints are: the admin listener, or the client
-    /// API's URL for a member that serves both on one port.
-    pub fn admin(&self) -> &str {
-        self.admin_url.as_deref().unwrap_or(&self.api_url)
     }
 }

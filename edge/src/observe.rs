@@ -151,7 +151,9 @@ pub async fn observe(State(observe): State<Observe>, mut request: Request, next:
         },
         &response,
     );
-    if span_context.is_valid() {
+    // A node answers with its own ids even without a tracer (they still
+    // correlate logs); a router adds its own only when they mean something.
+    if observe.trace_headers == TraceHeaders::Ours || span_context.is_valid() {
         let headers = response.headers_mut();
         let ours = [
             (X_TRACE_ID, HeaderValue::try_from(trace.trace_id())),

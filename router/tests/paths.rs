@@ -17,14 +17,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY: &str = "sk_test_acme_checkout_0001";
 
-/// A node that answers 200 to anything and remembers every path it saw.
+/// A node that answers 200 to anything and remembers every path it saw,
+/// but for the router's own health checks (`/readyz`).
 async fn recording_node() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let app = Router::new().fallback(move |request: Request| {
         let log = log.clone();
         async move {
-            log.lock().unwrap().push(request.uri().to_string());
+            if request.uri().path() != "/readyz" {
+                log.lock().unwrap().push(request.uri().to_string());
+            }
             "reached"
         }
     });

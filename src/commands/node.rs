@@ -16,6 +16,7 @@ use once_raft_store::client::ClientOptions;
 use super::config_error;
 
 #[derive(Debug, Args)]
+#[command(after_help = super::edge::ADMIN_TOKEN_HELP)]
 pub struct NodeArgs {
     /// Address to listen on; port 0 picks a free one (printed on stdout).
     #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]

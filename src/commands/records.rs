@@ -111,14 +111,14 @@ pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
             let response = client
                 .get(format!("{base}/admin/records"))
                 .query(&[("status", status.as_str()), ("limit", &limit.to_string())])
-                .bearer_auth(&token)
+                .bearer_auth(token)
                 .send()
                 .await?;
             let records: Vec<RecordView> = checked(response).await?.json().await?;
             print_records(&records)
         }
         RecordsCommand::Show { tenant, key } => {
-            print_records(&records_for_key(&client, base, &token, &tenant, &key).await?)
+            print_records(&records_for_key(&client, base, token, &tenant, &key).await?)
         }
         RecordsCommand::Resolve {
             tenant,
@@ -131,7 +131,7 @@ pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
             let principal = match principal {
                 Some(p) => p,
                 None => {
-                    let records = records_for_key(&client, base, &token, &tenant, &key).await?;
+                    let records = records_for_key(&client, base, token, &tenant, &key).await?;
                     match records.as_slice() {
                         [one] => one.principal.clone(),
                         _ => anyhow::bail!(
@@ -156,7 +156,7 @@ pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
             let record: RecordView = checked(
                 client
                     .post(url)
-                    .bearer_auth(&token)
+                    .bearer_auth(token)
                     .json(&request)
                     .send()
                     .await?,

@@ -11,6 +11,7 @@ use once_router::{HealthConfig, NodeDirectory, RouterApp, RouterConfig};
 use super::config_error;
 
 #[derive(Debug, Args)]
+#[command(after_help = super::edge::ADMIN_TOKEN_HELP)]
 pub struct RouterArgs {
     /// Address to listen on; port 0 picks a free one (printed on stdout).
     #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]

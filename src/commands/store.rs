@@ -27,7 +27,13 @@ Simulated WAN (latency and partition drills on one machine):
   and clients declaring another region (X-Once-Client-Region) are refused.
   {\"cut_regions\": [\"eu-west\"]} (or `--cut-regions eu-west`; empty heals) is the
   same seen from another member: no Raft RPC to or from eu-west's members, and
-  clients declaring eu-west are refused.";
+  clients declaring eu-west are refused.
+
+Secrets:
+  ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
+  admin listener (membership, elections, snapshots, record dumps, the partition switch);
+  at least 16 characters, or the process exits with code 64. Unset: those endpoints are
+  off (404). Never passed as a flag: a command line shows in `ps`.";
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, after_help = WAN_HELP)]

@@ -33,6 +33,10 @@ const REQUIRED_ROLES: &[&str] = &["node", "migrate", "store", "router"];
 
 const PENDING_ARGS: &str = "once.dev/pending-args";
 
+/// Secrets a role reads from its environment only, never from a flag (a
+/// command line shows in `ps`); each role's `--help` names them.
+const ENVIRONMENT_ONLY: &[&str] = &["ONCE_ADMIN_TOKEN"];
+
 /// Placeholder values for variables that come from Secrets: harmless, and
 /// recognisable if one ever leaks into `--check-config` output.
 const SECRET_PLACEHOLDER: &str = "placeholder-secret-value";
@@ -318,7 +322,9 @@ fn check_launch(what: &str, launch: &Launch, help: &str) {
     }
     for name in launch.env.keys().filter(|n| n.starts_with("ONCE_")) {
         assert!(
-            help.contains(&format!("env: {name}")),
+            help.contains(&format!("env: {name}"))
+                || (ENVIRONMENT_ONLY.contains(&name.as_str())
+                    && help.contains(&format!("{name} (environment only)"))),
             "{what}: sets {name}, which `once {}` does not read",
             launch.role
         );
