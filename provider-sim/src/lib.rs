@@ -36,18 +36,36 @@ use std::net::SocketAddr;
 
 pub use api::{ChargeBody, ChargeRecord, Simulator};
 
-/// Binds `listen` and serves `simulator` until `shutdown` resolves.
-/// Returns the bound address through `on_bound` before serving.
+/// Binds `listen` and serves `simulator` until `shutdown` resolves, on the
+/// edge's server like every role. Returns the bound address through
+/// `on_bound` before serving.
 pub async fn serve(
     simulator: Simulator,
     listen: SocketAddr,
     on_bound: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
-    on_bound(listener.local_addr()?);
-    axum::serve(listener, simulator.router())
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let limits = once_edge::ServerLimits {
+        // `timeout_after_charge` hangs a charge until its caller gives up,
+        // as a provider that lost its answer does; the deadline must not
+        // answer for it.
+        request_deadline: std::time::Duration::from_secs(3600),
+        ..once_edge::ServerLimits::default()
+    };
+    let server = once_edge::Server::bind(
+        "provider",
+        listen,
+        limits,
+        once_edge::EdgeMetrics::default(),
+    )
+    .await?;
+    on_bound(server.local_addr());
+    server
+        .serve(
+            simulator.router(),
+            shutdown,
+            std::time::Duration::from_secs(5),
+        )
+        .await;
     Ok(())
 }

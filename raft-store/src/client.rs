@@ -169,6 +169,9 @@ impl StoreClient {
             http: reqwest::Client::builder()
                 .tcp_nodelay(true)
                 .connect_timeout(Duration::from_secs(1))
+                // Below the members' idle timeout (60 s by default), so a
+                // pooled connection is never one the member is closing.
+                .pool_idle_timeout(Duration::from_secs(30))
                 .build()?,
             client_id: rand::random(),
             options,

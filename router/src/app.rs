@@ -55,6 +55,9 @@ impl RouterApp {
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(1))
+            // Below the nodes' idle timeout (60 s by default), so a pooled
+            // connection is never one the node is closing.
+            .pool_idle_timeout(Duration::from_secs(30))
             // Redirects are the client's business, not the router's.
             .redirect(reqwest::redirect::Policy::none())
             .build()

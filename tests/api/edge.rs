@@ -120,9 +120,9 @@ async fn one_tenant_holding_slow_bodies_and_flooding_gets_429_and_another_tenant
         &[],
     )
     .await;
-    // Tenant A (acme) opens 200 requests that announce a body and never send it.
+    // Tenant A (acme) opens 2,000 requests that announce a body and never send it.
     let mut held = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..2000 {
         let mut stream = TcpStream::connect(host(&node.url)).await.unwrap();
         let head = format!(
             "POST /payments HTTP/1.1\r\nHost: once\r\nAuthorization: Bearer {ACME_KEY}\r\n\

@@ -29,14 +29,24 @@ pub(crate) struct Control {
 
 /// Serves the control endpoint on a free local port; returns its URL.
 pub(crate) async fn serve(control: Control) -> anyhow::Result<String> {
-    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .await
-        .context("binding the control endpoint")?;
-    let url = format!("http://{}", listener.local_addr()?);
+    let server = once_edge::Server::bind(
+        "control",
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        once_edge::ServerLimits {
+            // A restart waits for the region's processes to be ready.
+            request_deadline: START_LIMIT + std::time::Duration::from_secs(30),
+            ..once_edge::ServerLimits::default()
+        },
+        once_edge::EdgeMetrics::default(),
+    )
+    .await
+    .context("binding the control endpoint")?;
+    let url = format!("http://{}", server.local_addr());
     let app = Router::new()
         .route("/regions/{name}/restart", post(restart))
         .with_state(control);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Lives as long as `once up` does.
+    tokio::spawn(server.serve(app, std::future::pending(), std::time::Duration::ZERO));
     Ok(url)
 }
 
