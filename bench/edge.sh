@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The cost of the hardened edge: new payments/s and replays/s of `once node`
 # on PostgreSQL at 32 clients, with the build before the edge (BASE) and the
-# current build side by side in one run, alternating A B A B so drift on a
-# noisy machine hits both alike.
+# current build side by side in one run, alternating A B B A A B … so drift
+# and position on a noisy machine hit both alike. Besides throughput, the
+# node's CPU time per request (utime + stime from /proc over the measured
+# run) is the edge's cost with the load generator's share taken out.
 #
-#   BASE=/path/to/old/once bash bench/edge.sh [seconds-per-point]   (default 10)
+#   BASE=/path/to/old/once ROUNDS=4 bash bench/edge.sh [seconds-per-point]   (defaults: 4 rounds, 10 s)
 #
 # BASE defaults to a release build of the commit before the edge crate
 # (45fb68d), built in a worktree under /tmp. The current build runs with its
@@ -50,33 +52,45 @@ stop_node() { kill "$NODE"; wait "$NODE" 2>/dev/null || true; NODE=; }
 
 : > "$OUT/edge.jsonl"
 rows=()
-for round in 1 2; do
-  for build in base edge; do
+cpu_ticks() { awk '{print $14 + $15}' /proc/"$NODE"/stat; }
+TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
+for round in $(seq 1 "${ROUNDS:-4}"); do
+  order="base edge"; [ $((round % 2)) = 0 ] && order="edge base"
+  for build in $order; do
     bin=$BASE; [ $build = edge ] && bin=$NEW
     DB=bench_edge_$$_${round}_$build
     psql "$PG/postgres" -qc "CREATE DATABASE $DB"
     start_node "$bin" "$PG/$DB"
     for mode in new replay; do
+      # The warm-up runs first, then the measured run with the node's CPU
+      # clock read around it.
+      "$NEW" bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency 32 \
+        --duration 2 --label warmup >/dev/null 2>&1
+      before=$(cpu_ticks)
       json=$("$NEW" bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency 32 \
-        --duration "$SECS" --warmup 2 --label "$build-$mode-r$round" 2>/dev/null)
+        --duration "$SECS" --warmup 0 --label "$build-$mode-r$round" 2>/dev/null)
+      cpu_us=$(( ($(cpu_ticks) - before) * TICK_US ))
+      json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["node_cpu_us_per_req"]=int(sys.argv[2])/r["requests"]; print(json.dumps(r))' "$json" "$cpu_us")
       echo "$json" >> "$OUT/edge.jsonl"
-      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("| %s | %s | %s | %.0f | %.2f | %.2f |" % (sys.argv[2], sys.argv[3], r["mode"], r["throughput"], r["p50_ms"], r["p99_ms"]))' "$json" "$round" "$build")")
+      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("| %s | %s | %s | %.0f | %.2f | %.2f | %.1f |" % (sys.argv[2], sys.argv[3], r["mode"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us_per_req"]))' "$json" "$round" "$build")")
     done
     stop_node
     psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
   done
 done
-echo "| round | build | mode | req/s | p50 ms | p99 ms |"
-echo "|---|---|---|---|---|---|"
+echo "| round | build | mode | req/s | p50 ms | p99 ms | node CPU µs/req |"
+echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 python3 - "$OUT/edge.jsonl" <<'PY'
 import json, sys, collections
-by = collections.defaultdict(list)
+import statistics
+by = collections.defaultdict(list); cpu = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r = json.loads(line); build, mode, _ = r["label"].split("-")
-    by[(build, mode)].append(r["throughput"])
+    by[(build, mode)].append(r["throughput"]); cpu[(build, mode)].append(r["node_cpu_us_per_req"])
 for mode in ("new", "replay"):
-    base = sum(by[("base", mode)]) / len(by[("base", mode)])
-    edge = sum(by[("edge", mode)]) / len(by[("edge", mode)])
-    print(f"\n{mode}: base {base:.0f}/s, edge {edge:.0f}/s, edge/base {edge/base:.3f}")
+    b, e = statistics.median(by[("base", mode)]), statistics.median(by[("edge", mode)])
+    cb, ce = statistics.median(cpu[("base", mode)]), statistics.median(cpu[("edge", mode)])
+    print(f"\n{mode} (medians): base {b:.0f}/s, edge {e:.0f}/s, edge/base {e/b:.3f}; "
+          f"node CPU base {cb:.1f} µs/req, edge {ce:.1f} µs/req, edge/base {ce/cb:.3f}")
 PY

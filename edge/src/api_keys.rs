@@ -16,15 +16,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
-use std::sync::Arc;
-
 use anyhow::{Context, bail};
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -169,38 +165,16 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-/// Middleware of the tenant-facing routes: the caller is resolved from the
-/// headers alone, before any body byte is read, and put in the request's
-/// extensions for the tenant gate ([`crate::tenants`]) and the handler
-/// ([`Caller`] is an extractor). A missing or unknown key is `401` and
-/// nothing else happens.
-pub async fn authenticate(
-    State(keys): State<Arc<ApiKeys>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let caller = bearer(request.headers()).and_then(|token| keys.authenticate(token));
-    match caller {
-        Some(caller) => {
-            tracing::Span::current().record("tenant", caller.tenant.as_str());
-            let caller = caller.clone();
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        None => ApiError::Unauthorized.into_response(),
-    }
-}
-
-/// The caller [`authenticate`] resolved. A route without that middleware
+/// The caller [`crate::tenants::admit`] resolved. A route without that middleware
 /// answers `401`: a handler that forgot it can never serve anonymously.
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // Taken, not cloned: one handler extracts it once.
         parts
             .extensions
-            .get::<Caller>()
-            .cloned()
+            .remove::<Caller>()
             .ok_or(ApiError::Unauthorized)
     }
 }

@@ -23,12 +23,14 @@ pub struct BodyTimedOut(pub Duration);
 
 pin_project! {
     /// A request body that fails with [`BodyTimedOut`] once its deadline
-    /// passes. The server wraps every request body in one.
+    /// passes. The server wraps every request body in one. The timer is
+    /// made only when the body first has to wait: a body that arrived with
+    /// its headers (most do) costs no timer at all.
     pub struct DeadlineBody<B> {
         #[pin]
         inner: B,
-        #[pin]
-        deadline: Sleep,
+        deadline: Instant,
+        timer: Option<Pin<Box<Sleep>>>,
         timeout: Duration,
     }
 }
@@ -37,7 +39,8 @@ impl<B> DeadlineBody<B> {
     pub fn new(inner: B, timeout: Duration) -> Self {
         Self {
             inner,
-            deadline: tokio::time::sleep_until(Instant::now() + timeout),
+            deadline: Instant::now() + timeout,
+            timer: None,
             timeout,
         }
     }
@@ -58,10 +61,16 @@ where
         let this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
-            Poll::Pending => match this.deadline.poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut(*this.timeout).into()))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                let deadline = *this.deadline;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut(*this.timeout).into()))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 

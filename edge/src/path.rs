@@ -8,22 +8,20 @@
 //! an encoded slash or backslash, a raw backslash or an empty segment, so
 //! what is routed is what every hop after it will see.
 
-use axum::extract::Request;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use crate::error::ApiError;
-
 /// Whether `path` is in the one form every hop reads alike.
 pub fn is_canonical(path: &str) -> bool {
     if !path.starts_with('/') || path.contains('\\') {
         return false;
     }
-    let lower = path.to_ascii_lowercase();
-    if ["%2e", "%2f", "%5c", "%00"]
-        .iter()
-        .any(|e| lower.contains(e))
-    {
+    // Encoded dot, slash, backslash or NUL, in either case; no allocation.
+    let encoded_separator = path.as_bytes().windows(3).any(|w| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'2', b'e') | (b'2', b'f') | (b'5', b'c') | (b'0', b'0')
+            )
+    });
+    if encoded_separator {
         return false;
     }
     // The root is "/", whose one segment is empty; elsewhere no segment may be.
@@ -31,15 +29,6 @@ pub fn is_canonical(path: &str) -> bool {
         || path[1..]
             .split('/')
             .all(|segment| !segment.is_empty() && segment != "." && segment != "..")
-}
-
-/// Middleware: `400 INVALID_PATH` for a non-canonical path, before routing.
-pub async fn require_canonical(request: Request, next: Next) -> Response {
-    if is_canonical(request.uri().path()) {
-        next.run(request).await
-    } else {
-        ApiError::InvalidPath.into_response()
-    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@
 //! | body read time | [`DeadlineBody`] | `408 REQUEST_TIMEOUT` |
 //! | requests in flight | one concurrency limit for the whole listener | `503 SERVICE_OVERLOADED`, `Retry-After` |
 //! | whole request | timeout around the router | `503`, `Retry-After` |
-//! | a panicking handler | catch-panic, outermost | `500 INTERNAL_ERROR` |
+//! | a path with dot segments, encoded dots or slashes | before any layer | `400 INVALID_PATH` |
+//! | a panicking handler | `catch_unwind` around the whole request | `500 INTERNAL_ERROR` |
 //!
 //! Memory per connection is then bounded by hyper's read buffer
 //! (`max_header_bytes`) and the role's body limit, and the number of
@@ -35,23 +36,24 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::panic::AssertUnwindSafe;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 use crate::body::DeadlineBody;
 use crate::error::ApiError;
 use crate::limits::ServerLimits;
 use crate::metrics::{CloseLabels, EdgeMetrics, ListenerLabel};
+use prometheus_client::metrics::counter::Counter;
 
 /// A bound listener with its limits, not serving yet.
 #[derive(Debug)]
@@ -100,7 +102,7 @@ impl Server {
             limits,
             metrics,
         } = self;
-        let service = requests(router, &limits, &metrics, name);
+        let service = requests(router, &limits);
         let (stop, stopping) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(limits.max_connections));
         let label = EdgeMetrics::listener(name);
@@ -157,60 +159,70 @@ impl Server {
     }
 }
 
-type RequestService = BoxCloneSyncService<Request, Response, Infallible>;
-
 /// The per-request layers around a role's router. Each sits where it does
-/// for a reason:
+/// for a reason; none allocates per request beyond what the router does.
 fn requests(
     router: Router,
     limits: &ServerLimits,
-    metrics: &EdgeMetrics,
-    name: &'static str,
-) -> RequestService {
-    let label = EdgeMetrics::listener(name);
-    let panics = metrics.panics.get_or_create(&label).clone();
-    let shed = metrics.requests_shed.get_or_create(&label).clone();
-    let late = metrics.deadline_exceeded.get_or_create(&label).clone();
-    let deadline = limits.request_deadline;
-    let service = ServiceBuilder::new()
-        .map_response(IntoResponse::into_response)
-        // Outermost: a panic anywhere below is a 500 in the API's error
-        // shape, never a dropped connection.
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            move |_: Box<dyn std::any::Any + Send>| {
-                panics.inc();
-                ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
-            },
-        ))
-        // Turns the two refusals below into answers a client can act on.
-        .layer(HandleErrorLayer::new(move |error: BoxError| {
-            let (shed, late) = (shed.clone(), late.clone());
-            async move {
-                if error.is::<tower::load_shed::error::Overloaded>() {
-                    shed.inc();
-                    ApiError::Overloaded {
-                        retry_after: Duration::from_secs(1),
-                    }
-                } else if error.is::<tower::timeout::error::Elapsed>() {
-                    late.inc();
-                    ApiError::DeadlineExceeded { deadline }
-                } else {
-                    ApiError::Internal(anyhow::anyhow!(error))
-                }
-                .into_response()
-            }
-        }))
+) -> impl tower::Service<
+    Request,
+    Response = Response,
+    Error = BoxError,
+    Future = impl Future<Output = Result<Response, BoxError>> + Send + 'static,
+> + Clone
++ Send
++ Sync
++ 'static {
+    ServiceBuilder::new()
         // One limit for the whole listener (not per route), shedding at
         // once instead of queueing until clients time out and retry.
         .load_shed()
         .concurrency_limit(limits.max_in_flight)
         // Inside the limit, so a late request gives its slot back.
-        .timeout(deadline)
-        // Before routing: a path that could mean two things is refused
-        // here, in every role, whatever its routes are.
-        .layer(axum::middleware::from_fn(crate::path::require_canonical))
-        .service(router);
-    BoxCloneSyncService::new(service)
+        .timeout(limits.request_deadline)
+        .service(router)
+}
+
+/// Turns the refusals of the layers above into answers a client can act on.
+#[derive(Clone)]
+struct Refusals {
+    shed: Counter,
+    late: Counter,
+    panics: Counter,
+    deadline: Duration,
+}
+
+impl Refusals {
+    fn new(metrics: &EdgeMetrics, label: &ListenerLabel, deadline: Duration) -> Self {
+        Self {
+            shed: metrics.requests_shed.get_or_create(label).clone(),
+            late: metrics.deadline_exceeded.get_or_create(label).clone(),
+            panics: metrics.panics.get_or_create(label).clone(),
+            deadline,
+        }
+    }
+
+    fn answer(&self, error: BoxError) -> Response {
+        if error.is::<tower::load_shed::error::Overloaded>() {
+            self.shed.inc();
+            ApiError::Overloaded {
+                retry_after: Duration::from_secs(1),
+            }
+        } else if error.is::<tower::timeout::error::Elapsed>() {
+            self.late.inc();
+            ApiError::DeadlineExceeded {
+                deadline: self.deadline,
+            }
+        } else {
+            ApiError::Internal(anyhow::anyhow!(error))
+        }
+        .into_response()
+    }
+
+    fn panicked(&self) -> Response {
+        self.panics.inc();
+        ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
+    }
 }
 
 /// What a connection holds while it lives: its slot under the cap and its
@@ -240,13 +252,16 @@ impl CloseReason {
 /// headers of a request must be complete within the header read timeout of
 /// the request's first byte (of accept, for the first request), and a
 /// kept-alive connection may sit idle for the idle timeout.
-async fn connection(
+async fn connection<S>(
     stream: TcpStream,
-    service: RequestService,
+    service: S,
     limits: ServerLimits,
     conn: Conn,
     mut stopping: watch::Receiver<bool>,
-) {
+) where
+    S: tower::Service<Request, Response = Response, Error = BoxError> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
     let open = conn
         .metrics
         .connections_open
@@ -260,15 +275,33 @@ async fn connection(
     });
     let body_timeout = limits.body_read_timeout;
     let tracked = activity.clone();
+    let refusals = Refusals::new(&conn.metrics, &conn.label, limits.request_deadline);
     let handler = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let service = service.clone();
         let activity = tracked.clone();
         activity.request_started();
+        // Before anything else: a path that could mean two things is
+        // refused here, in every role, whatever its routes are.
+        let canonical = crate::path::is_canonical(request.uri().path());
         let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+        let refusals = refusals.clone();
         async move {
-            let response = service.oneshot(request).await;
+            let response = if canonical {
+                // Outermost: a panic anywhere below is a 500 in the API's
+                // error shape, never a dropped connection.
+                match AssertUnwindSafe(service.oneshot(request))
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(refused)) => refusals.answer(refused),
+                    Err(_) => refusals.panicked(),
+                }
+            } else {
+                ApiError::InvalidPath.into_response()
+            };
             activity.request_finished();
-            response
+            Ok::<_, Infallible>(response)
         }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -279,6 +312,10 @@ async fn connection(
         .keep_alive(true);
     let connection = builder.serve_connection(io, handler);
     tokio::pin!(connection);
+    // One timer for the connection's life, moved only when its deadline
+    // changes: no timer is registered per request.
+    let watchdog = tokio::time::sleep_until(activity.at(0) + limits.header_read_timeout);
+    tokio::pin!(watchdog);
     let mut draining = false;
     loop {
         let recheck_at = match activity.due(&limits) {
@@ -294,10 +331,12 @@ async fn connection(
                 break;
             }
         };
+        if watchdog.deadline() != recheck_at {
+            watchdog.as_mut().reset(recheck_at);
+        }
         tokio::select! {
             _ = connection.as_mut() => break,
-            () = tokio::time::sleep_until(recheck_at) => {}
-            () = activity.wake.notified() => {}
+            () = watchdog.as_mut() => {}
             _ = stopping.changed(), if !draining => {
                 draining = true;
                 connection.as_mut().graceful_shutdown();
@@ -308,7 +347,12 @@ async fn connection(
 }
 
 /// What the watchdog needs to know about a connection, updated by the IO
-/// wrapper and the request handler. Times are milliseconds since `born`.
+/// wrapper and the request handler with relaxed atomics and no wake-ups:
+/// the watchdog looks again at least every header read timeout, so a head
+/// that starts on an idle kept-alive connection is timed out within twice
+/// the header timeout (exactly the header timeout for a connection's first
+/// request, whose clock starts at accept). Times are milliseconds since
+/// `born`.
 struct Activity {
     born: Instant,
     in_flight: AtomicUsize,
@@ -316,7 +360,6 @@ struct Activity {
     last: AtomicU64,
     /// 1 + when the current request's head began; 0 while none is being read.
     head_started: AtomicU64,
-    wake: Notify,
 }
 
 impl Activity {
@@ -327,7 +370,6 @@ impl Activity {
             last: AtomicU64::new(0),
             // The first request's header clock starts at accept.
             head_started: AtomicU64::new(1),
-            wake: Notify::new(),
         }
     }
 
@@ -347,19 +389,15 @@ impl Activity {
     fn request_finished(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.last.store(self.now(), Ordering::Release);
-        self.wake.notify_one();
     }
 
     fn bytes_read(&self) {
         let now = self.now();
         self.last.store(now, Ordering::Release);
-        if self.in_flight.load(Ordering::Acquire) == 0
-            && self
-                .head_started
-                .compare_exchange(0, now + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            self.wake.notify_one();
+        if self.in_flight.load(Ordering::Acquire) == 0 {
+            let _ =
+                self.head_started
+                    .compare_exchange(0, now + 1, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
@@ -371,9 +409,10 @@ impl Activity {
     fn due(&self, limits: &ServerLimits) -> Result<Instant, CloseReason> {
         let now = self.now();
         let ms = |d: Duration| d.as_millis() as u64;
+        let look_again = now + ms(limits.header_read_timeout);
         if self.in_flight.load(Ordering::Acquire) > 0 {
             // The request's own deadlines apply; look again later.
-            return Ok(self.at(now + ms(limits.idle_timeout)));
+            return Ok(self.at(look_again));
         }
         let head = self.head_started.load(Ordering::Acquire);
         if head > 0 {
@@ -388,7 +427,7 @@ impl Activity {
         if now >= due {
             Err(CloseReason::IdleTimeout)
         } else {
-            Ok(self.at(due))
+            Ok(self.at(due.min(look_again)))
         }
     }
 }

@@ -33,9 +33,11 @@ use governor::{DefaultDirectRateLimiter, Quota};
 use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::api_keys::Caller;
+use crate::api_keys::{ApiKeys, bearer};
 use crate::error::ApiError;
 use crate::metrics::{EdgeMetrics, TenantLabel, TenantOutcome};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// One tenant's allowance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,14 +136,21 @@ fn validate(what: &str, limit: &TenantLimit) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One tenant's bucket and quota.
+/// One tenant's bucket and quota, with its metric handles (looked up once,
+/// not per request).
 struct Gate {
     bucket: DefaultDirectRateLimiter,
     in_flight: Arc<Semaphore>,
+    admitted: Counter,
+    rate_limited: Counter,
+    over_quota: Counter,
+    in_flight_gauge: Gauge,
 }
 
-/// The gates of every tenant seen so far; shared by a listener's routes.
+/// The gates of every tenant seen so far, and the keys that say who a
+/// request is for; shared by a listener's routes.
 pub struct TenantGates {
+    keys: Arc<ApiKeys>,
     limits: TenantLimits,
     gates: Mutex<HashMap<String, Arc<Gate>>>,
     metrics: EdgeMetrics,
@@ -160,7 +169,7 @@ impl std::fmt::Debug for TenantGates {
 #[derive(Debug)]
 pub struct Admitted {
     _permit: OwnedSemaphorePermit,
-    in_flight: prometheus_client::metrics::gauge::Gauge,
+    in_flight: Gauge,
 }
 
 impl Drop for Admitted {
@@ -170,8 +179,9 @@ impl Drop for Admitted {
 }
 
 impl TenantGates {
-    pub fn new(limits: TenantLimits, metrics: EdgeMetrics) -> Arc<Self> {
+    pub fn new(keys: Arc<ApiKeys>, limits: TenantLimits, metrics: EdgeMetrics) -> Arc<Self> {
         Arc::new(Self {
+            keys,
             limits,
             gates: Mutex::default(),
             metrics,
@@ -186,9 +196,28 @@ impl TenantGates {
         let limit = self.limits.of(tenant);
         let quota = Quota::per_second(NonZeroU32::new(limit.rate).unwrap_or(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN));
+        let counter = |outcome| {
+            self.metrics
+                .tenant_requests
+                .get_or_create(&TenantOutcome {
+                    tenant: tenant.to_owned(),
+                    outcome,
+                })
+                .clone()
+        };
         let gate = Arc::new(Gate {
             bucket: DefaultDirectRateLimiter::direct(quota),
             in_flight: Arc::new(Semaphore::new(limit.in_flight as usize)),
+            admitted: counter("admitted"),
+            rate_limited: counter("rate_limited"),
+            over_quota: counter("over_quota"),
+            in_flight_gauge: self
+                .metrics
+                .tenant_in_flight
+                .get_or_create(&TenantLabel {
+                    tenant: tenant.to_owned(),
+                })
+                .clone(),
         });
         gates.insert(tenant.to_owned(), gate.clone());
         gate
@@ -198,59 +227,45 @@ impl TenantGates {
     /// The quota is checked first, so a refused request spends no token.
     pub fn admit(&self, tenant: &str) -> Result<Admitted, ApiError> {
         let gate = self.gate(tenant);
-        let outcome = |outcome| TenantOutcome {
-            tenant: tenant.to_owned(),
-            outcome,
-        };
         let Ok(permit) = gate.in_flight.clone().try_acquire_owned() else {
-            self.metrics
-                .tenant_requests
-                .get_or_create(&outcome("over_quota"))
-                .inc();
+            gate.over_quota.inc();
             return Err(ApiError::TenantBusy {
                 retry_after: Duration::from_secs(1),
             });
         };
         if let Err(not_until) = gate.bucket.check() {
-            self.metrics
-                .tenant_requests
-                .get_or_create(&outcome("rate_limited"))
-                .inc();
+            gate.rate_limited.inc();
             return Err(ApiError::RateLimited {
                 retry_after: not_until.wait_time_from(DefaultClock::default().now()),
             });
         }
-        self.metrics
-            .tenant_requests
-            .get_or_create(&outcome("admitted"))
-            .inc();
-        let in_flight = self
-            .metrics
-            .tenant_in_flight
-            .get_or_create(&TenantLabel {
-                tenant: tenant.to_owned(),
-            })
-            .clone();
-        in_flight.inc();
+        gate.admitted.inc();
+        gate.in_flight_gauge.inc();
         Ok(Admitted {
             _permit: permit,
-            in_flight,
+            in_flight: gate.in_flight_gauge.clone(),
         })
     }
 }
 
-/// Middleware after [`crate::api_keys::authenticate`]: the caller's tenant
-/// must pass its gate; the admission is held until the answer is made.
+/// The middleware of the tenant-facing routes: who is calling, from the
+/// headers alone (`401` for a missing or unknown key), then that tenant's
+/// gate (`429`), both before a byte of the body is read. The caller goes
+/// into the request's extensions for the handler ([`Caller`] is an
+/// extractor); the admission is held until the answer is made.
 pub async fn admit(
     State(gates): State<Arc<TenantGates>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(caller) = request.extensions().get::<Caller>() else {
+    let Some(caller) = bearer(request.headers()).and_then(|token| gates.keys.authenticate(token))
+    else {
         return ApiError::Unauthorized.into_response();
     };
+    tracing::Span::current().record("tenant", caller.tenant.as_str());
     match gates.admit(caller.tenant.as_str()) {
         Ok(admitted) => {
+            request.extensions_mut().insert(caller.clone());
             let response = next.run(request).await;
             drop(admitted);
             response
@@ -264,7 +279,11 @@ mod tests {
     use super::*;
 
     fn gates(limit: TenantLimit) -> Arc<TenantGates> {
-        TenantGates::new(TenantLimits::new(limit).unwrap(), EdgeMetrics::default())
+        TenantGates::new(
+            Arc::new(ApiKeys::default()),
+            TenantLimits::new(limit).unwrap(),
+            EdgeMetrics::default(),
+        )
     }
 
     #[test]

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::middleware::from_fn_with_state;
 use once_edge::observe::{Observe, TraceHeaders};
 use once_edge::tenants::TenantGates;
-use once_edge::{Server, api_keys, observe, tenants};
+use once_edge::{Server, observe, tenants};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -218,20 +218,17 @@ impl Application {
     }
 }
 
-/// The public listener: the payments API, its contract and probes. Route
-/// layers run bottom-up: a request is authenticated (401) before its
-/// tenant's gate (429), and both before the handler reads the body.
+/// The public listener: the payments API, its contract and probes. A
+/// payments request is authenticated (401) and passes its tenant's gate
+/// (429) before the handler reads the body.
 pub fn public_router(state: AppState) -> Router {
     let gates = TenantGates::new(
+        state.api_keys.clone(),
         state.config.tenant_limits.clone(),
         state.metrics.edge.clone(),
     );
-    let payments = payments::routes::router()
-        .route_layer(from_fn_with_state(gates, tenants::admit))
-        .route_layer(from_fn_with_state(
-            state.api_keys.clone(),
-            api_keys::authenticate,
-        ));
+    let payments =
+        payments::routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
     Router::new()
         .merge(payments)
         .merge(ops::health(&state))

@@ -11,7 +11,7 @@ use axum::Router;
 use axum::middleware::from_fn_with_state;
 use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
 use once_edge::tenants::{self, TenantGates};
-use once_edge::{ApiError, ApiKeys, Server, api_keys};
+use once_edge::{ApiError, ApiKeys, Server};
 use once_raft_store::client::{ClientOptions, StoreClient};
 use tokio::sync::watch;
 
@@ -146,19 +146,15 @@ impl RouterApp {
     }
 }
 
-/// The public listener. Route layers run bottom-up: the API key (401)
-/// before the tenant's gate (429), both before the body is read.
+/// The public listener. A forwarded request is authenticated (401) and
+/// passes its tenant's gate (429) before its body is read.
 pub fn public_router(state: SharedState) -> Router {
     let gates = TenantGates::new(
+        state.api_keys.clone(),
         state.config.tenant_limits.clone(),
         state.metrics.edge.clone(),
     );
-    let forwarded = forward::router()
-        .route_layer(from_fn_with_state(gates, tenants::admit))
-        .route_layer(from_fn_with_state(
-            state.api_keys.clone(),
-            api_keys::authenticate,
-        ));
+    let forwarded = forward::router().route_layer(from_fn_with_state(gates, tenants::admit));
     Router::new()
         .merge(forwarded)
         .merge(ops::health(&state))
