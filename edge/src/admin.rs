@@ -32,6 +32,8 @@ pub struct AdminToken {
 pub enum AdminTokenError {
     #[error("the admin token must be at least {min} characters (got {got})", min = AdminToken::MIN_LEN)]
     TooShort { got: usize },
+    #[error("the admin token must be printable ASCII without spaces (it travels in a header)")]
+    NotPrintable,
 }
 
 impl AdminToken {
@@ -43,6 +45,9 @@ impl AdminToken {
         let got = token.trim().chars().count();
         if got < Self::MIN_LEN {
             return Err(AdminTokenError::TooShort { got });
+        }
+        if !token.trim().bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(AdminTokenError::NotPrintable);
         }
         Ok(Self {
             digest: digest(token.trim()),
@@ -77,20 +82,22 @@ impl fmt::Debug for AdminToken {
     }
 }
 
-/// Middleware of operator routes: `401` unless the admin token is
+/// The check of every operator endpoint: `401` unless the admin token is
 /// presented; `404` when the role runs without one (the surface is off and
 /// looks like a missing route).
+pub fn check_operator(token: Option<&AdminToken>, headers: &HeaderMap) -> Result<(), ApiError> {
+    token.ok_or(ApiError::NotFound)?.check(headers)
+}
+
+/// [`check_operator`] as a middleware of operator routes.
 pub async fn require(
     State(token): State<Option<Arc<AdminToken>>>,
     request: Request,
     next: Next,
 ) -> Response {
-    match token {
-        None => ApiError::NotFound.into_response(),
-        Some(token) => match token.check(request.headers()) {
-            Ok(()) => next.run(request).await,
-            Err(e) => e.into_response(),
-        },
+    match check_operator(token.as_deref(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
     }
 }
 
@@ -105,6 +112,10 @@ mod tests {
         assert_eq!(
             AdminToken::new("abc").unwrap_err(),
             AdminTokenError::TooShort { got: 3 }
+        );
+        assert_eq!(
+            AdminToken::new("0123456789 abcdef").unwrap_err(),
+            AdminTokenError::NotPrintable
         );
         let token = AdminToken::new("0123456789abcdef-secret").unwrap();
         assert!(!format!("{token:?}").contains("secret"));

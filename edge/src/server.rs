@@ -159,6 +159,35 @@ impl Server {
     }
 }
 
+/// Serves each listener with its router until `shutdown` resolves, then
+/// drains them all, each for at most `drain`; returns when all are done.
+/// A role with a public and an admin listener serves both through this.
+pub async fn serve_together(
+    listeners: Vec<(Server, Router)>,
+    shutdown: impl Future<Output = ()> + Send,
+    drain: Duration,
+) {
+    let (stop, stopping) = watch::channel(false);
+    let serving: Vec<_> = listeners
+        .into_iter()
+        .map(|(server, router)| {
+            let mut stopping = stopping.clone();
+            tokio::spawn(server.serve(
+                router,
+                async move {
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                },
+                drain,
+            ))
+        })
+        .collect();
+    shutdown.await;
+    let _ = stop.send(true);
+    for listener in serving {
+        let _ = listener.await;
+    }
+}
+
 /// The per-request layers around a role's router. Each sits where it does
 /// for a reason; none allocates per request beyond what the router does.
 fn requests(

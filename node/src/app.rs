@@ -9,6 +9,7 @@ use anyhow::Context;
 use axum::Router;
 use axum::middleware::from_fn_with_state;
 use once_edge::observe::{Observe, TraceHeaders};
+use once_edge::server::serve_together;
 use once_edge::tenants::TenantGates;
 use once_edge::{Server, observe, tenants};
 use tokio::sync::watch;
@@ -194,21 +195,15 @@ impl Application {
         let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped.clone()));
         let event_workers = events.spawn(workers_stopped).await;
 
-        let (stop_serving, stopping) = watch::channel(false);
-        let stopped = |mut stopping: watch::Receiver<bool>| async move {
-            let _ = stopping.wait_for(|stop| *stop).await;
+        let listeners = vec![
+            (public, public_router(state.clone())),
+            (admin, admin_router(state.clone())),
+        ];
+        let shutdown = async {
+            shutdown.await;
+            info!("shutdown requested; draining in-flight requests");
         };
-        let public = tokio::spawn(public.serve(
-            public_router(state.clone()),
-            stopped(stopping.clone()),
-            drain,
-        ));
-        let admin =
-            tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
-        shutdown.await;
-        info!("shutdown requested; draining in-flight requests");
-        let _ = stop_serving.send(true);
-        let _ = tokio::join!(public, admin);
+        serve_together(listeners, shutdown, drain).await;
         let _ = stop_workers.send(true);
         let _ = sweeper.await;
         let _ = recovery.await;

@@ -74,16 +74,17 @@ impl Operator {
 }
 
 pub async fn status(endpoint: &str) -> Result<Status, AdminError> {
-    get_json(endpoint, STATUS_PATH).await
+    get_json(&http(), endpoint, STATUS_PATH).await
 }
 
 /// `GET endpoint+path`, answered as JSON.
 async fn get_json<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
     endpoint: &str,
     path: &str,
 ) -> Result<T, AdminError> {
     let url = format!("{}{path}", base(endpoint));
-    let r = http()
+    let r = http
         .get(&url)
         .timeout(Duration::from_secs(3))
         .send()
@@ -217,18 +218,5 @@ pub async fn set_cut_regions(
 /// Whether the member at `endpoint` is isolated, which regions it cuts
 /// off, and its region.
 pub async fn partition(operator: &Operator, endpoint: &str) -> Result<PartitionState, AdminError> {
-    let url = format!("{}{PARTITION_PATH}", base(endpoint));
-    let r = operator
-        .http
-        .get(&url)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|source| AdminError::Http {
-            url: url.clone(),
-            source,
-        })?;
-    r.json()
-        .await
-        .map_err(|source| AdminError::Http { url, source })
+    get_json(&operator.http, endpoint, PARTITION_PATH).await
 }

@@ -45,13 +45,7 @@ impl FromRequestParts<SharedState> for Operator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &SharedState) -> Result<Self, ApiError> {
-        // No token configured: the surface is off, like a missing route.
-        let token = state
-            .config
-            .admin_token
-            .as_ref()
-            .ok_or(ApiError::NotFound)?;
-        token.check(&parts.headers)?;
+        once_edge::admin::check_operator(state.config.admin_token.as_ref(), &parts.headers)?;
         Ok(Operator)
     }
 }

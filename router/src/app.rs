@@ -10,10 +10,10 @@ use anyhow::Context;
 use axum::Router;
 use axum::middleware::from_fn_with_state;
 use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
+use once_edge::server::serve_together;
 use once_edge::tenants::{self, TenantGates};
 use once_edge::{ApiError, ApiKeys, Server};
 use once_raft_store::client::{ClientOptions, StoreClient};
-use tokio::sync::watch;
 
 use crate::config::RouterConfig;
 use crate::metrics::Metrics;
@@ -126,20 +126,11 @@ impl RouterApp {
         );
         let checker = tokio::spawn(health::watch_regions(state.clone()));
         let drain = state.config.drain_timeout;
-        let (stop, stopping) = watch::channel(false);
-        let stopped = |mut stopping: watch::Receiver<bool>| async move {
-            let _ = stopping.wait_for(|stop| *stop).await;
-        };
-        let public = tokio::spawn(public.serve(
-            public_router(state.clone()),
-            stopped(stopping.clone()),
-            drain,
-        ));
-        let admin =
-            tokio::spawn(admin.serve(admin_router(state.clone()), stopped(stopping), drain));
-        signal.await;
-        let _ = stop.send(true);
-        let _ = tokio::join!(public, admin);
+        let listeners = vec![
+            (public, public_router(state.clone())),
+            (admin, admin_router(state.clone())),
+        ];
+        serve_together(listeners, signal, drain).await;
         refresher.abort();
         checker.abort();
         Ok(())

@@ -464,6 +464,29 @@ pub async fn send(request: reqwest::RequestBuilder) -> Answer {
     Answer::of(request.send().await.expect("request reaches the node")).await
 }
 
+/// Reads a starting role's stdout up to its `listening on` line: its
+/// public and admin addresses (`admin on` comes first).
+pub async fn listening_addresses(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    role: &str,
+) -> (SocketAddr, SocketAddr) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let mut admin = None;
+        while let Some(line) = lines.next_line().await.expect("read stdout") {
+            if let Some(addr) = line.strip_prefix("admin on http://") {
+                admin = Some(addr.parse().expect("address"));
+            }
+            if let Some(addr) = line.strip_prefix("listening on http://") {
+                let admin = admin.expect("the admin listener is printed first");
+                return (admin, addr.parse().expect("address"));
+            }
+        }
+        panic!("{role} exited before listening");
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{role} starts within a minute"))
+}
+
 /// A real `once node` process.
 #[derive(Debug)]
 pub struct NodeProcess {
@@ -518,22 +541,7 @@ impl NodeProcess {
         let mut child = command.spawn().expect("spawn once node");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let (admin, addr): (SocketAddr, SocketAddr) =
-            tokio::time::timeout(Duration::from_secs(60), async {
-                let mut admin = None;
-                while let Some(line) = lines.next_line().await.expect("read stdout") {
-                    if let Some(addr) = line.strip_prefix("admin on http://") {
-                        admin = Some(addr.parse().expect("address"));
-                    }
-                    if let Some(addr) = line.strip_prefix("listening on http://") {
-                        let admin = admin.expect("the admin listener is printed first");
-                        return (admin, addr.parse().expect("address"));
-                    }
-                }
-                panic!("node exited before listening");
-            })
-            .await
-            .expect("node starts within a minute");
+        let (admin, addr) = listening_addresses(&mut lines, "node").await;
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self {

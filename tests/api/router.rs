@@ -10,7 +10,6 @@
 //! scenario runs raft-mode nodes so a stale router meets a real 421 from the
 //! former home region and converges.
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,8 +19,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::helpers::{
-    ACME_KEY, API_KEYS, Answer, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually, payment_body,
-    send,
+    ACME_KEY, API_KEYS, Answer, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually,
+    listening_addresses, payment_body, send,
 };
 use crate::raft_store::cluster::Cluster;
 
@@ -63,22 +62,7 @@ impl RouterProcess {
             .expect("spawn once router");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let (admin, addr): (SocketAddr, SocketAddr) =
-            tokio::time::timeout(Duration::from_secs(60), async {
-                let mut admin = None;
-                while let Some(line) = lines.next_line().await.expect("read stdout") {
-                    if let Some(addr) = line.strip_prefix("admin on http://") {
-                        admin = Some(addr.parse().expect("address"));
-                    }
-                    if let Some(addr) = line.strip_prefix("listening on http://") {
-                        let admin = admin.expect("the admin listener is printed first");
-                        return (admin, addr.parse().expect("address"));
-                    }
-                }
-                panic!("router exited before listening");
-            })
-            .await
-            .expect("router starts within a minute");
+        let (admin, addr) = listening_addresses(&mut lines, "router").await;
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self {
             url: format!("http://{addr}"),
