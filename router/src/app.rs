@@ -12,7 +12,7 @@ use axum::middleware::from_fn_with_state;
 use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
 use once_edge::tenants::{self, TenantGates};
 use once_edge::{ApiError, ApiKeys, Server};
-use once_raft_store::client::{ClientOptions, StoreClient};
+use once_store_client::client::{ClientOptions, StoreClient};
 use tokio::sync::watch;
 
 use crate::config::RouterConfig;
