@@ -26,6 +26,7 @@ WAN_FLAGS=()
 PEERS="1=127.0.0.1:27001,2=127.0.0.2:27001,3=127.0.0.3:27001"
 for i in 1 2 3; do
   RUST_LOG=error "$ONCE" store --id "$i" --raft-addr "127.0.0.$i:27001" --api-addr "127.0.0.$i:27101" \
+    --admin-listen "127.0.0.$i:27201" \
     --data-dir "$DIR/m$i" --peers "$PEERS" "${WAN_FLAGS[@]}" >"$DIR/out$i" 2>&1 &
   PIDS+=($!)
 done

@@ -55,9 +55,9 @@ pub async fn wait_until_healthy(
     region: &str,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let store = once_raft_store::client::StoreClient::new(
+    let store = once_store_client::client::StoreClient::new(
         store_endpoints,
-        once_raft_store::client::ClientOptions::default(),
+        once_store_client::client::ClientOptions::default(),
     )?;
     let deadline = Instant::now() + timeout;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -65,7 +65,7 @@ pub async fn wait_until_healthy(
         tick.tick().await;
         let healthy = store.regions().await.is_ok_and(|regions| {
             regions.iter().any(|(name, status)| {
-                name == region && *status == once_raft_store::command::RegionStatus::Healthy
+                name == region && *status == once_store_client::command::RegionStatus::Healthy
             })
         });
         if healthy {

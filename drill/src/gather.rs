@@ -41,7 +41,7 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
     }
     let mut statuses = Vec::new();
     for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {
-        let status = once_raft_store::admin::status(member.admin()).await.ok();
+        let status = once_store_client::admin::status(member.admin()).await.ok();
         statuses.push((member.admin().to_owned(), status));
     }
     let mut store_errors = Vec::new();
@@ -77,7 +77,7 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
 /// term), then the others by applied index, highest first, then those whose
 /// status could not be read (in the order given).
 pub fn members_by_what_they_applied(
-    members: Vec<(String, Option<once_raft_store::protocol::Status>)>,
+    members: Vec<(String, Option<once_store_client::protocol::Status>)>,
 ) -> Vec<(String, String)> {
     let mut ranked: Vec<_> = members
         .into_iter()
@@ -183,7 +183,7 @@ pub async fn store_records(
         .get(format!(
             "{}{}",
             admin_url.trim_end_matches('/'),
-            once_raft_store::protocol::RECORDS_PATH
+            once_store_client::protocol::RECORDS_PATH
         ))
         .bearer_auth(admin_token)
         .send()
@@ -191,16 +191,16 @@ pub async fn store_records(
         .error_for_status()?
         .bytes()
         .await?;
-    let records: Vec<once_raft_store::command::Record> = once_raft_store::wire::decode(&bytes)?;
+    let records: Vec<once_store_client::command::Record> = once_store_client::wire::decode(&bytes)?;
     Ok(records.into_iter().map(reduce).collect())
 }
 
 /// raft-store's name for a record status, as [`StoreRecord::status`] holds it.
-fn status_name(status: once_raft_store::command::Status) -> String {
+fn status_name(status: once_store_client::command::Status) -> String {
     format!("{status:?}")
 }
 
-fn reduce(record: once_raft_store::command::Record) -> StoreRecord {
+fn reduce(record: once_store_client::command::Record) -> StoreRecord {
     StoreRecord {
         tenant: record.scope.tenant,
         principal: record.scope.principal,
@@ -241,8 +241,8 @@ mod tests {
         id: u64,
         leader: Option<u64>,
         applied: Option<u64>,
-    ) -> once_raft_store::protocol::Status {
-        once_raft_store::protocol::Status {
+    ) -> once_store_client::protocol::Status {
+        once_store_client::protocol::Status {
             id,
             raft_addr: String::new(),
             api_addr: String::new(),
@@ -308,7 +308,7 @@ mod tests {
 
     #[test]
     fn final_records_are_told_by_raft_stores_own_status_names() {
-        use once_raft_store::command::Status;
+        use once_store_client::command::Status;
         for status in [
             Status::InProgress,
             Status::Completed,

@@ -24,9 +24,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_drill::{DrillArgs, fault::FaultMode};
-use once_raft_store::command::{self as store, Record};
-use once_raft_store::protocol::{Answer, ReadReply};
-use once_raft_store::wire::Postcard;
+use once_store_client::command::{self as store, Record};
+use once_store_client::protocol::{Answer, ReadReply};
+use once_store_client::wire::Postcard;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
@@ -196,7 +196,7 @@ async fn store_records(State(fake): State<Fake>) -> Postcard<Vec<Record>> {
 
 /// `GET /api/status` of a member: `id`, whom it follows, what it applied.
 fn member_status(id: u64, leader: u64, applied: u64) -> Value {
-    serde_json::to_value(once_raft_store::protocol::Status {
+    serde_json::to_value(once_store_client::protocol::Status {
         id,
         raft_addr: String::new(),
         api_addr: String::new(),
@@ -276,14 +276,17 @@ async fn fake_cluster_with_control(
         Router::new()
             .route("/healthz", get(|| async { "ok" }))
             .route(
-                once_raft_store::protocol::STATUS_PATH,
+                once_store_client::protocol::STATUS_PATH,
                 get(|| async { axum::Json(member_status(1, 1, 500)) }),
             )
-            .route(once_raft_store::protocol::RECORDS_PATH, get(store_records))
+            .route(
+                once_store_client::protocol::RECORDS_PATH,
+                get(store_records),
+            )
             // Every read is the routers' view of health: every region is
             // healthy (what a failback waits for).
             .route(
-                once_raft_store::protocol::READ_PATH,
+                once_store_client::protocol::READ_PATH,
                 post(|| async {
                     Postcard(Answer::Done(ReadReply::Regions(vec![
                         ("eu-west".to_owned(), store::RegionStatus::Healthy),
@@ -312,11 +315,11 @@ async fn fake_cluster_with_control(
     let follower = serve(
         Router::new()
             .route(
-                once_raft_store::protocol::STATUS_PATH,
+                once_store_client::protocol::STATUS_PATH,
                 get(|| async { axum::Json(member_status(2, 1, 3)) }),
             )
             .route(
-                once_raft_store::protocol::RECORDS_PATH,
+                once_store_client::protocol::RECORDS_PATH,
                 get(|| async { Postcard(Vec::<Record>::new()) }),
             ),
     )

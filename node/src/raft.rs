@@ -4,7 +4,7 @@
 //! region executes or recovers — a materialized view of the records.
 //!
 //! - [`RaftStore`]: the [`crate::idempotency::IdempotencyStore`] on a
-//!   [`once_raft_store::client::StoreClient`] plus the regional database.
+//!   [`once_store_client::client::StoreClient`] plus the regional database.
 //! - [`convert`]: the node's record ⇄ raft-store's record, and the payment
 //!   facts a record carries so any region can finish it.
 //! - [`placement`]: the placement epoch this node believes per tenant, stated

@@ -1,30 +1,47 @@
-//! raft-store: the small, strongly consistent store that holds idempotency
-//! records, business-key reservations and tenant placement across regions
-//! (DESIGN §5, §6). One voter per region, replicated with openraft 0.9
-//! (storage-v2), log and state machine on disk in redb.
+//! raft-store: a *member* of the small, strongly consistent store that
+//! holds idempotency records, business-key reservations and tenant
+//! placement across regions (DESIGN §5, §6). One voter per region,
+//! replicated with openraft 0.9 (storage-v2), log and state machine on disk
+//! in redb. `once store` runs one.
+//!
+//! Clients do not link this crate: the records, commands, placement and
+//! region status, the client API's messages and its postcard wire format,
+//! the store client and the operator client are in `once-store-client`
+//! (no openraft, no redb), which node, router and drill use. This crate
+//! re-exports its [`command`], [`protocol`] and [`wire`] modules and
+//! [`NodeId`], so the member and its clients share one definition of each
+//! type; openraft's own types (membership, server state, log ids) stay on
+//! this side and are converted to the plain ones at the edge (the
+//! `/api/status` answer is built in [`api_service`]).
 //!
 //! # Layout
 //!
 //! Split like openraft's `raft-kv-rocksdb` example:
 //!
 //! - **types**: [`types`] — the openraft type configuration and aliases.
-//! - **commands**: [`command`] — what the log carries (claim, complete,
-//!   fail, advance step, take over, mark unknown, resolve, expire, purge,
-//!   set placement, region status), the record they act on, and the
-//!   `(client id, seq)` envelope.
+//! - **commands**: [`command`] (from `once-store-client`) — what the log
+//!   carries (claim, complete, fail, advance step, take over, mark unknown,
+//!   resolve, expire, purge, set placement, region status), the record they
+//!   act on, and the `(client id, seq)` envelope.
 //! - **log store**: [`log_store`] — the Raft log, vote and purge marker in redb.
 //! - **state machine**: [`state_machine`] (storage, snapshots) and
 //!   [`apply`] (the deterministic apply of one command, with dedup).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping),
-//!   [`raft_service`] (receiving it), [`wire`] (postcard bodies).
+//!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
+//!   `once-store-client`).
 //! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
-//!   and admin endpoints), [`group_commit`], [`read_index`].
+//!   and admin endpoints, answering [`protocol`]'s messages),
+//!   [`group_commit`], [`read_index`], [`metrics`].
 //! - **simulated WAN**: [`wan`] — member regions, a per-RPC latency between
 //!   regions and partitions (an isolated member, regions cut off from a
-//!   member), enforced by the transports themselves.
-//! - **client API**: [`client`] (the library node and router use),
-//!   [`protocol`] (its messages), [`admin`] (operator actions).
+//!   member), enforced by the transports themselves. The client's side of
+//!   it (its region header, recognising a refusal, the partition switch's
+//!   messages) is `once_store_client::wan`, which [`wan`] re-exports.
+//! - **clients** (in `once-store-client`): `client::StoreClient` (the
+//!   library node and router use), `admin` (operator actions). The claim
+//!   benchmark behind `once store bench` lives with that command in the
+//!   `once` binary.
 //!
 //! ```text
 //!  node / router ── StoreClient ──► member API listener ──► group commit ──► raft.client_write ─┐
@@ -108,8 +125,9 @@
 //! transports ([`wan`]): `once store --region R --peer-regions 1=eu,2=us
 //! --wan-latency MS` makes every Raft RPC to a member of another region
 //! wait `MS` before it is sent (default: each member its own region, so
-//! every RPC waits); [`client::ClientOptions`]`::wan_latency` does the same
-//! for a client's requests to members beyond its `local_endpoints`.
+//! every RPC waits); the store client's `ClientOptions::wan_latency`
+//! (`once-store-client`) does the same for a client's requests to members
+//! beyond its `local_endpoints`.
 //! `POST /admin/partition {"isolated": true}` cuts a member's region off:
 //! its Raft RPCs to and from other regions (`X-Once-Region`) fail as
 //! `Unreachable`, and clients declaring another region
@@ -149,22 +167,20 @@
 // convert at every trait boundary.
 #![allow(clippy::result_large_err)]
 
-pub mod admin;
 pub mod api_service;
 pub mod apply;
-pub mod bench;
-pub mod client;
-pub mod command;
 pub mod config;
 pub mod group_commit;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
-pub mod protocol;
 pub mod raft_service;
 pub mod read_index;
 pub mod server;
 pub mod state_machine;
 pub mod types;
 pub mod wan;
-pub mod wire;
+
+/// The types the member shares with its clients, defined once in
+/// `once-store-client`.
+pub use once_store_client::{NodeId, command, protocol, wire};

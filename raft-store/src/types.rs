@@ -6,8 +6,9 @@ use std::io::Cursor;
 
 use crate::command::{Batch, BatchReply};
 
-/// A member's id: one voter per region, numbered by the operator.
-pub type NodeId = u64;
+/// A member's id: one voter per region, numbered by the operator (a plain
+/// `u64`, defined beside the client protocol that carries it).
+pub use once_store_client::NodeId;
 
 openraft::declare_raft_types!(
     /// raft-store's type configuration: a log entry carries one [`Batch`] of

@@ -22,7 +22,7 @@ use axum::http::request::Parts;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use once_edge::ApiError;
-use once_raft_store::command::RegionStatus;
+use once_store_client::command::RegionStatus;
 use serde::Deserialize;
 
 use crate::failover::{MoveReport, Trigger};

@@ -13,7 +13,7 @@ use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
 use once_edge::server::serve_together;
 use once_edge::tenants::{self, TenantGates};
 use once_edge::{ApiError, ApiKeys, Server};
-use once_raft_store::client::{ClientOptions, StoreClient};
+use once_store_client::client::{ClientOptions, StoreClient};
 
 use crate::config::RouterConfig;
 use crate::metrics::Metrics;

@@ -16,8 +16,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use once_raft_store::client::{ClientError, StoreClient};
-use once_raft_store::command::{Placement, Reply};
+use once_store_client::client::{ClientError, StoreClient};
+use once_store_client::command::{Placement, Reply};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, MoveLabels};

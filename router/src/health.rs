@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use once_raft_store::command::RegionStatus;
+use once_store_client::command::RegionStatus;
 use tokio::time::MissedTickBehavior;
 
 use crate::failover::{Trigger, now_ms};

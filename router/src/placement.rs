@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use once_raft_store::client::{ClientError, StoreClient};
-use once_raft_store::command::Placement;
+use once_store_client::client::{ClientError, StoreClient};
+use once_store_client::command::Placement;
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;

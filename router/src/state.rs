@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use once_edge::ApiKeys;
-use once_raft_store::client::StoreClient;
+use once_store_client::client::StoreClient;
 
 use crate::config::RouterConfig;
 use crate::failover::Mover;

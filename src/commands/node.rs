@@ -11,7 +11,7 @@ use once_node::payments::response::ResponseSchema;
 use once_node::provider::HttpProviderConfig;
 use once_node::raft::RaftStoreConfig;
 use once_node::{ApiKeys, Application, NodeConfig};
-use once_raft_store::client::ClientOptions;
+use once_store_client::client::ClientOptions;
 
 use super::config_error;
 

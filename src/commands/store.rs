@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use once_raft_store::admin;
 use once_raft_store::config::{StoreConfig, Timing};
 use once_raft_store::server::StoreServer;
 use once_raft_store::wan::{self, WanConfig};
+use once_store_client::admin;
 
 use super::config_error;
+
+mod bench;
 
 const WAN_HELP: &str = "\
 Simulated WAN (latency and partition drills on one machine):
@@ -156,7 +158,7 @@ enum AdminCommand {
         /// With --wan-latency: the member the client sits beside —
         /// `first` (the first endpoint), `leader` or `follower`.
         #[arg(long, default_value = "first", requires = "wan_latency")]
-        local_member: once_raft_store::bench::LocalMember,
+        local_member: bench::LocalMember,
     },
     /// Show, or set with --isolated, whether a member is cut off from every
     /// other region, and with --cut-regions which other regions are cut off
@@ -306,7 +308,6 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             wan_latency,
             local_member,
         } => {
-            use once_raft_store::bench;
             let report = match (etcd, wan_latency) {
                 (Some(url), _) => bench::etcd_claims(&url, concurrency, requests).await?,
                 (None, Some(ms)) => {

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use once_raft_store::client::{ClientOptions, StoreClient};
-use once_raft_store::command::Reply;
+use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::command::Reply;
 use serde_json::json;
 
 use self::children::ChildProcess;
@@ -311,7 +311,7 @@ async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<()> {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
-        match once_raft_store::admin::leader_endpoint(endpoints).await {
+        match once_store_client::admin::leader_endpoint(endpoints).await {
             Ok(_) => return Ok(()),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(anyhow::Error::new(e).context("waiting for a raft-store leader"));

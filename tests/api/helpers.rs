@@ -21,7 +21,7 @@ use once_node::payments::response::ResponseSchema;
 use once_node::raft::RaftStoreConfig;
 use once_node::state::AppState;
 use once_node::{ApiKeys, Application, NodeConfig};
-use once_raft_store::protocol::RecordQuery;
+use once_store_client::protocol::RecordQuery;
 
 use crate::raft_store::cluster::Cluster;
 use sqlx::{Connection, Executor, Row};

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use once_raft_store::admin;
-use once_raft_store::client::{ClientError, ClientOptions, StoreClient};
-use once_raft_store::command::{
+use once_store_client::admin;
+use once_store_client::client::{ClientError, ClientOptions, StoreClient};
+use once_store_client::command::{
     BusinessKey, NewClaim, Op, Record, RegionStatus, Reply, Scope, Status, Step, StoredResponse,
     TakeOverKind,
 };

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use once_raft_store::client::StoreClient;
-use once_raft_store::command::{Placement, Reply};
+use once_store_client::client::StoreClient;
+use once_store_client::command::{Placement, Reply};
 
 use crate::helpers::*;
 

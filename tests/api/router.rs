@@ -13,8 +13,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use once_raft_store::client::{ClientOptions, StoreClient};
-use once_raft_store::command::{Placement, RegionStatus, Reply};
+use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::command::{Placement, RegionStatus, Reply};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 

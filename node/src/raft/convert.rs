@@ -4,7 +4,7 @@
 //! raft-store has its own serde types so that neither crate depends on the
 //! other's internals; this is the one place they meet.
 
-use once_raft_store::command as rs;
+use once_store_client::command as rs;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, UnixMillis};

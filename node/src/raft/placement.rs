@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use once_raft_store::command::Placement;
+use once_store_client::command::Placement;
 
 #[derive(Debug, Default)]
 pub struct PlacementBeliefs {

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use once_raft_store::client::{ClientError, ClientOptions, StoreClient};
-use once_raft_store::command::{self as rs, Op, Reply, TakeOverKind};
-use once_raft_store::protocol::RecordQuery;
+use once_store_client::client::{ClientError, ClientOptions, StoreClient};
+use once_store_client::command::{self as rs, Op, Reply, TakeOverKind};
+use once_store_client::protocol::RecordQuery;
 use tracing::{instrument, warn};
 
 use super::convert::{

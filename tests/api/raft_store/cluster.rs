@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use once_raft_store::admin;
-use once_raft_store::client::{ClientOptions, StoreClient};
-use once_raft_store::command::Record;
-use once_raft_store::protocol::{RECORDS_PATH, Status};
+use once_store_client::admin;
+use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::command::Record;
+use once_store_client::protocol::{RECORDS_PATH, Status};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -58,8 +58,8 @@ impl Member {
 pub const ADMIN_TOKEN: &str = "store-admin-token-for-tests";
 
 /// An operator holding [`ADMIN_TOKEN`].
-pub fn operator() -> once_raft_store::admin::Operator {
-    once_raft_store::admin::Operator::new(&once_edge::AdminToken::new(ADMIN_TOKEN).unwrap())
+pub fn operator() -> once_store_client::admin::Operator {
+    once_store_client::admin::Operator::new(&once_edge::AdminToken::new(ADMIN_TOKEN).unwrap())
 }
 
 #[derive(Debug)]
@@ -276,7 +276,7 @@ impl Cluster {
             .await
             .expect("body");
         let mut records: Vec<Record> =
-            once_raft_store::wire::decode(&bytes).expect("decodable records");
+            once_store_client::wire::decode(&bytes).expect("decodable records");
         records.sort_by(|a, b| a.scope.cmp(&b.scope));
         records
     }

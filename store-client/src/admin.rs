@@ -9,11 +9,11 @@ use std::time::Duration;
 use once_edge::AdminToken;
 use serde::Serialize;
 
+use crate::NodeId;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, CHANGE_MEMBERSHIP_PATH, ChangeMembership, ELECT_PATH,
     SNAPSHOT_PATH, STATUS_PATH, Status,
 };
-use crate::types::NodeId;
 use crate::wan::{PARTITION_PATH, PartitionState, SetPartition};
 
 #[derive(Debug, thiserror::Error)]

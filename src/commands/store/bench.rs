@@ -1,12 +1,16 @@
-//! A closed-loop claim benchmark behind `once store bench`: `concurrency`
-//! callers share one client and claim fresh keys (each with a fresh business
-//! key) as fast as the cluster answers; reports throughput and latency.
-//! Closed loop: latency under overload is understated (coordinated
-//! omission), so read the throughput, and the latency at low concurrency.
+//! `once store bench`: a closed-loop claim benchmark against a running
+//! raft-store cluster, through the same `StoreClient` the node uses.
+//! `concurrency` callers share one client and claim fresh keys (each with a
+//! fresh business key) as fast as the cluster answers; reports throughput
+//! and latency. Closed loop: latency under overload is understated
+//! (coordinated omission), so read the throughput, and the latency at low
+//! concurrency. [`etcd_claims`] runs the same loop against etcd for
+//! comparison (`bench/raft-store.sh`).
 //!
-//! [`wan_claims`] is the latency figure under a simulated WAN ([`crate::wan`]):
-//! members started with `--wan-latency`, one client in one member's region
-//! paying the same round trip to the others, claiming one key at a time.
+//! [`wan_claims`] is the latency figure under a simulated WAN
+//! (`once_raft_store::wan`): members started with `--wan-latency`, one
+//! client in one member's region paying the same round trip to the others,
+//! claiming one key at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::admin::{self, AdminError};
-use crate::client::{ClientOptions, StoreClient};
-use crate::command::{BusinessKey, NewClaim, Reply, Scope, Step};
+use once_store_client::admin::{self, AdminError};
+use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::command::{BusinessKey, NewClaim, Reply, Scope, Step};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {

@@ -27,6 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::NodeId;
 use crate::command::{
     ClientRequest, Millis, NewClaim, Op, Placement, Record, RegionStatus, Reply, Scope,
 };
@@ -34,7 +35,6 @@ use crate::protocol::{
     Answer, Consistency, READ_PATH, Read, ReadAnswer, ReadReply, RecordQuery, STATUS_PATH, Status,
     WRITE_PATH, WriteAnswer,
 };
-use crate::types::NodeId;
 use crate::wan::{self, CLIENT_REGION_HEADER};
 use crate::wire;
 

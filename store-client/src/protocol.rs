@@ -1,12 +1,13 @@
-//! The client API's messages, shared by the server (`api_service`) and the
-//! client library (`client`). Bodies are postcard; status is JSON for humans.
+//! The client API's messages, shared by the member (`once_raft_store`'s
+//! `api_service`) and the client library ([`crate::client`]). Bodies are
+//! postcard; status is JSON for humans.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::NodeId;
 use crate::command::{self, ClientRequest, Millis, Placement, Record, RegionStatus, Reply, Scope};
-use crate::types::NodeId;
 
 pub const WRITE_PATH: &str = "/api/write";
 pub const READ_PATH: &str = "/api/read";
