@@ -16,9 +16,6 @@ use once_node::domain::{SystemClock, UnixMillis};
 use once_node::events::consumer::{ConsumeError, Consumer, Outcome};
 use once_node::events::email::dedupe_key;
 use once_node::events::email_sender::FakeEmailSender;
-// Used by the failpoint scenarios only.
-#[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
-use once_node::events::email_sink::EmailSink;
 use once_node::events::ledger::LedgerConsumer;
 use once_node::events::message::PAYMENT_SUCCEEDED;
 use once_node::events::runtime::Overrides;
@@ -825,28 +822,29 @@ async fn publishers_publish_every_outbox_row_once_and_in_order(backend: Backend)
     database.pool.close().await;
 }
 
-/// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
-#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
-    let text = client
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let needle = format!("outcome=\"{outcome}\"");
-    text.lines()
-        .filter(|l| l.starts_with("events_consumed_total{") && l.contains(&needle))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Crashes of the real `once node` process at the event path's failpoints.
 #[cfg(feature = "failpoints")]
 mod crashes {
+    use once_node::events::email_sink::EmailSink;
+
     use super::*;
+
+    /// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
+    async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
+        let text = client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let needle = format!("outcome=\"{outcome}\"");
+        text.lines()
+            .filter(|l| l.starts_with("events_consumed_total{") && l.contains(&needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
 
     on_every_backend_and_broker!(
         a_consumer_killed_between_effect_and_ack_creates_nothing_new_on_redelivery,

@@ -10,7 +10,6 @@
 //! so CI can never go green without exercising PostgreSQL.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -549,7 +548,7 @@ impl NodeProcess {
     }
 
     /// Waits for the process to exit on its own (a failpoint abort).
-    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+    #[cfg(feature = "failpoints")]
     pub async fn wait_for_exit(&mut self) -> std::process::ExitStatus {
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
@@ -584,11 +583,6 @@ where
 
 pub fn schema(v: i32) -> ResponseSchema {
     ResponseSchema::from_version(v).unwrap()
-}
-
-#[allow(dead_code)]
-pub fn repo_path(p: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p)
 }
 
 /// A real `once provider-sim` process.
