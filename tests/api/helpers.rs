@@ -597,6 +597,9 @@ pub struct ProviderSim {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerCharge {
+    /// The provider's charge id (`ch_…`), what the node stores as the
+    /// payment's `provider_charge_id`.
+    pub id: String,
     pub idempotency_key: String,
     pub status: String,
     pub requests: u32,
