@@ -17,6 +17,7 @@ use std::time::Duration;
 use once_node::config::StoreMode;
 use once_node::domain::ManualClock;
 use once_node::payments::response::ResponseSchema;
+use once_node::provider::InProcessProvider;
 use once_node::raft::RaftStoreConfig;
 use once_node::state::AppState;
 use once_node::{ApiKeys, Application, NodeConfig};
@@ -294,6 +295,8 @@ pub struct TestApp {
     pub admin_url: String,
     pub state: AppState,
     pub clock: ManualClock,
+    /// The node's provider: its ledger is the test's count of charges.
+    pub provider: Arc<InProcessProvider>,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -326,9 +329,11 @@ impl TestApp {
         let mut config = test_config(db);
         adjust(&mut config);
         let clock = ManualClock::starting_now();
+        let provider = Arc::new(InProcessProvider::default());
         let keys = ApiKeys::from_plaintext_list(API_KEYS).unwrap();
         let app = Application::builder(config, keys)
             .clock(Arc::new(clock.clone()))
+            .provider(provider.clone())
             .build()
             .await
             .expect("node builds");
@@ -344,6 +349,7 @@ impl TestApp {
             admin_url,
             state,
             clock,
+            provider,
             client: reqwest::Client::new(),
             stop: Some(stop),
             task: Some(task),
