@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use once_node::idempotency::{Finish, Reclaim, Status, Step, StoreError};
+use once_node::provider::PaymentProvider;
 
 use crate::contract::claim_as_another_owner;
 use crate::helpers::*;
@@ -23,10 +24,66 @@ on_every_backend!(
 // in raft-store, not through the regional row.
 on_sql_backends!(a_claim_cut_off_before_its_payment_existed_is_finished_by_the_takeover);
 
+/// What a request racing others under one key may be answered, counted
+/// by kind: the one execution, byte-identical replays of it, and 409s while
+/// it runs. Anything else fails the test.
+#[derive(Debug, Default)]
+struct RaceAnswers<'a> {
+    executed: Vec<&'a Answer>,
+    replayed: usize,
+    in_progress: usize,
+}
+
+fn classify(answers: &[Answer]) -> RaceAnswers<'_> {
+    let mut counted = RaceAnswers::default();
+    for answer in answers {
+        match (answer.status, answer.replayed) {
+            (201, false) => counted.executed.push(answer),
+            (201, true) => counted.replayed += 1,
+            (409, false) => {
+                assert_eq!(answer.error_code(), "IDEMPOTENCY_REQUEST_IN_PROGRESS");
+                let retry_after: u64 = answer
+                    .retry_after
+                    .as_deref()
+                    .expect("an in-progress answer says when to retry")
+                    .parse()
+                    .unwrap();
+                assert!(retry_after >= 1, "Retry-After {retry_after}");
+                counted.in_progress += 1;
+            }
+            other => panic!(
+                "unexpected answer {other:?}: {}",
+                String::from_utf8_lossy(&answer.body)
+            ),
+        }
+    }
+    assert_eq!(
+        counted.executed.len(),
+        1,
+        "exactly one execution: {} executed, {} replayed, {} in progress",
+        counted.executed.len(),
+        counted.replayed,
+        counted.in_progress
+    );
+    let original = &counted.executed[0].body;
+    for answer in answers.iter().filter(|a| a.replayed) {
+        assert_eq!(&answer.body, original, "replays carry the original body");
+    }
+    assert_eq!(
+        1 + counted.replayed + counted.in_progress,
+        answers.len(),
+        "every answer counted once"
+    );
+    counted
+}
+
 async fn fifty_concurrent_identical_requests_over_two_processes_execute_once(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let a = NodeProcess::start(&db, &[], &[]).await;
-    let b = NodeProcess::start(&db, &[], &[]).await;
+    // One provider for both processes, so its ledger counts every charge.
+    let sim = ProviderSim::start().await;
+    let node_args = ["--provider-url", sim.url.as_str()];
+    let a = NodeProcess::start(&db, &node_args, &[]).await;
+    let b = NodeProcess::start(&db, &node_args, &[]).await;
     let client = reqwest::Client::new();
     let body = payment_body("acc_1", "42.00", "order-race");
     let answers = join_all((0..50).map(|i| {
@@ -36,31 +93,23 @@ async fn fifty_concurrent_identical_requests_over_two_processes_execute_once(bac
     }))
     .await;
 
-    let executed: Vec<_> = answers
-        .iter()
-        .filter(|a| a.status == 201 && !a.replayed)
-        .collect();
+    let counted = classify(&answers);
+    let ledger = sim.ledger().await;
+    assert_eq!(ledger.len(), 1, "one charge: {ledger:?}");
     assert_eq!(
-        executed.len(),
-        1,
-        "exactly one execution: {:?}",
-        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+        ledger[0].idempotency_key,
+        provider_key_of(counted.executed[0])
     );
-    for answer in &answers {
-        match (answer.status, answer.replayed) {
-            (201, true) => assert_eq!(
-                answer.body, executed[0].body,
-                "replays carry the original body"
-            ),
-            (201, false) => {}
-            (409, false) => assert_eq!(answer.error_code(), "IDEMPOTENCY_REQUEST_IN_PROGRESS"),
-            other => panic!(
-                "unexpected answer {other:?}: {}",
-                String::from_utf8_lossy(&answer.body)
-            ),
-        }
-    }
     assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM payments WHERE provider_charge_id = '{}'",
+            ledger[0].id
+        ))
+        .await,
+        1,
+        "the payment records the one charge"
+    );
     assert_eq!(db.count("SELECT COUNT(*) FROM outbox").await, 1);
     a.kill().await;
     b.kill().await;
@@ -83,18 +132,29 @@ async fn twenty_keyless_duplicates_create_one_payment(backend: Backend) {
         "{:?}",
         answers.iter().map(|a| a.status).collect::<Vec<_>>()
     );
+    assert!(!created[0].replayed);
     let id = created[0].json()["id"].as_str().unwrap().to_owned();
     for answer in answers.iter().filter(|a| a.status != 201) {
         assert_eq!(
-            (answer.status, answer.error_code().as_str()),
-            (409, "DUPLICATE_MERCHANT_REFERENCE")
+            (answer.status, answer.error_code().as_str(), answer.replayed),
+            (409, "DUPLICATE_MERCHANT_REFERENCE", false)
         );
         assert_eq!(answer.json()["paymentId"], id.as_str());
     }
     assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
-    // Each loser's answer is itself replayable under its own key.
-    let replay = send(app.post(ACME_KEY, Some("keyless-0"), &body)).await;
-    assert!(replay.replayed || replay.status == 201);
+    assert_eq!(app.provider.approved_charges(), 1, "one charge");
+    // Every answer, the winner's and each loser's, is replayed under its
+    // own key: same status, same bytes.
+    for (i, original) in answers.iter().enumerate() {
+        let replay = send(app.post(ACME_KEY, Some(&format!("keyless-{i}")), &body)).await;
+        assert_eq!(
+            (replay.status, replay.replayed),
+            (original.status, true),
+            "keyless-{i}"
+        );
+        assert_eq!(replay.body, original.body, "keyless-{i}");
+    }
+    assert_eq!(app.provider.approved_charges(), 1, "replays charge nothing");
     app.stop().await;
 }
 
@@ -108,32 +168,23 @@ async fn a_stale_in_progress_record_is_taken_over_exactly_once(backend: Backend)
         .advance(app.state.config.lease + Duration::from_millis(1));
 
     let answers = join_all((0..10).map(|_| send(app.post(ACME_KEY, Some("k-stale"), &body)))).await;
-    let winners: Vec<_> = answers
-        .iter()
-        .filter(|a| a.status == 201 && !a.replayed)
-        .collect();
+    let counted = classify(&answers);
+    let winner = counted.executed[0];
     assert_eq!(
-        winners.len(),
-        1,
-        "{:?}",
-        answers
-            .iter()
-            .map(|a| (a.status, a.replayed))
-            .collect::<Vec<_>>()
-    );
-    assert_eq!(
-        winners[0].json()["id"],
+        winner.json()["id"],
         orphan.payment_id.as_ref().unwrap().as_str(),
         "the takeover resumes the orphan's payment"
     );
-    for answer in &answers {
-        assert!(
-            (answer.status == 201 && answer.body == winners[0].body)
-                || answer.error_code() == "IDEMPOTENCY_REQUEST_IN_PROGRESS",
-            "{answer:?}"
-        );
-    }
     assert_eq!(app.metric("idempotency_takeover_count_total").await, 1.0);
+    assert_eq!(app.provider.approved_charges(), 1, "one charge");
+    assert!(
+        app.provider
+            .lookup(&provider_key_of(winner))
+            .await
+            .unwrap()
+            .is_some(),
+        "charged under the orphan's payment's key"
+    );
     assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
     assert_eq!(
         db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
@@ -206,10 +257,12 @@ async fn a_stale_owner_cannot_complete_after_a_takeover(backend: Backend) {
     ));
     let replay = send(app.post(ACME_KEY, Some("k-zombie"), &body)).await;
     assert_eq!(
-        replay.body, retry.body,
+        (replay.status, replay.replayed, &replay.body),
+        (201, true, &retry.body),
         "the completion was not overwritten"
     );
     assert_eq!(db.count("SELECT COUNT(*) FROM outbox").await, 1);
+    assert_eq!(app.provider.approved_charges(), 1, "one charge");
     app.stop().await;
 }
 

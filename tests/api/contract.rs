@@ -39,6 +39,7 @@ async fn a_completed_payment_replays_byte_for_byte(backend: Backend) {
         "one event for one payment"
     );
     assert_eq!(app.metric("idempotency_replay_count_total").await, 1.0);
+    assert_eq!(app.provider.approved_charges(), 1, "one charge");
     let id = first.json()["id"].as_str().unwrap().to_owned();
     let fetched = app
         .client
@@ -141,6 +142,7 @@ async fn a_declined_payment_replays_its_402(backend: Backend) {
             .await,
         1
     );
+    assert_eq!(app.provider.approved_charges(), 0, "a decline is no charge");
     app.stop().await;
 }
 
@@ -215,9 +217,10 @@ async fn a_request_in_progress_answers_409_with_retry_after(backend: Backend) {
     ))
     .await;
     assert_eq!(
-        other.error_code(),
-        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"
+        (other.status, other.error_code().as_str()),
+        (409, "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST")
     );
+    assert_eq!(app.provider.approved_charges(), 0, "nothing was charged");
     app.stop().await;
 }
 
@@ -246,6 +249,11 @@ async fn a_retry_after_the_window_is_a_new_operation_still_guarded_by_the_busine
         1.0
     );
     assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
+    assert_eq!(
+        app.provider.approved_charges(),
+        1,
+        "the late retry charged nothing"
+    );
 
     // An expired key with a genuinely new command runs as a new payment.
     app.clock.advance(Duration::from_secs(24 * 3600 + 1));
@@ -257,6 +265,7 @@ async fn a_retry_after_the_window_is_a_new_operation_still_guarded_by_the_busine
     .await;
     assert_eq!(fresh.status, 201);
     assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 2);
+    assert_eq!(app.provider.approved_charges(), 2);
     app.stop().await;
 }
 
@@ -290,14 +299,18 @@ async fn the_sweeper_purges_answers_and_later_metadata_in_batches(backend: Backe
             .count(),
         5
     );
-    // An expired record is not a replay any more.
+    // An expired record is not a replay any more: the retry is a new
+    // operation, stopped by the business key.
     let late = send(app.post(
         ACME_KEY,
         Some("k-sweep-0"),
         &payment_body("acc_1", "1.00", "sweep-0"),
     ))
     .await;
-    assert!(!late.replayed);
+    assert_eq!(
+        (late.status, late.error_code().as_str(), late.replayed),
+        (409, "DUPLICATE_MERCHANT_REFERENCE", false)
+    );
 
     app.clock.advance(Duration::from_secs(7 * 24 * 3600 + 1));
     let (_, purged) = once_node::sweeper::sweep_once(&app.state).await.unwrap();
@@ -325,7 +338,7 @@ async fn replays_keep_the_schema_version_they_were_rendered_with(backend: Backen
     // A deploy changes the response shape.
     let v2 = TestApp::spawn_with(&db, |c| c.response_schema = schema(2)).await;
     let replay = send(v2.post(ACME_KEY, Some("k-v1"), &body)).await;
-    assert!(replay.replayed);
+    assert_eq!((replay.status, replay.replayed), (201, true));
     assert_eq!(
         replay.body, first.body,
         "the stored v1 body is replayed unchanged"

@@ -1,7 +1,9 @@
 //! Crashes at every recovery point (a failpoint aborts the real process, as
 //! abruptly as SIGKILL), then a restart and a retry: one payment, one charge
-//! in the provider simulator's ledger, and the client gets the original 201. Needs the `failpoints` feature, which
-//! `.ci/run` turns on for the test build.
+//! in the provider simulator's ledger (none before the restart when the
+//! crash came before the charge was sent), and the client gets the original
+//! 201. Needs the `failpoints` feature, which `.ci/run` turns on for the
+//! test build.
 #![cfg(feature = "failpoints")]
 
 use std::time::Duration;
@@ -57,6 +59,19 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     );
     let status = doomed.wait_for_exit().await;
     assert!(!status.success(), "aborted at {point}");
+    // Both earlier points abort before the charge is sent; both later ones
+    // after the provider made it.
+    let charged_before_the_crash = match point {
+        "after_claim" | "after_provider_request_sent" => 0,
+        "after_provider_charge" | "after_finish" => 1,
+        other => panic!("unknown crash point {other}"),
+    };
+    let before_restart = sim.ledger().await;
+    assert_eq!(
+        before_restart.len(),
+        charged_before_the_crash,
+        "charges in the provider's ledger after a crash at {point}: {before_restart:?}"
+    );
 
     let node = NodeProcess::start(&db, &node_args, &[]).await;
     // Retry like a client would: in-progress answers until the dead owner's
@@ -103,6 +118,30 @@ async fn crash_then_retry(backend: Backend, point: &str) {
         db.count("SELECT COUNT(*) FROM outbox").await,
         1,
         "one event after a crash at {point}"
+    );
+
+    // One charge in the provider's ledger, under this payment's key, and it
+    // is the charge the payment records (made before the crash when it was).
+    let ledger = sim.ledger().await;
+    assert_eq!(
+        ledger.len(),
+        1,
+        "one charge after a crash at {point}: {ledger:?}"
+    );
+    let charge = &ledger[0];
+    assert_eq!(charge.idempotency_key, provider_key_of(&answer));
+    assert_eq!(charge.status, "succeeded");
+    if let Some(first) = before_restart.first() {
+        assert_eq!(charge.id, first.id, "the charge made before the crash");
+    }
+    assert_eq!(
+        db.count(&format!(
+            "SELECT COUNT(*) FROM payments WHERE provider_charge_id = '{}'",
+            charge.id
+        ))
+        .await,
+        1,
+        "the payment records the provider's one charge"
     );
     node.kill().await;
 }

@@ -96,7 +96,7 @@ async fn slow_headers_are_closed_within_the_header_timeout_and_a_normal_request_
         "edge_connections_closed_total{listener=\"public\",reason=\"header_timeout\"}",
     )
     .await;
-    assert!(closed >= 300.0, "closed for header timeout: {closed}");
+    assert_eq!(closed, 300.0, "closed for header timeout");
 }
 
 #[tokio::test]
@@ -189,7 +189,13 @@ async fn one_tenant_holding_slow_bodies_and_flooding_gets_429_and_another_tenant
         "edge_tenant_requests_total{tenant=\"acme\",outcome=\"over_quota\"}",
     )
     .await;
-    assert!(over_quota >= 1.0);
+    // At least "a-more" and every 429 of the flood (the quota is checked
+    // first and the held bodies keep it full); how many held heads reached the
+    // quota rather than the listener's in-flight limit varies with scheduling.
+    assert!(
+        over_quota >= f64::from(1 + limited),
+        "over quota {over_quota}, flood 429s {limited}"
+    );
 }
 
 #[tokio::test]
@@ -201,6 +207,8 @@ async fn a_connection_flood_beyond_the_cap_is_refused_and_the_node_keeps_serving
         flood.push(TcpStream::connect(host(&node.url)).await.unwrap());
     }
     // 250 of them are closed by the server at once; the first 50 stay open.
+    // At least 250 seen closed: the 50 held may reach their 10 s header
+    // timeout while this loop waits on each of them in turn.
     let mut refused = 0;
     for stream in &mut flood {
         if closed_within(stream, Duration::from_millis(200)).await {
@@ -218,7 +226,7 @@ async fn a_connection_flood_beyond_the_cap_is_refused_and_the_node_keeps_serving
         "edge_connections_refused_total{listener=\"public\"}",
     )
     .await;
-    assert!(counted >= 250.0, "{counted}");
+    assert_eq!(counted, 250.0, "refused at the cap of 50");
     drop(flood);
     // Once the flood is gone, the node serves again.
     eventually(Duration::from_secs(10), || async {

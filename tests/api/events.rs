@@ -16,9 +16,6 @@ use once_node::domain::{SystemClock, UnixMillis};
 use once_node::events::consumer::{ConsumeError, Consumer, Outcome};
 use once_node::events::email::dedupe_key;
 use once_node::events::email_sender::FakeEmailSender;
-// Used by the failpoint scenarios only.
-#[cfg_attr(not(feature = "failpoints"), allow(unused_imports))]
-use once_node::events::email_sink::EmailSink;
 use once_node::events::ledger::LedgerConsumer;
 use once_node::events::message::PAYMENT_SUCCEEDED;
 use once_node::events::runtime::Overrides;
@@ -589,6 +586,13 @@ async fn a_poison_message_is_dead_lettered_while_others_flow_and_redrives_once_f
     })
     .await;
     assert_eq!(ledger_entries(&db, "pay_poison").await, 1);
+    let duplicates = harness.metrics.consumed_count("ledger", "duplicate");
+    match &config.nats_url {
+        // The bus hands each message over once.
+        None => assert_eq!(duplicates, 1),
+        // JetStream redelivers a message whose ack came after the ack wait.
+        Some(_) => assert!(duplicates >= 1, "{duplicates}"),
+    }
     harness.stop().await;
 }
 
@@ -825,28 +829,29 @@ async fn publishers_publish_every_outbox_row_once_and_in_order(backend: Backend)
     database.pool.close().await;
 }
 
-/// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
-#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
-    let text = client
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let needle = format!("outcome=\"{outcome}\"");
-    text.lines()
-        .filter(|l| l.starts_with("events_consumed_total{") && l.contains(&needle))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Crashes of the real `once node` process at the event path's failpoints.
 #[cfg(feature = "failpoints")]
 mod crashes {
+    use once_node::events::email_sink::EmailSink;
+
     use super::*;
+
+    /// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
+    async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
+        let text = client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let needle = format!("outcome=\"{outcome}\"");
+        text.lines()
+            .filter(|l| l.starts_with("events_consumed_total{") && l.contains(&needle))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
 
     on_every_backend_and_broker!(
         a_consumer_killed_between_effect_and_ack_creates_nothing_new_on_redelivery,
@@ -948,9 +953,11 @@ mod crashes {
         let client = reqwest::Client::new();
         // The unacknowledged message comes back (NATS: after the ack wait;
         // bus: the outbox row was never marked, so it is published again)
-        // and the inbox turns it into a no-op.
+        // and the inbox turns it into a no-op for each consumer that had
+        // committed.
         eventually(WAIT, || async {
-            (consumed_total(&client, &node.admin_url, "duplicate").await >= 1.0).then_some(())
+            (consumed_total(&client, &node.admin_url, "duplicate").await >= committed as f64)
+                .then_some(())
         })
         .await;
         eventually(WAIT, || async {
@@ -968,6 +975,13 @@ mod crashes {
             (2 - committed) as f64,
             "after the restart only a consumer that had not committed wrote anything"
         );
+        let duplicates = consumed_total(&client, &node.admin_url, "duplicate").await;
+        match &config.nats_url {
+            // The bus publishes the row again once: one copy per consumer.
+            None => assert_eq!(duplicates, committed as f64),
+            // JetStream redelivers a message whose ack came after the 1 s ack wait.
+            Some(_) => assert!(duplicates >= committed as f64, "{duplicates}"),
+        }
         node.kill().await;
     }
 

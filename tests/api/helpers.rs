@@ -10,7 +10,6 @@
 //! so CI can never go green without exercising PostgreSQL.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use std::time::Duration;
 use once_node::config::StoreMode;
 use once_node::domain::ManualClock;
 use once_node::payments::response::ResponseSchema;
+use once_node::provider::InProcessProvider;
 use once_node::raft::RaftStoreConfig;
 use once_node::state::AppState;
 use once_node::{ApiKeys, Application, NodeConfig};
@@ -295,6 +295,8 @@ pub struct TestApp {
     pub admin_url: String,
     pub state: AppState,
     pub clock: ManualClock,
+    /// The node's provider: its ledger is the test's count of charges.
+    pub provider: Arc<InProcessProvider>,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -327,9 +329,11 @@ impl TestApp {
         let mut config = test_config(db);
         adjust(&mut config);
         let clock = ManualClock::starting_now();
+        let provider = Arc::new(InProcessProvider::default());
         let keys = ApiKeys::from_plaintext_list(API_KEYS).unwrap();
         let app = Application::builder(config, keys)
             .clock(Arc::new(clock.clone()))
+            .provider(provider.clone())
             .build()
             .await
             .expect("node builds");
@@ -345,6 +349,7 @@ impl TestApp {
             admin_url,
             state,
             clock,
+            provider,
             client: reqwest::Client::new(),
             stop: Some(stop),
             task: Some(task),
@@ -557,7 +562,7 @@ impl NodeProcess {
     }
 
     /// Waits for the process to exit on its own (a failpoint abort).
-    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+    #[cfg(feature = "failpoints")]
     pub async fn wait_for_exit(&mut self) -> std::process::ExitStatus {
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
@@ -594,11 +599,6 @@ pub fn schema(v: i32) -> ResponseSchema {
     ResponseSchema::from_version(v).unwrap()
 }
 
-#[allow(dead_code)]
-pub fn repo_path(p: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p)
-}
-
 /// A real `once provider-sim` process.
 #[derive(Debug)]
 pub struct ProviderSim {
@@ -611,6 +611,9 @@ pub struct ProviderSim {
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerCharge {
+    /// The provider's charge id (`ch_…`), what the node stores as the
+    /// payment's `provider_charge_id`.
+    pub id: String,
     pub idempotency_key: String,
     pub status: String,
     pub requests: u32,

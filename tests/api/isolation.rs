@@ -42,8 +42,18 @@ async fn tenants_and_principals_never_share_keys_or_payments(backend: Backend) {
     // first principal's answer, and no key conflict that would reveal it;
     // the tenant's business key still stops a second payment.
     let other_principal = send(app.post(ACME_REFUNDS_KEY, Some("shared-key"), &body)).await;
-    assert!(!other_principal.replayed);
-    assert_eq!(other_principal.error_code(), "DUPLICATE_MERCHANT_REFERENCE");
+    assert_eq!(
+        (
+            other_principal.status,
+            other_principal.error_code().as_str(),
+            other_principal.replayed
+        ),
+        (409, "DUPLICATE_MERCHANT_REFERENCE", false),
+        "{}",
+        String::from_utf8_lossy(&other_principal.body)
+    );
+    // The payment holding the business key is the tenant's own.
+    assert_eq!(other_principal.json()["paymentId"], acme_id.as_str());
     let different = send(app.post(
         ACME_REFUNDS_KEY,
         Some("shared-key-2"),
@@ -52,5 +62,6 @@ async fn tenants_and_principals_never_share_keys_or_payments(backend: Backend) {
     .await;
     assert_eq!(different.status, 201);
     assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 3);
+    assert_eq!(app.provider.approved_charges(), 3, "one charge per payment");
     app.stop().await;
 }

@@ -2,8 +2,6 @@
 //! nodes of different regions, each on its own SQLite database, sharing one
 //! 3-member raft-store of real processes.
 
-use std::time::Duration;
-
 use once_store_client::client::StoreClient;
 use once_store_client::command::{Placement, Reply};
 
@@ -132,6 +130,8 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_and_r
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_new_home_finishes_what_the_dead_region_left_in_progress() {
+    use std::time::Duration;
+
     let east_db = TestDb::new(Backend::Raft).await;
     let west_db = TestDb::new(Backend::Sqlite).await;
     let store = east_db.store.as_ref().unwrap().client(Default::default());
