@@ -42,6 +42,7 @@ pub enum ErrorCode {
     ServiceOverloaded,
     RequestTimeout,
     InvalidPath,
+    MethodNotAllowed,
 }
 
 impl ErrorCode {
@@ -68,6 +69,7 @@ impl ErrorCode {
             Self::ServiceOverloaded => "SERVICE_OVERLOADED",
             Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::InvalidPath => "INVALID_PATH",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
         }
     }
 }
@@ -114,6 +116,8 @@ pub enum ApiError {
     PaymentNotFound,
     #[error("no such route")]
     NotFound,
+    #[error("this route does not accept this method")]
+    MethodNotAllowed,
     #[error("the service is temporarily unavailable; retry with the same Idempotency-Key")]
     Unavailable(#[source] anyhow::Error),
     #[error("internal error; retry with the same Idempotency-Key")]
@@ -172,6 +176,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::PaymentNotFound | Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
@@ -192,6 +197,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
             Self::PaymentNotFound => ErrorCode::PaymentNotFound,
             Self::NotFound => ErrorCode::NotFound,
+            Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::Unavailable(_) => ErrorCode::ServiceUnavailable,
             Self::Internal(_) => ErrorCode::InternalError,
             Self::Misdirected { .. } => ErrorCode::MisdirectedRequest,

@@ -229,6 +229,7 @@ pub fn public_router(state: AppState) -> Router {
         .merge(ops::health(&state))
         .merge(ops::openapi())
         .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(observing(&state), observe::observe))
         .with_state(state)
 }
@@ -240,6 +241,7 @@ pub fn admin_router(state: AppState) -> Router {
         .merge(ops::metrics(&state))
         .merge(ops::health(&state))
         .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(observing(&state), observe::observe))
         .with_state(state)
 }

@@ -150,6 +150,7 @@ pub fn public_router(state: SharedState) -> Router {
         .merge(forwarded)
         .merge(ops::health(&state))
         .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(observing(), observe::observe))
         .with_state(state)
 }
@@ -161,6 +162,7 @@ pub fn admin_router(state: SharedState) -> Router {
         .merge(ops::metrics(&state))
         .merge(ops::health(&state))
         .fallback(|| async { ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(from_fn_with_state(observing(), observe::observe))
         .with_state(state)
 }
