@@ -21,10 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{IdempotencyKey, PrincipalId, TenantId};
 use crate::error::ApiError;
-use crate::idempotency::{Record, Resolution, ResolvedOutcome, Scope, Status, StoreError};
-use crate::payments::execute::{OPERATION, final_state};
-use crate::payments::model::NewPayment;
-use crate::provider::ChargeOutcome;
+use crate::idempotency::{Record, ResolvedOutcome, Scope, Status, StoreError};
+use crate::payments::execute::OPERATION;
+use crate::payments::resolve::{ResolveError, Verdict, resolve_unknown};
 use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -182,97 +181,27 @@ async fn resolve(
             )));
         }
     };
-    if req.reason.trim().is_empty() || req.actor.trim().is_empty() {
-        return Err(ApiError::InvalidCommand(
-            "reason and actor are required: the audit trail needs both".into(),
-        ));
-    }
+    let verdict = Verdict::new(outcome, req.reason, req.actor).map_err(resolve_error)?;
     let scope = Scope {
         tenant: TenantId::parse(&tenant).ok_or(ApiError::NotFound)?,
         principal: PrincipalId::parse(&principal).ok_or(ApiError::NotFound)?,
         operation: OPERATION,
         key: IdempotencyKey::parse(key.as_bytes()).map_err(|_| ApiError::NotFound)?,
     };
-    let now = state.clock.now();
-    let seen = state
-        .store
-        .load(&scope)
+    let after = resolve_unknown(&state, &scope, verdict)
         .await
-        .map_err(unavailable)?
-        .ok_or(ApiError::NotFound)?;
-    let awaiting = seen.status == Status::UnknownRequiresRecovery
-        || (seen.status == Status::InProgress && seen.lease_expired(now));
-    if !awaiting {
-        return Err(ApiError::InvalidCommand(format!(
-            "record is {} and not awaiting resolution (only UNKNOWN_REQUIRES_RECOVERY or an abandoned IN_PROGRESS)",
-            seen.status
-        )));
-    }
-    let owner = state
-        .store
-        .take_over(&seen, now, state.config.lease)
-        .await
-        .map_err(unavailable)?
-        .ok_or(ApiError::InProgress {
-            retry_after: state.config.lease,
-        })?;
-    let audit = Resolution {
-        outcome,
-        reason: req.reason,
-        actor: req.actor,
-        at: now,
-        expires_at: now.plus(state.config.replay_window),
-    };
-    let finish = match outcome {
-        ResolvedOutcome::NotCharged => None,
-        ResolvedOutcome::Charged => {
-            let payment_id = owner.payment_id.clone().ok_or_else(|| {
-                ApiError::InvalidCommand(
-                    "the operation never created a payment: it cannot have charged".into(),
-                )
-            })?;
-            let payment = state
-                .store
-                .payment(&scope.tenant, &payment_id)
-                .await
-                .map_err(unavailable)?
-                .ok_or_else(|| {
-                    ApiError::InvalidCommand(
-                        "the operation's payment row does not exist: it cannot have charged".into(),
-                    )
-                })?;
-            let facts = NewPayment::from(payment);
-            let charge_id = format!(
-                "manual:{}",
-                owner
-                    .provider_key
-                    .clone()
-                    .unwrap_or_else(|| payment_id.provider_key())
-            );
-            Some(final_state(
-                &state,
-                &payment_id,
-                &facts,
-                owner.created_at,
-                ChargeOutcome::Approved { charge_id },
-            ))
-        }
-    };
-    match state.store.resolve(&owner, finish.as_ref(), &audit).await {
-        Ok(()) => {}
-        Err(StoreError::Fenced) => {
-            return Err(ApiError::InProgress {
-                retry_after: state.config.lease,
-            });
-        }
-        Err(e) => return Err(unavailable(e)),
-    }
-    tracing::warn!(tenant = %scope.tenant, key = %scope.key, outcome = outcome.as_str(), actor = %audit.actor, "operation resolved by hand");
-    let after = state
-        .store
-        .load(&scope)
-        .await
-        .map_err(unavailable)?
-        .ok_or(ApiError::NotFound)?;
+        .map_err(resolve_error)?;
     Ok(Json(RecordView::from(&after)))
+}
+
+fn resolve_error(e: ResolveError) -> ApiError {
+    match e {
+        ResolveError::NotFound => ApiError::NotFound,
+        ResolveError::Busy { retry_after } => ApiError::InProgress { retry_after },
+        ResolveError::Store(e) => unavailable(e),
+        e @ (ResolveError::MissingAudit
+        | ResolveError::NotAwaiting(_)
+        | ResolveError::NoPayment
+        | ResolveError::PaymentMissing) => ApiError::InvalidCommand(e.to_string()),
+    }
 }

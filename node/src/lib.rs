@@ -13,7 +13,8 @@
 //! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL.
 //! - [`raft`]: the `raft` store mode: records in raft-store, payments in
 //!   the regional database.
-//! - [`payments`]: the command, the execution engine, responses, handlers.
+//! - [`payments`]: the command, the execution engine, responses, handlers,
+//!   operators' resolutions of unknown outcomes.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.

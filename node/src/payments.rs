@@ -1,8 +1,10 @@
 //! The payments resource: `POST /payments` under the idempotency contract,
-//! and `GET /payments/{id}`.
+//! `GET /payments/{id}`, and operators' verdicts on unknown outcomes
+//! ([`resolve`]).
 
 pub mod command;
 pub mod execute;
 pub mod model;
+pub mod resolve;
 pub mod response;
 pub mod routes;

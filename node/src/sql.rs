@@ -8,6 +8,7 @@
 //! chosen by the caller ([`SqlStore`]).
 
 mod db;
+mod finish;
 mod materialize;
 mod outbox;
 mod payments;

@@ -14,6 +14,7 @@ mod ops;
 mod provider;
 mod raft_store;
 mod regions;
+mod resolve;
 mod router;
 mod telemetry;
 mod up;

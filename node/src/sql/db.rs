@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Once;
+use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -19,11 +19,18 @@ pub enum Dialect {
     Postgres,
 }
 
-/// A pool on the regional database and the dialect it speaks.
+/// A pool on the regional database, the dialect it speaks, and (SQLite) the
+/// gate this process's writers queue on. Clones share the pool and the gate.
 #[derive(Debug, Clone)]
 pub struct Database {
     pub pool: AnyPool,
     pub dialect: Dialect,
+    /// SQLite has one writer. Queueing this process's writers here, in
+    /// order, beats letting them collide in SQLite's busy handler, which
+    /// backs off by sleeping (hundreds of milliseconds at the tail). Other
+    /// processes on the same file, and other pools (`Database::connect`
+    /// again), still meet the busy timeout. See decision 0007.
+    write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Accepts `postgres://…`, `sqlite://PATH`, `sqlite:PATH` or a bare file path.
@@ -81,7 +88,20 @@ impl Database {
             .connect_with(options)
             .await
             .with_context(|| format!("connecting to the {dialect:?} database"))?;
-        Ok(Self { pool, dialect })
+        Ok(Self {
+            pool,
+            dialect,
+            write_gate: Arc::default(),
+        })
+    }
+
+    /// Take before each write, hold until it commits: the write gate on
+    /// SQLite, nothing on PostgreSQL.
+    pub async fn writer(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.dialect {
+            Dialect::Sqlite => Some(self.write_gate.lock().await),
+            Dialect::Postgres => None,
+        }
     }
 
     /// The OpenTelemetry `db.system` name of the dialect.

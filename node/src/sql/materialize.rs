@@ -4,43 +4,29 @@
 //! already), and a finish applies the payment's final state, its outbox
 //! event and any operator audit entry in one transaction.
 
-use std::sync::Arc;
-
-use super::db::{Database, Dialect};
-use super::records::unavailable;
-use super::{outbox, payments, records};
+use super::db::Database;
+use super::finish::{self, RecordIn};
+use super::{payments, records};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::Resolution;
 use crate::idempotency::record::Record;
 use crate::idempotency::store::{Finish, StoreError};
 use crate::payments::model::{NewPayment, Payment};
 
-/// The regional database of a raft-mode node.
+/// The regional database of a raft-mode node. Every write takes the
+/// database's write gate ([`Database::writer`]).
 #[derive(Debug, Clone)]
 pub struct Materialized {
     db: Database,
-    /// SQLite has one writer: queue this process's writers in order (see
-    /// `SqlStore`).
-    write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Materialized {
     pub fn new(db: Database) -> Self {
-        Self {
-            db,
-            write_gate: Arc::default(),
-        }
+        Self { db }
     }
 
     pub fn database(&self) -> &Database {
         &self.db
-    }
-
-    async fn writer(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match self.db.dialect {
-            Dialect::Sqlite => Some(self.write_gate.lock().await),
-            Dialect::Postgres => None,
-        }
     }
 
     /// Creates the pending payment unless a row with its id exists. Its
@@ -52,7 +38,7 @@ impl Materialized {
         payment: &NewPayment,
         created_at: UnixMillis,
     ) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         if payments::insert_pending(&self.db.pool, payment, created_at).await?
             || payments::exists(&self.db.pool, &payment.id).await?
         {
@@ -72,23 +58,7 @@ impl Materialized {
         owner: &Record,
         audit: Option<&Resolution>,
     ) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
-        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        if let Some(update) = &finish.payment
-            && !payments::apply_update(&mut *tx, update, finish.now).await?
-        {
-            return Err(StoreError::Corrupt(format!(
-                "payment {} missing at completion",
-                update.id
-            )));
-        }
-        if let Some(event) = &finish.event {
-            outbox::append(&mut *tx, event, finish.now).await?;
-        }
-        if let Some(audit) = audit {
-            records::insert_resolution(&mut *tx, owner, audit).await?;
-        }
-        tx.commit().await.map_err(unavailable)
+        finish::finish(&self.db, RecordIn::RaftStore, owner, finish, audit).await
     }
 
     /// An operator's audit entry on its own (a resolution that changes no payment).
@@ -97,7 +67,7 @@ impl Materialized {
         owner: &Record,
         audit: &Resolution,
     ) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         records::insert_resolution(&self.db.pool, owner, audit).await
     }
 

@@ -7,7 +7,7 @@ use sqlx::{Any, Executor, Row};
 
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
-use crate::idempotency::store::{Claim, StoreError};
+use crate::idempotency::store::{Claim, Finish, StoreError};
 
 const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
      status, step, fence, locked_until, payment_id, provider_key, response_status, response_headers, \
@@ -16,15 +16,54 @@ const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fing
 const SCOPE_MATCHES: &str =
     "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
 
-fn bind_scope<'q>(
-    query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
-    scope: &'q Scope,
-) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+/// The states an owner works in: most owner writes apply only to them.
+const UNFINISHED: &str = "status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')";
+
+type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+
+fn bind_scope<'q>(query: AnyQuery<'q>, scope: &'q Scope) -> AnyQuery<'q> {
     query
         .bind(scope.tenant.as_str())
         .bind(scope.principal.as_str())
         .bind(scope.operation)
         .bind(scope.key.as_str())
+}
+
+/// An owner write: a compare-and-set on the record's fence,
+/// `UPDATE … SET {set} WHERE <scope> AND fence = $5 [AND {guard}]`.
+/// `$1`–`$4` are the scope and `$5` the fence; `set` and `guard` number
+/// their own values from `$6`, bound in that order by the caller.
+struct FencedUpdate {
+    sql: String,
+}
+
+impl FencedUpdate {
+    fn new(set: &str, guard: Option<&str>) -> Self {
+        let guard = guard.map(|g| format!(" AND {g}")).unwrap_or_default();
+        Self {
+            sql: format!(
+                "UPDATE idempotency_requests SET {set} WHERE {SCOPE_MATCHES} AND fence = $5{guard}"
+            ),
+        }
+    }
+
+    /// [`StoreError::Fenced`] when no row matched: the caller no longer
+    /// holds `fence`, or the record is not in a state the write applies to.
+    async fn run<'q, 'e>(
+        &'q self,
+        db: impl Executor<'e, Database = Any>,
+        scope: &'q Scope,
+        fence: i64,
+        bind: impl FnOnce(AnyQuery<'q>) -> AnyQuery<'q>,
+    ) -> Result<(), StoreError> {
+        let query = bind_scope(sqlx::query(&self.sql), scope).bind(fence);
+        let done = bind(query).execute(db).await.map_err(unavailable)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced)
+        }
+    }
 }
 
 pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
@@ -82,22 +121,18 @@ pub async fn take_over<'e>(
     now: UnixMillis,
     lease: std::time::Duration,
     trace_id: Option<&str>,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, \
-         updated_at = $7, trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 \
-         AND ((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')"
-    );
-    let done = bind_scope(sqlx::query(&sql), &seen.scope)
-        .bind(seen.fence)
-        .bind(now.plus(lease).0)
-        .bind(now.0)
-        .bind(trace_id)
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
+) -> Result<(), StoreError> {
+    FencedUpdate::new(
+        "fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, updated_at = $7, \
+         trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1",
+        Some(
+            "((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')",
+        ),
+    )
+    .run(db, &seen.scope, seen.fence, |q| {
+        q.bind(now.plus(lease).0).bind(now.0).bind(trace_id)
+    })
+    .await
 }
 
 /// `FAILED_RETRYABLE` runs again under the same record: back to
@@ -107,24 +142,21 @@ pub async fn restart<'e>(
     seen: &Record,
     claim: &Claim,
     payment: &PaymentId,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
+) -> Result<(), StoreError> {
+    FencedUpdate::new(
+        "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
          locked_until = $6, updated_at = $7, trace_id = COALESCE($8, trace_id), error_code = NULL, expires_at = NULL, \
-         payment_id = COALESCE(payment_id, $9), provider_key = COALESCE(provider_key, $10) \
-         WHERE {SCOPE_MATCHES} AND fence = $5 AND status = 'FAILED_RETRYABLE'"
-    );
-    let done = bind_scope(sqlx::query(&sql), &seen.scope)
-        .bind(seen.fence)
-        .bind(claim.now.plus(claim.lease).0)
-        .bind(claim.now.0)
-        .bind(claim.trace_id.as_deref())
-        .bind(payment.as_str())
-        .bind(payment.provider_key())
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
+         payment_id = COALESCE(payment_id, $9), provider_key = COALESCE(provider_key, $10)",
+        Some("status = 'FAILED_RETRYABLE'"),
+    )
+    .run(db, &seen.scope, seen.fence, |q| {
+        q.bind(claim.now.plus(claim.lease).0)
+            .bind(claim.now.0)
+            .bind(claim.trace_id.as_deref())
+            .bind(payment.as_str())
+            .bind(payment.provider_key())
+    })
+    .await
 }
 
 /// Past the replay window: the key starts a new operation with a new
@@ -134,30 +166,28 @@ pub async fn renew<'e>(
     seen: &Record,
     claim: &Claim,
     payment: &PaymentId,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
+) -> Result<(), StoreError> {
+    FencedUpdate::new(
+        "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
          fingerprint = $9, fingerprint_version = $10, payment_id = $11, provider_key = $12, \
          response_status = NULL, response_headers = NULL, response_body = NULL, response_schema_version = NULL, \
          error_code = NULL, expires_at = NULL, purge_after = NULL, locked_until = $6, updated_at = $7, \
-         trace_id = $8, created_at = $7, region = $13 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 \
-         AND (status = 'EXPIRED' OR (status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $7))"
-    );
-    let done = bind_scope(sqlx::query(&sql), &seen.scope)
-        .bind(seen.fence)
-        .bind(claim.now.plus(claim.lease).0)
-        .bind(claim.now.0)
-        .bind(claim.trace_id.as_deref())
-        .bind(&claim.fingerprint.hash)
-        .bind(i64::from(claim.fingerprint.version))
-        .bind(payment.as_str())
-        .bind(payment.provider_key())
-        .bind(&claim.region)
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
+         trace_id = $8, created_at = $7, region = $13",
+        Some(
+            "(status = 'EXPIRED' OR (status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $7))",
+        ),
+    )
+    .run(db, &seen.scope, seen.fence, |q| {
+        q.bind(claim.now.plus(claim.lease).0)
+            .bind(claim.now.0)
+            .bind(claim.trace_id.as_deref())
+            .bind(&claim.fingerprint.hash)
+            .bind(i64::from(claim.fingerprint.version))
+            .bind(payment.as_str())
+            .bind(payment.provider_key())
+            .bind(&claim.region)
+    })
+    .await
 }
 
 /// The payment was created under this record: remember it.
@@ -166,20 +196,14 @@ pub async fn set_payment<'e>(
     scope: &Scope,
     fence: i64,
     payment: &PaymentId,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET step = $6, payment_id = $7, provider_key = $8 \
-         WHERE {SCOPE_MATCHES} AND fence = $5"
-    );
-    let done = bind_scope(sqlx::query(&sql), scope)
-        .bind(fence)
-        .bind(Step::LocalPaymentCreated.as_str())
-        .bind(payment.as_str())
-        .bind(payment.provider_key())
-        .execute(db)
+) -> Result<(), StoreError> {
+    FencedUpdate::new("step = $6, payment_id = $7, provider_key = $8", None)
+        .run(db, scope, fence, |q| {
+            q.bind(Step::LocalPaymentCreated.as_str())
+                .bind(payment.as_str())
+                .bind(payment.provider_key())
+        })
         .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
 }
 
 /// The claim found its business key taken: the record keeps no payment.
@@ -187,18 +211,10 @@ pub async fn forget_payment<'e>(
     db: impl Executor<'e, Database = Any>,
     scope: &Scope,
     fence: i64,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET step = $6, payment_id = NULL, provider_key = NULL \
-         WHERE {SCOPE_MATCHES} AND fence = $5"
-    );
-    let done = bind_scope(sqlx::query(&sql), scope)
-        .bind(fence)
-        .bind(Step::Received.as_str())
-        .execute(db)
+) -> Result<(), StoreError> {
+    FencedUpdate::new("step = $6, payment_id = NULL, provider_key = NULL", None)
+        .run(db, scope, fence, |q| q.bind(Step::Received.as_str()))
         .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
 }
 
 pub async fn set_step<'e>(
@@ -207,19 +223,10 @@ pub async fn set_step<'e>(
     fence: i64,
     step: Step,
     now: UnixMillis,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET step = $6, updated_at = $7 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
-    );
-    let done = bind_scope(sqlx::query(&sql), scope)
-        .bind(fence)
-        .bind(step.as_str())
-        .bind(now.0)
-        .execute(db)
+) -> Result<(), StoreError> {
+    FencedUpdate::new("step = $6, updated_at = $7", Some(UNFINISHED))
+        .run(db, scope, fence, |q| q.bind(step.as_str()).bind(now.0))
         .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
 }
 
 pub async fn mark_unknown<'e>(
@@ -228,57 +235,68 @@ pub async fn mark_unknown<'e>(
     fence: i64,
     now: UnixMillis,
     retry_at: UnixMillis,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET status = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = $6, updated_at = $7 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
-    );
-    let done = bind_scope(sqlx::query(&sql), scope)
-        .bind(fence)
-        .bind(retry_at.0)
-        .bind(now.0)
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
+) -> Result<(), StoreError> {
+    FencedUpdate::new(
+        "status = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = $6, updated_at = $7",
+        Some(UNFINISHED),
+    )
+    .run(db, scope, fence, |q| q.bind(retry_at.0).bind(now.0))
+    .await
+}
+
+/// A terminal state of a record, as [`finish`] writes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Terminal<'a> {
+    pub status: Status,
+    pub step: Step,
+    /// The stored answer (replayable states only).
+    pub response: Option<&'a StoredResponse>,
+    pub error_code: Option<&'a str>,
+    pub now: UnixMillis,
+    pub expires_at: UnixMillis,
+}
+
+impl<'a> Terminal<'a> {
+    /// The operation finished: step `COMPLETED`, with the answer to replay.
+    pub fn completed(finish: &'a Finish) -> Self {
+        Self {
+            status: finish.status,
+            step: Step::Completed,
+            response: Some(&finish.response),
+            error_code: None,
+            now: finish.now,
+            expires_at: finish.expires_at,
+        }
+    }
 }
 
 /// Writes a terminal status (and, for replayable ones, the stored answer).
-#[allow(clippy::too_many_arguments)]
 pub async fn finish<'e>(
     db: impl Executor<'e, Database = Any>,
     scope: &Scope,
     fence: i64,
-    status: Status,
-    step: Step,
-    response: Option<&StoredResponse>,
-    error_code: Option<&str>,
-    now: UnixMillis,
-    expires_at: UnixMillis,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_requests SET status = $6, step = $7, response_status = $8, response_headers = $9, \
-         response_body = $10, response_schema_version = $11, error_code = $12, updated_at = $13, expires_at = $14, \
-         locked_until = $13 \
-         WHERE {SCOPE_MATCHES} AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
-    );
+    terminal: &Terminal<'_>,
+) -> Result<(), StoreError> {
+    let response = terminal.response;
     let headers =
         response.map(|r| serde_json::to_string(&r.headers).expect("header pairs serialize"));
-    let done = bind_scope(sqlx::query(&sql), scope)
-        .bind(fence)
-        .bind(status.as_str())
-        .bind(step.as_str())
-        .bind(response.map(|r| i64::from(r.status)))
-        .bind(headers)
-        .bind(response.map(|r| r.body.clone()))
-        .bind(response.map(|r| i64::from(r.schema_version)))
-        .bind(error_code)
-        .bind(now.0)
-        .bind(expires_at.0)
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
+    FencedUpdate::new(
+        "status = $6, step = $7, response_status = $8, response_headers = $9, response_body = $10, \
+         response_schema_version = $11, error_code = $12, updated_at = $13, expires_at = $14, locked_until = $13",
+        Some(UNFINISHED),
+    )
+    .run(db, scope, fence, |q| {
+        q.bind(terminal.status.as_str())
+            .bind(terminal.step.as_str())
+            .bind(response.map(|r| i64::from(r.status)))
+            .bind(headers)
+            .bind(response.map(|r| r.body.clone()))
+            .bind(response.map(|r| i64::from(r.schema_version)))
+            .bind(terminal.error_code)
+            .bind(terminal.now.0)
+            .bind(terminal.expires_at.0)
+    })
+    .await
 }
 
 /// Purges stored answers past their window, a batch at a time. The

@@ -4,7 +4,7 @@
 //! snapshot and commit atomically, so the guarantees are those of the
 //! transaction they replace, at a third of the round trips. SQLite has no
 //! data-modifying CTEs, and being in-process it has no round trips to save:
-//! it keeps the transactional forms in `store.rs`.
+//! it keeps the transactional forms (`finish.rs`, `store.rs`).
 
 use sqlx::{Any, Executor, Row};
 
@@ -71,14 +71,14 @@ pub async fn claim<'e>(
     })
 }
 
-/// Returns whether the fence still matched; when it did not, nothing at
-/// all was written.
+/// [`StoreError::Fenced`] when the fence no longer matched: then nothing
+/// at all was written.
 pub async fn finish<'e>(
     db: impl Executor<'e, Database = Any>,
     scope: &Scope,
     fence: i64,
     finish: &Finish,
-) -> Result<bool, StoreError> {
+) -> Result<(), StoreError> {
     let r = &finish.response;
     let headers = serde_json::to_string(&r.headers).expect("header pairs serialize");
     let payment = finish.payment.as_ref();
@@ -136,5 +136,9 @@ pub async fn finish<'e>(
             "completed a record whose payment row is missing".into(),
         ));
     }
-    Ok(owned == 1)
+    if owned == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced)
+    }
 }

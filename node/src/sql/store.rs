@@ -2,16 +2,15 @@
 //! creates and the completion each commit atomically with the rows they
 //! belong with.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tracing::instrument;
 
-use super::db::Database;
-use super::db::Dialect;
-use super::records::unavailable;
-use super::{outbox, payments, records, single_statement};
+use super::db::{Database, Dialect};
+use super::finish::{self, RecordIn};
+use super::records::{Terminal, unavailable};
+use super::{payments, records, single_statement};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::Resolution;
 use crate::idempotency::record::{Record, Scope, Status, Step};
@@ -20,30 +19,15 @@ use crate::idempotency::store::{
 };
 use crate::payments::model::{NewPayment, Payment};
 
+/// Every write takes the database's write gate ([`Database::writer`]).
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Database,
-    /// SQLite has one writer. Queueing this process's writers here, in
-    /// order, beats letting them collide in SQLite's busy handler, which
-    /// backs off by sleeping (hundreds of milliseconds at the tail). Other
-    /// processes on the same file still meet the busy timeout.
-    write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqlStore {
     pub fn new(db: Database) -> Self {
-        Self {
-            db,
-            write_gate: Arc::default(),
-        }
-    }
-
-    /// Held for the length of one write on SQLite; nothing on PostgreSQL.
-    async fn writer(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match self.db.dialect {
-            Dialect::Sqlite => Some(self.write_gate.lock().await),
-            Dialect::Postgres => None,
-        }
+        Self { db }
     }
 
     pub fn database(&self) -> &Database {
@@ -74,11 +58,12 @@ fn claimed_record(claim: &Claim) -> Record {
     }
 }
 
-fn fenced_unless(owned: bool) -> Result<(), StoreError> {
-    if owned {
-        Ok(())
-    } else {
-        Err(StoreError::Fenced)
+/// A compare-and-set takeover's result: `false` when another caller won.
+fn won(write: Result<(), StoreError>) -> Result<bool, StoreError> {
+    match write {
+        Ok(()) => Ok(true),
+        Err(StoreError::Fenced) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -96,7 +81,7 @@ impl SqlStore {
             if record.payment_id.as_ref() == Some(id) && record.step == Step::LocalPaymentCreated {
                 return Ok(ClaimOutcome::Claimed(record));
             }
-            fenced_unless(records::set_payment(&mut **tx, &record.scope, record.fence, id).await?)?;
+            records::set_payment(&mut **tx, &record.scope, record.fence, id).await?;
             let record = Record {
                 step: Step::LocalPaymentCreated,
                 payment_id: Some(id.clone()),
@@ -118,7 +103,7 @@ impl SqlStore {
         let existing = payments::id_by_business_key(&mut **tx, &claim.payment)
             .await?
             .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
-        fenced_unless(records::forget_payment(&mut **tx, &record.scope, record.fence).await?)?;
+        records::forget_payment(&mut **tx, &record.scope, record.fence).await?;
         let record = Record {
             step: Step::Received,
             payment_id: None,
@@ -164,7 +149,7 @@ impl IdempotencyStore for SqlStore {
         if self.db.dialect == Dialect::Postgres {
             return self.claim_in_one_statement(claim).await;
         }
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         if !records::insert(&mut *tx, claim, &claim.payment.id).await? {
             // Lost the insert race: read the winner's record outside the
@@ -184,9 +169,9 @@ impl IdempotencyStore for SqlStore {
         how: Reclaim,
         claim: &Claim,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        let won = match how {
+        let taken = match how {
             Reclaim::Resume => {
                 records::take_over(
                     &mut *tx,
@@ -195,12 +180,12 @@ impl IdempotencyStore for SqlStore {
                     claim.lease,
                     claim.trace_id.as_deref(),
                 )
-                .await?
+                .await
             }
-            Reclaim::Restart => records::restart(&mut *tx, seen, claim, &claim.payment.id).await?,
-            Reclaim::Renew => records::renew(&mut *tx, seen, claim, &claim.payment.id).await?,
+            Reclaim::Restart => records::restart(&mut *tx, seen, claim, &claim.payment.id).await,
+            Reclaim::Renew => records::renew(&mut *tx, seen, claim, &claim.payment.id).await,
         };
-        if !won {
+        if !won(taken)? {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
@@ -248,49 +233,13 @@ impl IdempotencyStore for SqlStore {
 
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = %self.db.system()))]
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
-        fenced_unless(records::set_step(&self.db.pool, &owner.scope, owner.fence, step, now).await?)
+        let _writer = self.db.writer().await;
+        records::set_step(&self.db.pool, &owner.scope, owner.fence, step, now).await
     }
 
     #[instrument(name = "finish the operation", skip_all, fields(db.system = %self.db.system()))]
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
-        if self.db.dialect == Dialect::Postgres {
-            return fenced_unless(
-                single_statement::finish(&self.db.pool, &owner.scope, owner.fence, finish).await?,
-            );
-        }
-        let _writer = self.writer().await;
-        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        // The fenced record write goes first: a stale owner learns it lost
-        // before it touches the payment or the outbox.
-        let owned = records::finish(
-            &mut *tx,
-            &owner.scope,
-            owner.fence,
-            finish.status,
-            Step::Completed,
-            Some(&finish.response),
-            None,
-            finish.now,
-            finish.expires_at,
-        )
-        .await?;
-        if !owned {
-            tx.rollback().await.map_err(unavailable)?;
-            return Err(StoreError::Fenced);
-        }
-        if let Some(update) = &finish.payment {
-            if !payments::apply_update(&mut *tx, update, finish.now).await? {
-                return Err(StoreError::Corrupt(format!(
-                    "payment {} missing at completion",
-                    update.id
-                )));
-            }
-        }
-        if let Some(event) = &finish.event {
-            outbox::append(&mut *tx, event, finish.now).await?;
-        }
-        tx.commit().await.map_err(unavailable)
+        finish::finish(&self.db, RecordIn::ThisDatabase, owner, finish, None).await
     }
 
     #[instrument(name = "mark the operation retryable", skip_all, fields(db.system = %self.db.system()))]
@@ -301,20 +250,16 @@ impl IdempotencyStore for SqlStore {
         now: UnixMillis,
         expires_at: UnixMillis,
     ) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
-        let owned = records::finish(
-            &self.db.pool,
-            &owner.scope,
-            owner.fence,
-            Status::FailedRetryable,
-            owner.step,
-            None,
-            Some(error_code),
+        let _writer = self.db.writer().await;
+        let terminal = Terminal {
+            status: Status::FailedRetryable,
+            step: owner.step,
+            response: None,
+            error_code: Some(error_code),
             now,
             expires_at,
-        )
-        .await?;
-        fenced_unless(owned)
+        };
+        records::finish(&self.db.pool, &owner.scope, owner.fence, &terminal).await
     }
 
     #[instrument(name = "mark the outcome unknown", skip_all, fields(db.system = %self.db.system()))]
@@ -324,10 +269,8 @@ impl IdempotencyStore for SqlStore {
         now: UnixMillis,
         retry_at: UnixMillis,
     ) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
-        fenced_unless(
-            records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await?,
-        )
+        let _writer = self.db.writer().await;
+        records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await
     }
 
     #[instrument(name = "load the payment", skip_all, fields(db.system = %self.db.system()))]
@@ -345,12 +288,12 @@ impl IdempotencyStore for SqlStore {
         retention: Duration,
         limit: i64,
     ) -> Result<u64, StoreError> {
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         records::expire_batch(&self.db.pool, now, now.plus(retention), limit).await
     }
 
     async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         records::purge_batch(&self.db.pool, now, limit).await
     }
 
@@ -365,9 +308,9 @@ impl IdempotencyStore for SqlStore {
         now: UnixMillis,
         lease: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        let _writer = self.writer().await;
+        let _writer = self.db.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        if !records::take_over(&mut *tx, seen, now, lease, None).await? {
+        if !won(records::take_over(&mut *tx, seen, now, lease, None).await)? {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
@@ -399,50 +342,27 @@ impl IdempotencyStore for SqlStore {
         finish: Option<&Finish>,
         audit: &Resolution,
     ) -> Result<(), StoreError> {
-        let _writer = self.writer().await;
+        if let Some(f) = finish {
+            return finish::finish(&self.db, RecordIn::ThisDatabase, owner, f, Some(audit)).await;
+        }
+        // Not charged: the operation may run again under the same record.
+        let _writer = self.db.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        let owned = match finish {
-            Some(f) => {
-                let owned = records::finish(
-                    &mut *tx,
-                    &owner.scope,
-                    owner.fence,
-                    f.status,
-                    Step::Completed,
-                    Some(&f.response),
-                    None,
-                    f.now,
-                    f.expires_at,
-                )
-                .await?;
-                if owned {
-                    if let Some(update) = &f.payment {
-                        payments::apply_update(&mut *tx, update, f.now).await?;
-                    }
-                    if let Some(event) = &f.event {
-                        outbox::append(&mut *tx, event, f.now).await?;
-                    }
-                }
-                owned
-            }
-            None => {
-                records::finish(
-                    &mut *tx,
-                    &owner.scope,
-                    owner.fence,
-                    Status::FailedRetryable,
-                    owner.step,
-                    None,
-                    Some("RESOLVED_NOT_CHARGED"),
-                    audit.at,
-                    audit.expires_at,
-                )
-                .await?
-            }
+        let terminal = Terminal {
+            status: Status::FailedRetryable,
+            step: owner.step,
+            response: None,
+            error_code: Some("RESOLVED_NOT_CHARGED"),
+            now: audit.at,
+            expires_at: audit.expires_at,
         };
-        if !owned {
-            tx.rollback().await.map_err(unavailable)?;
-            return Err(StoreError::Fenced);
+        match records::finish(&mut *tx, &owner.scope, owner.fence, &terminal).await {
+            Ok(()) => {}
+            Err(StoreError::Fenced) => {
+                tx.rollback().await.map_err(unavailable)?;
+                return Err(StoreError::Fenced);
+            }
+            Err(e) => return Err(e),
         }
         records::insert_resolution(&mut *tx, owner, audit).await?;
         tx.commit().await.map_err(unavailable)

@@ -1,0 +1,99 @@
+//! The one finish: what finishing an operation writes in the regional
+//! database, for both store modes and for operators' resolutions.
+//!
+//! - The record's terminal state (`sql` mode only: in the `raft` mode
+//!   raft-store finished the record before the node gets here), fenced and
+//!   written first, so a stale owner learns it lost before it touches the
+//!   payment or the outbox.
+//! - The payment's final status; a payment missing at completion is
+//!   reported, never skipped.
+//! - The outbox event (DESIGN §7).
+//! - An operator's audit entry, when the finish is a resolution.
+//!
+//! All of it commits together. PostgreSQL writes record, payment and event
+//! in one statement (`single_statement.rs`, decision 0006); SQLite in one
+//! transaction.
+
+use sqlx::AnyConnection;
+
+use super::db::{Database, Dialect};
+use super::records::{Terminal, unavailable};
+use super::{outbox, payments, records, single_statement};
+use crate::idempotency::Resolution;
+use crate::idempotency::record::Record;
+use crate::idempotency::store::{Finish, StoreError};
+
+/// Where the record being finished lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordIn {
+    /// `sql` mode: in this database, finished here under `owner.fence`.
+    ThisDatabase,
+    /// `raft` mode: raft-store finished it already.
+    RaftStore,
+}
+
+/// Finishes `owner`'s operation (see the module docs); `audit` is an
+/// operator's resolution to keep with it. [`StoreError::Fenced`], with
+/// nothing written, when the record has a newer owner.
+pub async fn finish(
+    db: &Database,
+    record: RecordIn,
+    owner: &Record,
+    finish: &Finish,
+    audit: Option<&Resolution>,
+) -> Result<(), StoreError> {
+    let _writer = db.writer().await;
+    if record == RecordIn::ThisDatabase && db.dialect == Dialect::Postgres && audit.is_none() {
+        // One statement: no transaction to open and commit.
+        let mut conn = db.pool.acquire().await.map_err(unavailable)?;
+        return write(&mut conn, db.dialect, record, owner, finish).await;
+    }
+    let mut tx = db.pool.begin().await.map_err(unavailable)?;
+    match write(&mut tx, db.dialect, record, owner, finish).await {
+        Ok(()) => {}
+        Err(StoreError::Fenced) => {
+            tx.rollback().await.map_err(unavailable)?;
+            return Err(StoreError::Fenced);
+        }
+        Err(e) => return Err(e),
+    }
+    if let Some(audit) = audit {
+        records::insert_resolution(&mut *tx, owner, audit).await?;
+    }
+    tx.commit().await.map_err(unavailable)
+}
+
+/// Record (if here), payment and event, on `conn`: inside a transaction
+/// whenever that is more than one statement.
+async fn write(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    record: RecordIn,
+    owner: &Record,
+    finish: &Finish,
+) -> Result<(), StoreError> {
+    if record == RecordIn::ThisDatabase {
+        if dialect == Dialect::Postgres {
+            return single_statement::finish(conn, &owner.scope, owner.fence, finish).await;
+        }
+        records::finish(
+            &mut *conn,
+            &owner.scope,
+            owner.fence,
+            &Terminal::completed(finish),
+        )
+        .await?;
+    }
+    if let Some(update) = &finish.payment
+        && !payments::apply_update(&mut *conn, update, finish.now).await?
+    {
+        return Err(StoreError::Corrupt(format!(
+            "payment {} missing at completion",
+            update.id
+        )));
+    }
+    if let Some(event) = &finish.event {
+        outbox::append(&mut *conn, event, finish.now).await?;
+    }
+    Ok(())
+}
