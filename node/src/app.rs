@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -251,6 +250,3 @@ pub fn admin_router(state: AppState) -> Router {
 fn observing(state: &AppState) -> Observe {
     Observe::new(http::RequestMetrics(state.clone()), TraceHeaders::Ours)
 }
-
-/// For tests: a drain long enough to be observable, short enough not to hang.
-pub const TEST_DRAIN: Duration = Duration::from_secs(5);

@@ -36,8 +36,8 @@
 //!   receives, applies, retries, dead-letters and acknowledges.
 //! - [`ledger`], [`email`]: the two consumers, and the email sender worker.
 //! - [`email_sender`]: the [`email_sender::EmailSender`] trait, its HTTP
-//!   client and the fake; [`email_sink`]: an HTTP sink that records and
-//!   dedupes what it receives (tests, demos).
+//!   client and the fake. (The HTTP email sink the tests send to lives with
+//!   the tests: `tests/api/email_sink.rs`.)
 //! - [`dead_letters`]: parked messages, listing and redrive.
 //! - [`runtime`]: wiring all of it into a node.
 //!
@@ -52,7 +52,6 @@ pub mod consumer;
 pub mod dead_letters;
 pub mod email;
 pub mod email_sender;
-pub mod email_sink;
 pub mod inbox;
 pub mod ledger;
 pub mod message;

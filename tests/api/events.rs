@@ -832,7 +832,7 @@ async fn publishers_publish_every_outbox_row_once_and_in_order(backend: Backend)
 /// Crashes of the real `once node` process at the event path's failpoints.
 #[cfg(feature = "failpoints")]
 mod crashes {
-    use once_node::events::email_sink::EmailSink;
+    use crate::email_sink::EmailSink;
 
     use super::*;
 

@@ -7,6 +7,7 @@ mod contract;
 mod crash;
 mod deploy;
 mod edge;
+mod email_sink;
 mod events;
 mod helpers;
 mod isolation;

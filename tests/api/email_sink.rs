@@ -1,4 +1,5 @@
-//! An HTTP email sink: stands in for the email service in tests and demos.
+//! An HTTP email sink: stands in for the email service in the event-path
+//! tests (test support, not shipped in the node library).
 //! It records every request it receives and delivers at most one email per
 //! `Idempotency-Key` — the dedupe a real email API does on its idempotency
 //! token, and the one the sender worker's at-least-once sending relies on.
@@ -18,7 +19,7 @@ use axum::{Json, Router};
 use serde::Serialize;
 use tokio::net::TcpListener;
 
-use super::email_sender::Email;
+use once_node::events::email_sender::Email;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -118,7 +119,7 @@ async fn list(State(inbox): State<Arc<Mutex<Inbox>>>) -> Json<Vec<Received>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::email_sender::{EmailSender, HttpEmailSender};
+    use once_node::events::email_sender::{EmailSender, HttpEmailSender};
 
     #[tokio::test]
     async fn the_sink_delivers_one_email_per_token() {
