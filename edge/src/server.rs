@@ -376,11 +376,12 @@ async fn connection<S>(
 }
 
 /// What the watchdog needs to know about a connection, updated by the IO
-/// wrapper and the request handler with relaxed atomics and no wake-ups:
-/// the watchdog looks again at least every header read timeout, so a head
-/// that starts on an idle kept-alive connection is timed out within twice
-/// the header timeout (exactly the header timeout for a connection's first
-/// request, whose clock starts at accept). Times are milliseconds since
+/// wrapper and the request handler with atomics and no wake-ups: the
+/// watchdog looks again at least every `min(header, idle)` timeout, so a
+/// head that starts on an idle kept-alive connection is timed out within
+/// the header timeout plus that (exactly the header timeout for a
+/// connection's first request, whose clock starts at accept), and an idle
+/// connection within the idle timeout plus that. Times are milliseconds since
 /// `born`.
 struct Activity {
     born: Instant,
@@ -438,7 +439,10 @@ impl Activity {
     fn due(&self, limits: &ServerLimits) -> Result<Instant, CloseReason> {
         let now = self.now();
         let ms = |d: Duration| d.as_millis() as u64;
-        let look_again = now + ms(limits.header_read_timeout);
+        // Nothing wakes the watchdog early, so it looks again at least this
+        // often: a head that starts, or a request that ends, is seen in time
+        // for whichever of the two timeouts is shorter.
+        let look_again = now + ms(limits.header_read_timeout.min(limits.idle_timeout));
         if self.in_flight.load(Ordering::Acquire) > 0 {
             // The request's own deadlines apply; look again later.
             return Ok(self.at(look_again));
@@ -449,7 +453,7 @@ impl Activity {
             return if now >= due {
                 Err(CloseReason::HeaderTimeout)
             } else {
-                Ok(self.at(due))
+                Ok(self.at(due.min(look_again)))
             };
         }
         let due = self.last.load(Ordering::Acquire) + ms(limits.idle_timeout);

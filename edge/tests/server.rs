@@ -1,0 +1,192 @@
+//! The server's limits, each shown to take effect on a real socket: load
+//! shedding at the in-flight limit, the whole-request deadline, a panicking
+//! handler, the body read deadline, and the header and idle timeouts that
+//! close connections. Limits are short so the tests are quick; every wait
+//! is for a condition (an answer, a closed socket), bounded by a timeout.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use once_edge::{EdgeMetrics, Server, ServerLimits};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+fn limits() -> ServerLimits {
+    ServerLimits {
+        header_read_timeout: Duration::from_millis(500),
+        body_read_timeout: Duration::from_millis(500),
+        idle_timeout: Duration::from_millis(500),
+        request_deadline: Duration::from_secs(2),
+        max_in_flight: 1,
+        ..ServerLimits::default()
+    }
+}
+
+async fn serve(router: Router) -> SocketAddr {
+    serve_with(router, limits()).await
+}
+
+async fn serve_with(router: Router, limits: ServerLimits) -> SocketAddr {
+    let server = Server::bind(
+        "test",
+        "127.0.0.1:0".parse().unwrap(),
+        limits,
+        EdgeMetrics::default(),
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr();
+    tokio::spawn(server.serve(router, std::future::pending(), Duration::from_secs(1)));
+    addr
+}
+
+/// Sends `request` raw (a `Connection: close` one) and reads the answer.
+async fn exchange(addr: SocketAddr, request: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+    answer
+}
+
+fn get_close(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+}
+
+/// Whether the server closes `stream` within `limit`.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn beyond_the_in_flight_limit_requests_are_shed_with_retry_after() {
+    // `/hold` takes the listener's only slot until a permit is added.
+    let entered = Arc::new(Semaphore::new(0));
+    let release = Arc::new(Semaphore::new(0));
+    let (e, r) = (entered.clone(), release.clone());
+    let router = Router::new().route(
+        "/hold",
+        get(move || {
+            let (e, r) = (e.clone(), r.clone());
+            async move {
+                e.add_permits(1);
+                let _ = r.acquire().await.unwrap();
+                "released"
+            }
+        }),
+    );
+    let addr = serve(router).await;
+    let hold = get_close("/hold");
+    let first = tokio::spawn(async move { exchange(addr, &hold).await });
+    let _ = entered.acquire().await.unwrap();
+    let shed = exchange(addr, &get_close("/hold")).await;
+    assert!(shed.starts_with("HTTP/1.1 503"), "{shed}");
+    assert!(shed.contains("SERVICE_OVERLOADED"), "{shed}");
+    assert!(
+        shed.to_ascii_lowercase().contains("retry-after: 1"),
+        "{shed}"
+    );
+    release.add_permits(1);
+    assert!(first.await.unwrap().starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_is_a_503_and_a_panic_is_a_500() {
+    let router = Router::new()
+        .route("/forever", get(std::future::pending::<&'static str>))
+        .route("/panic", get(panicking));
+    let addr = serve(router).await;
+    let late = exchange(addr, &get_close("/forever")).await;
+    assert!(late.starts_with("HTTP/1.1 503"), "{late}");
+    assert!(late.to_ascii_lowercase().contains("retry-after"), "{late}");
+    let panicked = exchange(addr, &get_close("/panic")).await;
+    assert!(panicked.starts_with("HTTP/1.1 500"), "{panicked}");
+    assert!(panicked.contains("INTERNAL_ERROR"), "{panicked}");
+    // The slot of each was given back: the server still answers.
+    let again = exchange(addr, &get_close("/panic")).await;
+    assert!(again.starts_with("HTTP/1.1 500"), "{again}");
+}
+
+async fn panicking() -> &'static str {
+    panic!("a handler bug")
+}
+
+async fn echo_length(headers: HeaderMap, body: axum::body::Body) -> Response {
+    match once_edge::body::read(body, &headers, 1024).await {
+        Ok(bytes) => bytes.len().to_string().into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_a_408() {
+    let addr = serve(Router::new().route("/echo", post(echo_length))).await;
+    let answer = exchange(
+        addr,
+        "POST /echo HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 10\r\n\r\n12",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("REQUEST_TIMEOUT"), "{answer}");
+}
+
+#[tokio::test]
+async fn silent_and_half_sent_connections_are_closed_by_the_header_timeout() {
+    // Idle connections may stay 30 s: only the header timeout can close these.
+    let limits = ServerLimits {
+        idle_timeout: Duration::from_secs(30),
+        ..limits()
+    };
+    let addr = serve_with(Router::new().route("/", get(|| async { "ok" })), limits).await;
+    // Never a byte: the header timeout, counted from accept.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_within(&mut silent, Duration::from_secs(5)).await);
+    // A second request's head started on a kept-alive connection and never
+    // finished: closed within the header timeout and one look of the watchdog.
+    let mut buf = [0u8; 512];
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let n = slow.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    slow.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+    assert!(closed_within(&mut slow, Duration::from_secs(5)).await);
+}
+
+#[tokio::test]
+async fn a_kept_alive_connection_is_closed_by_the_idle_timeout() {
+    // Headers may take 30 s: only the idle timeout can close this one.
+    let limits = ServerLimits {
+        header_read_timeout: Duration::from_secs(30),
+        ..limits()
+    };
+    let addr = serve_with(Router::new().route("/", get(|| async { "ok" })), limits).await;
+    let mut buf = [0u8; 512];
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert!(closed_within(&mut idle, Duration::from_secs(5)).await);
+}
