@@ -176,3 +176,16 @@ pub async fn observe(State(observe): State<Observe>, mut request: Request, next:
     }
     response
 }
+
+/// The answers and the outermost layer every listener's router shares: the
+/// API's `404 NOT_FOUND` and `405 METHOD_NOT_ALLOWED` (axum's own have no
+/// body), then [`observe`] around everything.
+pub fn outermost<S>(router: axum::Router<S>, observing: Observe) -> axum::Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    router
+        .fallback(|| async { crate::ApiError::NotFound })
+        .method_not_allowed_fallback(|| async { crate::ApiError::MethodNotAllowed })
+        .layer(axum::middleware::from_fn_with_state(observing, observe))
+}

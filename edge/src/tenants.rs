@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -152,7 +152,9 @@ struct Gate {
 pub struct TenantGates {
     keys: Arc<ApiKeys>,
     limits: TenantLimits,
-    gates: Mutex<HashMap<String, Arc<Gate>>>,
+    /// Read on every request, written once per tenant: a read lock on the
+    /// hot path, the write lock only for a tenant's first request.
+    gates: RwLock<HashMap<String, Arc<Gate>>>,
     metrics: EdgeMetrics,
 }
 
@@ -183,16 +185,25 @@ impl TenantGates {
         Arc::new(Self {
             keys,
             limits,
-            gates: Mutex::default(),
+            gates: RwLock::default(),
             metrics,
         })
     }
 
     fn gate(&self, tenant: &str) -> Arc<Gate> {
-        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(gate) = gates.get(tenant) {
+        let known = self.gates.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(gate) = known.get(tenant) {
             return gate.clone();
         }
+        drop(known);
+        let mut gates = self.gates.write().unwrap_or_else(|p| p.into_inner());
+        gates
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Arc::new(self.new_gate(tenant)))
+            .clone()
+    }
+
+    fn new_gate(&self, tenant: &str) -> Gate {
         let limit = self.limits.of(tenant);
         let quota = Quota::per_second(NonZeroU32::new(limit.rate).unwrap_or(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN));
@@ -205,7 +216,7 @@ impl TenantGates {
                 })
                 .clone()
         };
-        let gate = Arc::new(Gate {
+        Gate {
             bucket: DefaultDirectRateLimiter::direct(quota),
             in_flight: Arc::new(Semaphore::new(limit.in_flight as usize)),
             admitted: counter("admitted"),
@@ -218,9 +229,7 @@ impl TenantGates {
                     tenant: tenant.to_owned(),
                 })
                 .clone(),
-        });
-        gates.insert(tenant.to_owned(), gate.clone());
-        gate
+        }
     }
 
     /// Admits one request of `tenant`, or says why not and when to retry.

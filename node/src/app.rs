@@ -17,7 +17,6 @@ use tracing::info;
 use crate::auth::ApiKeys;
 use crate::config::{NodeConfig, StoreMode};
 use crate::domain::{Clock, SystemClock};
-use crate::error::ApiError;
 use crate::idempotency::{IdempotencyStore, ReplayCache};
 use crate::metrics::Metrics;
 use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider};
@@ -223,26 +222,20 @@ pub fn public_router(state: AppState) -> Router {
     );
     let payments =
         payments::routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
-    Router::new()
+    let routes = Router::new()
         .merge(payments)
         .merge(ops::health(&state))
-        .merge(ops::openapi())
-        .fallback(|| async { ApiError::NotFound })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(from_fn_with_state(observing(&state), observe::observe))
-        .with_state(state)
+        .merge(ops::openapi());
+    observe::outermost(routes, observing(&state)).with_state(state)
 }
 
 /// The admin listener: metrics, probes and the operator endpoints.
 pub fn admin_router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .merge(admin::router())
         .merge(ops::metrics(&state))
-        .merge(ops::health(&state))
-        .fallback(|| async { ApiError::NotFound })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(from_fn_with_state(observing(&state), observe::observe))
-        .with_state(state)
+        .merge(ops::health(&state));
+    observe::outermost(routes, observing(&state)).with_state(state)
 }
 
 /// What the outermost route layer does for the node: the edge's span and

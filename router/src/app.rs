@@ -12,7 +12,7 @@ use axum::middleware::from_fn_with_state;
 use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
 use once_edge::server::serve_together;
 use once_edge::tenants::{self, TenantGates};
-use once_edge::{ApiError, ApiKeys, Server};
+use once_edge::{ApiKeys, Server};
 use once_store_client::client::{ClientOptions, StoreClient};
 
 use crate::config::RouterConfig;
@@ -146,25 +146,17 @@ pub fn public_router(state: SharedState) -> Router {
         state.metrics.edge.clone(),
     );
     let forwarded = forward::router().route_layer(from_fn_with_state(gates, tenants::admit));
-    Router::new()
-        .merge(forwarded)
-        .merge(ops::health(&state))
-        .fallback(|| async { ApiError::NotFound })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(from_fn_with_state(observing(), observe::observe))
-        .with_state(state)
+    let routes = Router::new().merge(forwarded).merge(ops::health(&state));
+    observe::outermost(routes, observing()).with_state(state)
 }
 
 /// The admin listener: metrics, probes and the operator endpoints.
 pub fn admin_router(state: SharedState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .merge(admin::router())
         .merge(ops::metrics(&state))
-        .merge(ops::health(&state))
-        .fallback(|| async { ApiError::NotFound })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(from_fn_with_state(observing(), observe::observe))
-        .with_state(state)
+        .merge(ops::health(&state));
+    observe::outermost(routes, observing()).with_state(state)
 }
 
 /// Outermost route layer: the server span and trace ids. A forwarded

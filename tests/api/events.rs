@@ -838,19 +838,8 @@ mod crashes {
 
     /// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
     async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
-        let text = client
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let needle = format!("outcome=\"{outcome}\"");
-        text.lines()
-            .filter(|l| l.starts_with("events_consumed_total{") && l.contains(&needle))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        let label = format!("outcome=\"{outcome}\"");
+        crate::helpers::metric_sum(client, url, "events_consumed_total{", &label).await
     }
 
     on_every_backend_and_broker!(

@@ -397,16 +397,31 @@ pub fn post(
     request
 }
 
-/// A metric's value from `/metrics` (0 when absent).
-pub async fn metric(client: &reqwest::Client, url: &str, name: &str) -> f64 {
-    let text = client
+/// The Prometheus text at `{url}/metrics`.
+async fn scrape(client: &reqwest::Client, url: &str) -> String {
+    client
         .get(format!("{url}/metrics"))
         .send()
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The sum of a metric's samples whose line contains `filter` (a label, say).
+pub async fn metric_sum(client: &reqwest::Client, url: &str, name: &str, filter: &str) -> f64 {
+    scrape(client, url)
+        .await
+        .lines()
+        .filter(|l| l.starts_with(name) && l.contains(filter))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A metric's value from `/metrics` (0 when absent).
+pub async fn metric(client: &reqwest::Client, url: &str, name: &str) -> f64 {
+    let text = scrape(client, url).await;
     text.lines()
         .find_map(|l| {
             l.strip_prefix(name)

@@ -144,19 +144,7 @@ impl RouterProcess {
 
     /// Sum of a metric's samples whose line contains `filter`.
     async fn metric(&self, name: &str, filter: &str) -> f64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.admin_url))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body");
-        text.lines()
-            .filter(|l| l.starts_with(name) && l.contains(filter))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        crate::helpers::metric_sum(&self.client, &self.admin_url, name, filter).await
     }
 }
 
