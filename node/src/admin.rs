@@ -21,10 +21,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{IdempotencyKey, PrincipalId, TenantId};
 use crate::error::ApiError;
-use crate::idempotency::{Record, ResolvedOutcome, Scope, Status, StoreError};
+use crate::idempotency::{Record, Scope, Status};
 use crate::payments::execute::OPERATION;
 use crate::payments::resolve::{ResolveError, Verdict, resolve_unknown};
 use crate::state::AppState;
+use crate::store::{ResolvedOutcome, StoreError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -139,6 +140,7 @@ async fn list(
     })?;
     let records = state
         .store
+        .operators
         .list(status, q.limit.clamp(1, 1000))
         .await
         .map_err(unavailable)?;
@@ -151,7 +153,12 @@ async fn show(
     Path((tenant, key)): Path<(String, String)>,
 ) -> Result<Json<Vec<RecordView>>, ApiError> {
     let tenant = TenantId::parse(&tenant).ok_or(ApiError::NotFound)?;
-    let records = state.store.find(&tenant, &key).await.map_err(unavailable)?;
+    let records = state
+        .store
+        .operators
+        .find(&tenant, &key)
+        .await
+        .map_err(unavailable)?;
     if records.is_empty() {
         return Err(ApiError::NotFound);
     }

@@ -17,12 +17,13 @@ use tracing::info;
 use crate::auth::ApiKeys;
 use crate::config::{NodeConfig, StoreMode};
 use crate::domain::{Clock, SystemClock};
-use crate::idempotency::{IdempotencyStore, ReplayCache};
+use crate::idempotency::ReplayCache;
 use crate::metrics::Metrics;
 use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider};
 use crate::raft::RaftStore;
 use crate::sql::{Database, Materialized, SqlStore};
 use crate::state::{App, AppState};
+use crate::store::Stores;
 use crate::{admin, http, ops, payments, recovery, sweeper};
 
 /// A node that has bound its ports and migrated its database, ready to run.
@@ -96,9 +97,9 @@ impl Builder {
             self.events,
         )
         .await?;
-        let store: Arc<dyn IdempotencyStore> = match &self.config.idempotency_store {
-            StoreMode::Sql => Arc::new(SqlStore::new(db)),
-            StoreMode::Raft(raft) => Arc::new(RaftStore::new(
+        let store = match &self.config.idempotency_store {
+            StoreMode::Sql => Stores::of(SqlStore::new(db)),
+            StoreMode::Raft(raft) => Stores::of(RaftStore::new(
                 raft,
                 self.config.region.clone(),
                 Materialized::new(db),

@@ -8,13 +8,15 @@
 //! - [`state`]: the shared state every handler and worker sees.
 //! - [`auth`]: API keys → (tenant, principal).
 //! - [`domain`]: newtypes — keys, ids, money, the clock.
-//! - [`idempotency`]: the record, fingerprints, the decision table and the
-//!   [`idempotency::IdempotencyStore`] trait.
+//! - [`idempotency`]: the contract as plain logic — the record, fingerprints,
+//!   the decision table, the cache of finished answers.
+//! - [`store`]: where records live, one narrow trait per caller (request
+//!   path, recovery, operators, sweeper, health, payment reads).
 //! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL.
 //! - [`raft`]: the `raft` store mode: records in raft-store, payments in
 //!   the regional database.
-//! - [`payments`]: the command, the execution engine, responses, handlers,
-//!   operators' resolutions of unknown outcomes.
+//! - [`payments`]: the command, the execution engine and its error type,
+//!   responses, handlers, operators' resolutions of unknown outcomes.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
@@ -32,8 +34,8 @@
 //! ```text
 //! POST /payments ─► edge (limits, 503) ─► observe (trace id, metrics) ─► API key (401) ─► tenant gate (429)
 //!   ─► key (400) ─► body (400/408/413/422)
-//!   ─► execute::create_payment ─► store.claim ─┬─ won ──► provider.charge ─► store.finish ─► 201/402
-//!                                              └─ lost ─► decide ─► replay | 409 | 202 | take over
+//!   ─► execute::create_payment ─► requests.claim ─┬─ won ──► provider.charge ─► requests.finish ─► 201/402
+//!                                                 └─ lost ─► decide ─► replay | 409 | 202 | take over
 //! ```
 
 pub mod admin;
@@ -55,6 +57,7 @@ pub mod raft;
 pub mod recovery;
 pub mod sql;
 pub mod state;
+pub mod store;
 pub mod sweeper;
 
 pub use app::Application;

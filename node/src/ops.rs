@@ -18,7 +18,7 @@ pub fn health(state: &AppState) -> Router<AppState> {
     once_edge::ops::health(move || {
         let state = state.clone();
         async move {
-            tokio::time::timeout(Duration::from_secs(2), state.store.ready())
+            tokio::time::timeout(Duration::from_secs(2), state.store.health.ready())
                 .await
                 .map_err(|_| {
                     ApiError::Unavailable(anyhow::anyhow!("store readiness check timed out"))
@@ -44,8 +44,11 @@ pub fn metrics(state: &AppState) -> Router<AppState> {
     once_edge::ops::metrics(move || {
         let state = state.clone();
         async move {
-            if let Ok(Ok(oldest)) =
-                tokio::time::timeout(Duration::from_secs(1), state.store.oldest_in_progress()).await
+            if let Ok(Ok(oldest)) = tokio::time::timeout(
+                Duration::from_secs(1),
+                state.store.health.oldest_in_progress(),
+            )
+            .await
             {
                 let age = oldest.map_or(0.0, |at| {
                     state.clock.now().0.saturating_sub(at.0).max(0) as f64 / 1000.0
@@ -53,7 +56,8 @@ pub fn metrics(state: &AppState) -> Router<AppState> {
                 state.metrics.in_progress_age_max.set(age);
             }
             if let Ok(Ok(n)) =
-                tokio::time::timeout(Duration::from_secs(1), state.store.unknown_count()).await
+                tokio::time::timeout(Duration::from_secs(1), state.store.health.unknown_count())
+                    .await
             {
                 state.metrics.unknown_records.set(n);
             }

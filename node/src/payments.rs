@@ -3,6 +3,7 @@
 //! ([`resolve`]).
 
 pub mod command;
+pub mod error;
 pub mod execute;
 pub mod model;
 pub mod resolve;

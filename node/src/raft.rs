@@ -3,7 +3,7 @@
 //! the regional database keeps the payments (and their outbox rows) this
 //! region executes or recovers — a materialized view of the records.
 //!
-//! - [`RaftStore`]: the [`crate::idempotency::IdempotencyStore`] on a
+//! - [`RaftStore`]: the traits of [`crate::store`] on a
 //!   [`once_store_client::client::StoreClient`] plus the regional database.
 //! - [`convert`]: the node's record ⇄ raft-store's record, and the payment
 //!   facts a record carries so any region can finish it.

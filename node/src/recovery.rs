@@ -26,6 +26,7 @@ pub async fn recover_due(state: &AppState) -> anyhow::Result<usize> {
     let now = state.clock.now();
     let due = state
         .store
+        .recovery
         .due_for_recovery(now, state.config.recovery_batch)
         .await?;
     if due.is_empty() {
@@ -35,6 +36,7 @@ pub async fn recover_due(state: &AppState) -> anyhow::Result<usize> {
         .map(|seen| async move {
             let owned = match state
                 .store
+                .recovery
                 .take_over(&seen, state.clock.now(), state.config.lease)
                 .await
             {
@@ -46,7 +48,7 @@ pub async fn recover_due(state: &AppState) -> anyhow::Result<usize> {
                 }
             };
             state.metrics.takeovers.inc();
-            let key = owned.scope.key.clone();
+            let key = owned.record.scope.key.clone();
             match recover(state, owned).await {
                 Ok(Answer::Stored { response, .. }) => {
                     info!(%key, status = response.status, "recovered an operation")

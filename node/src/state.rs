@@ -6,9 +6,10 @@ use std::sync::Arc;
 use crate::auth::ApiKeys;
 use crate::config::NodeConfig;
 use crate::domain::Clock;
-use crate::idempotency::{IdempotencyStore, ReplayCache};
+use crate::idempotency::ReplayCache;
 use crate::metrics::Metrics;
 use crate::provider::PaymentProvider;
+use crate::store::Stores;
 
 /// Cheap to clone: one `Arc` around [`App`].
 #[derive(Debug, Clone)]
@@ -27,8 +28,8 @@ pub struct App {
     pub config: NodeConfig,
     /// Digests of the accepted API keys (shared with the authenticating layer).
     pub api_keys: Arc<ApiKeys>,
-    /// Where idempotency records (and, in `sql` mode, payments) live.
-    pub store: Arc<dyn IdempotencyStore>,
+    /// Where idempotency records and payments live, one trait per caller.
+    pub store: Stores,
     pub provider: Arc<dyn PaymentProvider>,
     /// Finished records by scope: replays without a database round trip.
     pub replays: ReplayCache,

@@ -18,6 +18,7 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(u64, u64)> {
         let now = state.clock.now();
         let n = state
             .store
+            .sweeper
             .expire_batch(
                 now,
                 state.config.metadata_retention,
@@ -34,6 +35,7 @@ pub async fn sweep_once(state: &AppState) -> anyhow::Result<(u64, u64)> {
     loop {
         let n = state
             .store
+            .sweeper
             .purge_batch(state.clock.now(), state.config.sweep_batch)
             .await?;
         purged += n;

@@ -4,8 +4,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use once_node::idempotency::{Finish, Reclaim, Status, Step, StoreError};
+use once_node::idempotency::{Status, Step};
 use once_node::provider::PaymentProvider;
+use once_node::store::{Finish, Reclaim, StoreError};
 
 use crate::contract::claim_as_another_owner;
 use crate::helpers::*;
@@ -203,7 +204,7 @@ async fn two_racing_takeovers_have_one_winner(backend: Backend) {
         .advance(app.state.config.lease + Duration::from_millis(1));
 
     let claim = takeover_claim(&app, &orphan);
-    let store = &app.state.store;
+    let store = &app.state.store.requests;
     let results = join_all((0..8).map(|_| store.reclaim(&orphan, Reclaim::Resume, &claim))).await;
     let winners = results.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
     assert_eq!(winners, 1, "{results:?}");
@@ -228,7 +229,7 @@ async fn a_stale_owner_cannot_complete_after_a_takeover(backend: Backend) {
     assert_eq!(retry.status, 201);
 
     // The old owner wakes up and tries to write: every write is refused.
-    let store = &app.state.store;
+    let store = &app.state.store.requests;
     let now = app.clock_now();
     assert!(matches!(
         store.advance(&zombie, Step::ProviderRequestSent, now).await,
@@ -269,10 +270,10 @@ async fn a_stale_owner_cannot_complete_after_a_takeover(backend: Backend) {
 fn takeover_claim(
     app: &TestApp,
     record: &once_node::idempotency::Record,
-) -> once_node::idempotency::Claim {
+) -> once_node::store::Claim {
     use once_node::payments::command::Channel;
     use once_node::payments::model::NewPayment;
-    once_node::idempotency::Claim {
+    once_node::store::Claim {
         scope: record.scope.clone(),
         fingerprint: once_node::idempotency::Fingerprint {
             version: record.fingerprint_version,

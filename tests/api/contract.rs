@@ -153,9 +153,10 @@ pub async fn claim_as_another_owner(
     key: &str,
     body: &str,
 ) -> once_node::idempotency::Record {
-    use once_node::idempotency::{Claim, ClaimOutcome, Scope, fingerprint};
+    use once_node::idempotency::Scope;
     use once_node::payments::command::{Channel, CreatePayment};
     use once_node::payments::model::NewPayment;
+    use once_node::store::{Claim, ClaimOutcome};
 
     let command = CreatePayment::parse(body.as_bytes()).unwrap();
     let tenant = once_node::domain::TenantId::parse("acme").unwrap();
@@ -166,8 +167,7 @@ pub async fn claim_as_another_owner(
             operation: once_node::payments::execute::OPERATION,
             key: once_node::domain::IdempotencyKey::parse(key.as_bytes()).unwrap(),
         },
-        fingerprint: fingerprint::of_create_payment(1, "payments.create", "2026-11-01", &command)
-            .unwrap(),
+        fingerprint: command.fingerprint(1, "2026-11-01").unwrap(),
         payment: NewPayment {
             id: once_node::domain::PaymentId::generate(),
             tenant,
@@ -182,8 +182,8 @@ pub async fn claim_as_another_owner(
         trace_id: None,
         region: "test".into(),
     };
-    match app.state.store.claim(&claim).await.unwrap() {
-        ClaimOutcome::Claimed(record) => record,
+    match app.state.store.requests.claim(&claim).await.unwrap() {
+        ClaimOutcome::Claimed(owned) => owned.record,
         other => panic!("expected a fresh claim, got {other:?}"),
     }
 }

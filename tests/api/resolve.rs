@@ -5,13 +5,12 @@
 use std::time::Duration;
 
 use once_node::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId};
-use once_node::idempotency::{
-    Claim, ClaimOutcome, Fingerprint, Record, ResolvedOutcome, Scope, Status,
-};
+use once_node::idempotency::{Fingerprint, Record, Scope, Status};
 use once_node::payments::command::Channel;
 use once_node::payments::execute::OPERATION;
 use once_node::payments::model::{NewPayment, PaymentStatus};
 use once_node::payments::resolve::{ResolveError, Verdict, resolve_unknown};
+use once_node::store::{Claim, ClaimOutcome, ResolvedOutcome};
 
 use crate::helpers::{Backend, TestApp, TestDb};
 use crate::on_every_backend;
@@ -58,7 +57,7 @@ async fn claim(app: &TestApp, key: &str, reference: &str) -> ClaimOutcome {
         trace_id: None,
         region: state.config.region.clone(),
     };
-    state.store.claim(&claim).await.expect("claim")
+    state.store.requests.claim(&claim).await.expect("claim")
 }
 
 /// A record whose provider outcome stayed unknown.
@@ -66,11 +65,13 @@ async fn left_unknown(app: &TestApp, owner: &Record) -> Record {
     let now = app.state.clock.now();
     app.state
         .store
+        .requests
         .mark_unknown(owner, now, now.plus(Duration::from_secs(3600)))
         .await
         .expect("mark unknown");
     app.state
         .store
+        .requests
         .load(&owner.scope)
         .await
         .unwrap()
@@ -79,7 +80,7 @@ async fn left_unknown(app: &TestApp, owner: &Record) -> Record {
 
 async fn claimed_unknown(app: &TestApp, key: &str, reference: &str) -> Record {
     match claim(app, key, reference).await {
-        ClaimOutcome::Claimed(owner) => left_unknown(app, &owner).await,
+        ClaimOutcome::Claimed(owned) => left_unknown(app, &owned.record).await,
         other => panic!("expected a claim, got {other:?}"),
     }
 }
@@ -105,6 +106,7 @@ async fn verdicts_finish_the_operation_with_an_audit_entry(backend: Backend) {
     let payment = app
         .state
         .store
+        .payments
         .payment(&charged.scope.tenant, &id)
         .await
         .unwrap()
@@ -134,6 +136,7 @@ async fn verdicts_finish_the_operation_with_an_audit_entry(backend: Backend) {
     let payment = app
         .state
         .store
+        .payments
         .payment(&not_charged.scope.tenant, &id)
         .await
         .unwrap()
@@ -200,7 +203,7 @@ async fn resolve_refuses_what_it_cannot_account_for(backend: Backend) {
     };
     let refused = resolve_unknown(
         &app.state,
-        &running.scope,
+        &running.record.scope,
         verdict(ResolvedOutcome::NotCharged),
     )
     .await;

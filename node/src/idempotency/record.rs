@@ -18,12 +18,16 @@ pub struct Scope {
     pub key: IdempotencyKey,
 }
 
+/// The operation of `POST /payments`.
+pub const CREATE_PAYMENT: &str = "payments.create";
+
+/// The operations this build claims keys for.
+const OPERATIONS: [&str; 1] = [CREATE_PAYMENT];
+
 /// The operations this build knows, so names read back from storage become
 /// the same `&'static str` the code claims with.
 pub fn known_operation(name: &str) -> Option<&'static str> {
-    [crate::payments::execute::OPERATION]
-        .into_iter()
-        .find(|op| *op == name)
+    OPERATIONS.into_iter().find(|op| *op == name)
 }
 
 macro_rules! str_enum {

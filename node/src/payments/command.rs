@@ -12,6 +12,8 @@ use utoipa::ToSchema;
 
 use crate::domain::{Money, MoneyError};
 use crate::error::ApiError;
+use crate::idempotency::fingerprint::{self, Fingerprint};
+use crate::idempotency::record::CREATE_PAYMENT;
 
 /// The request body, exactly as clients send it.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -121,6 +123,12 @@ impl CreatePayment {
             merchant_reference: &self.merchant_reference,
             channel: self.channel.as_str(),
         }
+    }
+
+    /// The command's fingerprint under `version` (DESIGN §4); `None` when
+    /// this build does not know that version.
+    pub fn fingerprint(&self, version: i32, api_version: &str) -> Option<Fingerprint> {
+        fingerprint::of(version, CREATE_PAYMENT, api_version, self.canonical())
     }
 }
 
@@ -246,5 +254,48 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a, b);
+    }
+
+    fn fp(body: &str) -> String {
+        let cmd = CreatePayment::parse(body.as_bytes()).unwrap();
+        cmd.fingerprint(1, "2026-11-01").unwrap().hash
+    }
+
+    #[test]
+    fn equal_commands_have_equal_fingerprints() {
+        let base =
+            fp(r#"{"accountId":"a","amount":"10.00","currency":"EUR","merchantReference":"r"}"#);
+        assert_eq!(
+            base,
+            fp(r#"{"merchantReference":"r","currency":"eur","amount":"10.0","accountId":"a"}"#)
+        );
+        assert_eq!(
+            base,
+            fp(
+                r#"{"accountId":"a","amount":"10","currency":"EUR","merchantReference":"r","channel":"web"}"#
+            )
+        );
+        assert_ne!(
+            base,
+            fp(r#"{"accountId":"a","amount":"10.01","currency":"EUR","merchantReference":"r"}"#)
+        );
+        assert_ne!(
+            base,
+            fp(
+                r#"{"accountId":"a","amount":"10.00","currency":"EUR","merchantReference":"r","channel":"pos"}"#
+            )
+        );
+    }
+
+    #[test]
+    fn the_semantic_header_is_part_of_the_fingerprint() {
+        let cmd = CreatePayment::parse(
+            br#"{"accountId":"a","amount":"1","currency":"EUR","merchantReference":"r"}"#,
+        )
+        .unwrap();
+        let a = cmd.fingerprint(1, "2026-11-01").unwrap();
+        let b = cmd.fingerprint(1, "2027-01-01").unwrap();
+        assert_ne!(a, b);
+        assert!(cmd.fingerprint(99, "2026-11-01").is_none());
     }
 }

@@ -18,23 +18,21 @@ use std::time::Duration;
 use tracing::{info, instrument, warn};
 
 use super::command::CreatePayment;
-use super::model::{NewPayment, Payment, PaymentStatus, PaymentUpdate};
+use super::error::EngineError;
+use super::model::{NewPayment, OutboxEvent, Payment, PaymentStatus, PaymentUpdate};
 use super::response;
 use crate::auth::Caller;
 use crate::domain::{IdempotencyKey, PaymentId};
-use crate::error::ApiError;
 use crate::failpoints::crash_point;
-use crate::idempotency::fingerprint::{self, CURRENT_VERSION};
-use crate::idempotency::{
-    Claim, ClaimOutcome, Decision, Finish, OutboxEvent, Reclaim, Record, Scope, Status, Step,
-    StoreError, StoredResponse, decide,
-};
+use crate::idempotency::fingerprint::CURRENT_VERSION;
+use crate::idempotency::{Decision, Record, Scope, Status, Step, StoredResponse, decide};
 use crate::metrics::Outcome;
 use crate::provider::{ChargeOutcome, ChargeRequest, ProviderError};
 use crate::state::AppState;
+use crate::store::{Claim, ClaimOutcome, Finish, Owned, Reclaim, StoreError};
 
 /// The operation name in every scoped key this module claims.
-pub const OPERATION: &str = "payments.create";
+pub const OPERATION: &str = crate::idempotency::record::CREATE_PAYMENT;
 
 /// How many times one request re-reads a record after losing a takeover
 /// race before it tells the client to retry.
@@ -67,19 +65,11 @@ pub struct CreatePaymentRequest {
     pub trace_id: Option<String>,
 }
 
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Unavailable(cause) => ApiError::Unavailable(cause),
-        StoreError::Misdirected { home, epoch } => ApiError::Misdirected { home, epoch },
-        other => ApiError::Internal(other.into()),
-    }
-}
-
 #[instrument(name = "create payment", skip_all, fields(tenant = %req.caller.tenant, outcome))]
 pub async fn create_payment(
     state: AppState,
     req: CreatePaymentRequest,
-) -> Result<Answer, ApiError> {
+) -> Result<Answer, EngineError> {
     let now = state.clock.now();
     let scope = Scope {
         tenant: req.caller.tenant.clone(),
@@ -87,9 +77,10 @@ pub async fn create_payment(
         operation: OPERATION,
         key: req.key.clone(),
     };
-    let fingerprint =
-        fingerprint::of_create_payment(CURRENT_VERSION, OPERATION, &req.api_version, &req.command)
-            .expect("the current fingerprint version is always known");
+    let fingerprint = req
+        .command
+        .fingerprint(CURRENT_VERSION, &req.api_version)
+        .expect("the current fingerprint version is always known");
     let claim = Claim {
         scope,
         fingerprint,
@@ -114,13 +105,13 @@ pub async fn create_payment(
             return Ok(replayed(&state, &cached));
         }
     }
-    let mut outcome = state.store.claim(&claim).await.map_err(store_error)?;
+    let mut outcome = state.store.requests.claim(&claim).await?;
     crash_point("after_claim");
     let mut took_over = false;
     for _ in 0..MAX_ROUNDS {
         let existing = match outcome {
-            ClaimOutcome::Claimed(record) => {
-                return run(&state, record, &claim.payment, took_over).await;
+            ClaimOutcome::Claimed(owned) => {
+                return run(&state, owned, &claim.payment, took_over).await;
             }
             ClaimOutcome::BusinessKeyTaken { record, existing } => {
                 return reject_duplicate_reference(&state, record, existing).await;
@@ -130,14 +121,14 @@ pub async fn create_payment(
         let how = match decide(&existing, same_request(&existing, &req), state.clock.now()) {
             Decision::Mismatch => {
                 state.metrics.conflicts_different_request.inc();
-                return Err(ApiError::KeyReusedWithDifferentRequest);
+                return Err(EngineError::KeyReusedWithDifferentRequest);
             }
             Decision::Replay => return replay(&state, existing),
             Decision::InProgress { retry_after } => {
-                return Err(ApiError::InProgress { retry_after });
+                return Err(EngineError::InProgress { retry_after });
             }
             Decision::Incomparable => {
-                return Err(ApiError::Unavailable(anyhow::anyhow!(
+                return Err(EngineError::Unavailable(anyhow::anyhow!(
                     "record fingerprinted with unknown version {}",
                     existing.fingerprint_version
                 )));
@@ -150,12 +141,7 @@ pub async fn create_payment(
             now: state.clock.now(),
             ..claim.clone()
         };
-        match state
-            .store
-            .reclaim(&existing, how, &claim)
-            .await
-            .map_err(store_error)?
-        {
+        match state.store.requests.reclaim(&existing, how, &claim).await? {
             Some(won) => {
                 match how {
                     Reclaim::Resume => {
@@ -172,14 +158,14 @@ pub async fn create_payment(
             }
             // Someone else took it over first: look again.
             None => {
-                outcome = match state.store.load(&claim.scope).await.map_err(store_error)? {
+                outcome = match state.store.requests.load(&claim.scope).await? {
                     Some(record) => ClaimOutcome::Existing(record),
-                    None => state.store.claim(&claim).await.map_err(store_error)?,
+                    None => state.store.requests.claim(&claim).await?,
                 };
             }
         }
     }
-    Err(ApiError::InProgress {
+    Err(EngineError::InProgress {
         retry_after: Duration::from_secs(1),
     })
 }
@@ -199,20 +185,16 @@ fn lease_is_fresh(state: &AppState, record: &Record) -> Result<(), Duration> {
 /// fingerprints at the record's version; `None` when this build does not
 /// know that version.
 fn same_request(record: &Record, req: &CreatePaymentRequest) -> Option<bool> {
-    fingerprint::of_create_payment(
-        record.fingerprint_version,
-        OPERATION,
-        &req.api_version,
-        &req.command,
-    )
-    .map(|fp| fp.hash == record.fingerprint)
+    req.command
+        .fingerprint(record.fingerprint_version, &req.api_version)
+        .map(|fp| fp.hash == record.fingerprint)
 }
 
 /// Replays a finished record read from the store, and caches it so the
 /// next retry needs no round trip.
-fn replay(state: &AppState, record: Record) -> Result<Answer, ApiError> {
+fn replay(state: &AppState, record: Record) -> Result<Answer, EngineError> {
     if record.response.is_none() {
-        return Err(ApiError::Internal(anyhow::anyhow!(
+        return Err(EngineError::Internal(anyhow::anyhow!(
             "finished record without a stored response"
         )));
     }
@@ -240,12 +222,9 @@ async fn reject_duplicate_reference(
     state: &AppState,
     record: Record,
     existing: PaymentId,
-) -> Result<Answer, ApiError> {
+) -> Result<Answer, EngineError> {
     let now = state.clock.now();
-    let error = ApiError::DuplicateMerchantReference {
-        payment_id: existing.to_string(),
-    };
-    let response = response::replayable_error(409, &error.body(), state.config.response_schema);
+    let response = response::duplicate_reference(&existing, state.config.response_schema);
     let finish = Finish {
         status: Status::FailedReplayable,
         response: response.clone(),
@@ -254,7 +233,7 @@ async fn reject_duplicate_reference(
         now,
         expires_at: now.plus(state.config.replay_window),
     };
-    match state.store.finish(&record, &finish).await {
+    match state.store.requests.finish(&record, &finish).await {
         Ok(()) => {
             state.replays.remember(&finished(record, &finish));
             Ok(Answer::Stored {
@@ -265,20 +244,25 @@ async fn reject_duplicate_reference(
             })
         }
         Err(StoreError::Fenced) => answer_after_losing(state, &record).await,
-        Err(e) => Err(store_error(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Drives an owned record from its recorded step to the end.
-#[instrument(name = "run payment from its recovery point", skip_all, fields(step = %record.step, fence = record.fence))]
+/// Drives an owned record from its recorded step to the end. `took_over`
+/// only labels the outcome (executed or recovered).
+#[instrument(name = "run payment from its recovery point", skip_all, fields(step = %owned.record.step, fence = owned.record.fence))]
 async fn run(
     state: &AppState,
-    mut record: Record,
+    owned: Owned,
     facts: &NewPayment,
     took_over: bool,
-) -> Result<Answer, ApiError> {
+) -> Result<Answer, EngineError> {
+    let Owned {
+        mut record,
+        charge_may_have_been_sent,
+    } = owned;
     let payment_id = record.payment_id.clone().ok_or_else(|| {
-        ApiError::Internal(anyhow::anyhow!(
+        EngineError::Internal(anyhow::anyhow!(
             "owned record at {} without a payment",
             record.step
         ))
@@ -306,7 +290,7 @@ async fn run(
             left_ms = left.as_millis() as u64,
             "the lease came back mostly spent; leaving the record to be resumed"
         );
-        return Err(ApiError::Unavailable(anyhow::anyhow!(
+        return Err(EngineError::Unavailable(anyhow::anyhow!(
             "the idempotency record's lease came back with only {left:?} left"
         )));
     }
@@ -317,6 +301,7 @@ async fn run(
             let now = state.clock.now();
             if let Err(e) = state
                 .store
+                .requests
                 .advance(&record, Step::ProviderRequestSent, now)
                 .await
             {
@@ -326,10 +311,10 @@ async fn run(
             crash_point("after_provider_request_sent");
             state.provider.charge(&provider_key, &charge).await
         }
-        // The raft mode claims at `PROVIDER_REQUEST_SENT` (one consensus
-        // round fewer per payment; see `raft::store`): a record this request
-        // created and nobody else ever owned has not reached the provider.
-        Step::ProviderRequestSent if !took_over && record.takeovers == 0 => {
+        // Claimed straight at `PROVIDER_REQUEST_SENT` (one durable write
+        // fewer per payment), and the store says no earlier owner can have
+        // reached the provider: charge.
+        Step::ProviderRequestSent if !charge_may_have_been_sent => {
             crash_point("after_provider_request_sent");
             state.provider.charge(&provider_key, &charge).await
         }
@@ -353,6 +338,7 @@ async fn run(
             let now = state.clock.now();
             return match state
                 .store
+                .requests
                 .fail_retryable(
                     &record,
                     "PROVIDER_UNAVAILABLE",
@@ -361,7 +347,7 @@ async fn run(
                 )
                 .await
             {
-                Ok(()) => Err(ApiError::Unavailable(anyhow::anyhow!(
+                Ok(()) => Err(EngineError::Unavailable(anyhow::anyhow!(
                     "provider refused before charging: {reason}"
                 ))),
                 Err(e) => lost_or_failed(state, &record, e).await,
@@ -378,6 +364,7 @@ async fn run(
             let retry_at = state.clock.now().plus(backoff);
             return match state
                 .store
+                .requests
                 .mark_unknown(&record, state.clock.now(), retry_at)
                 .await
             {
@@ -392,7 +379,7 @@ async fn run(
 
     let finish = final_state(state, &payment_id, facts, record.created_at, outcome);
     let response = finish.response.clone();
-    if let Err(e) = state.store.finish(&record, &finish).await {
+    if let Err(e) = state.store.requests.finish(&record, &finish).await {
         return lost_or_failed(state, &record, e).await;
     }
     crash_point("after_finish");
@@ -485,14 +472,17 @@ pub fn recovery_backoff(interval: Duration, attempts: i32) -> Duration {
 /// (recovery worker, operator tooling): rebuilds the payment from its row
 /// and runs it from the recorded step. Never charges a second time: the
 /// provider is asked by key first.
-#[instrument(name = "recover an operation", skip_all, fields(tenant = %record.scope.tenant, step = %record.step))]
-pub async fn recover(state: &AppState, record: Record) -> Result<Answer, ApiError> {
+#[instrument(name = "recover an operation", skip_all, fields(tenant = %owned.record.scope.tenant, step = %owned.record.step))]
+pub async fn recover(state: &AppState, owned: Owned) -> Result<Answer, EngineError> {
+    let record = &owned.record;
     let payment = match &record.payment_id {
-        Some(id) => state
-            .store
-            .payment(&record.scope.tenant, id)
-            .await
-            .map_err(store_error)?,
+        Some(id) => {
+            state
+                .store
+                .payments
+                .payment(&record.scope.tenant, id)
+                .await?
+        }
         None => None,
     };
     let Some(payment) = payment else {
@@ -502,19 +492,19 @@ pub async fn recover(state: &AppState, record: Record) -> Result<Answer, ApiErro
         let now = state.clock.now();
         state
             .store
+            .requests
             .fail_retryable(
-                &record,
+                record,
                 "RECOVERED_BEFORE_PAYMENT",
                 now,
                 now.plus(state.config.replay_window),
             )
-            .await
-            .map_err(store_error)?;
-        return Err(ApiError::Unavailable(anyhow::anyhow!(
+            .await?;
+        return Err(EngineError::Unavailable(anyhow::anyhow!(
             "operation had not created its payment; retry"
         )));
     };
-    run(state, record, &NewPayment::from(payment), true).await
+    run(state, owned, &NewPayment::from(payment), true).await
 }
 
 /// The record as `finish` left it in the store.
@@ -572,28 +562,28 @@ async fn lost_or_failed(
     state: &AppState,
     record: &Record,
     e: StoreError,
-) -> Result<Answer, ApiError> {
+) -> Result<Answer, EngineError> {
     match e {
         StoreError::Fenced => answer_after_losing(state, record).await,
-        other => Err(store_error(other)),
+        other => Err(other.into()),
     }
 }
 
 /// We were fenced out mid-operation: whoever took over owns the answer.
 /// Replay it if it is there already; otherwise the client retries.
-async fn answer_after_losing(state: &AppState, record: &Record) -> Result<Answer, ApiError> {
+async fn answer_after_losing(state: &AppState, record: &Record) -> Result<Answer, EngineError> {
     warn!(
         fence = record.fence,
         "fenced out by a newer owner; not writing"
     );
-    match state.store.load(&record.scope).await.map_err(store_error)? {
+    match state.store.requests.load(&record.scope).await? {
         Some(current) if current.status.is_replayable() && current.response.is_some() => {
             replay(state, current)
         }
-        Some(current) => Err(ApiError::InProgress {
+        Some(current) => Err(EngineError::InProgress {
             retry_after: state.clock.now().until(current.locked_until),
         }),
-        None => Err(ApiError::Internal(anyhow::anyhow!(
+        None => Err(EngineError::Internal(anyhow::anyhow!(
             "record vanished while fenced out"
         ))),
     }

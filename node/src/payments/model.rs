@@ -81,3 +81,18 @@ impl From<Payment> for NewPayment {
         }
     }
 }
+
+/// A row for the outbox, written in the same transaction as the payment's
+/// final state (DESIGN §7).
+#[derive(Debug, Clone)]
+pub struct OutboxEvent {
+    pub event_id: String,
+    pub event_type: &'static str,
+    pub schema_version: i32,
+    pub aggregate_id: String,
+    pub tenant: TenantId,
+    pub payload: String,
+    /// The W3C `traceparent` of the span that wrote the event; the publisher
+    /// sends it as a message header so consumers join the same trace.
+    pub traceparent: Option<String>,
+}

@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
-use crate::idempotency::{Record, Resolution, ResolvedOutcome, Scope, Status, StoreError};
+use crate::idempotency::{Record, Scope, Status};
 use crate::payments::execute::final_state;
 use crate::payments::model::NewPayment;
 use crate::provider::ChargeOutcome;
 use crate::state::AppState;
+use crate::store::{Finish, Resolution, ResolvedOutcome, StoreError};
 
 /// What the operator decided, and who and why, for the audit trail.
 #[derive(Debug, Clone)]
@@ -75,6 +76,7 @@ pub async fn resolve_unknown(
     let now = state.clock.now();
     let seen = state
         .store
+        .requests
         .load(scope)
         .await?
         .ok_or(ResolveError::NotFound)?;
@@ -85,9 +87,11 @@ pub async fn resolve_unknown(
     }
     let owner = state
         .store
+        .recovery
         .take_over(&seen, now, state.config.lease)
         .await?
-        .ok_or(busy)?;
+        .ok_or(busy)?
+        .record;
     let audit = Resolution {
         outcome: verdict.outcome,
         reason: verdict.reason,
@@ -99,7 +103,12 @@ pub async fn resolve_unknown(
         ResolvedOutcome::NotCharged => None,
         ResolvedOutcome::Charged => Some(charged(state, scope, &owner).await?),
     };
-    match state.store.resolve(&owner, finish.as_ref(), &audit).await {
+    match state
+        .store
+        .operators
+        .resolve(&owner, finish.as_ref(), &audit)
+        .await
+    {
         Ok(()) => {}
         Err(StoreError::Fenced) => {
             return Err(ResolveError::Busy {
@@ -109,19 +118,21 @@ pub async fn resolve_unknown(
         Err(e) => return Err(e.into()),
     }
     tracing::warn!(tenant = %scope.tenant, key = %scope.key, outcome = audit.outcome.as_str(), actor = %audit.actor, "operation resolved by hand");
-    state.store.load(scope).await?.ok_or(ResolveError::NotFound)
+    state
+        .store
+        .requests
+        .load(scope)
+        .await?
+        .ok_or(ResolveError::NotFound)
 }
 
 /// The finish a charge would have written, its charge id naming the
 /// operator as its source.
-async fn charged(
-    state: &AppState,
-    scope: &Scope,
-    owner: &Record,
-) -> Result<crate::idempotency::Finish, ResolveError> {
+async fn charged(state: &AppState, scope: &Scope, owner: &Record) -> Result<Finish, ResolveError> {
     let payment_id = owner.payment_id.clone().ok_or(ResolveError::NoPayment)?;
     let payment = state
         .store
+        .payments
         .payment(&scope.tenant, &payment_id)
         .await?
         .ok_or(ResolveError::PaymentMissing)?;

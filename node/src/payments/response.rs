@@ -12,8 +12,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::UnixMillis;
-use crate::error::{ErrorBody, ErrorCode};
+use crate::domain::{PaymentId, UnixMillis};
+use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::idempotency::record::StoredResponse;
 use crate::payments::model::Payment;
 
@@ -159,6 +159,15 @@ pub fn replayable_error(status: u16, body: &ErrorBody, schema: ResponseSchema) -
         body: serde_json::to_vec(body).expect("error bodies serialize"),
         schema_version: schema.version(),
     }
+}
+
+/// The answer to a claim whose business key another payment holds: a `409`
+/// naming that payment, stored and replayed like any business rejection.
+pub fn duplicate_reference(existing: &PaymentId, schema: ResponseSchema) -> StoredResponse {
+    let error = ApiError::DuplicateMerchantReference {
+        payment_id: existing.to_string(),
+    };
+    replayable_error(error.status_code().as_u16(), &error.body(), schema)
 }
 
 pub fn declined(payment: &Payment, code: &str, schema: ResponseSchema) -> StoredResponse {

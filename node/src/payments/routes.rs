@@ -100,9 +100,10 @@ pub async fn create(
         };
         // Detached: a client that hangs up must not cancel a payment halfway
         // (it would sit IN_PROGRESS until its lease ran out).
-        tokio::spawn(create_payment(state.clone(), request).in_current_span())
+        let answer = tokio::spawn(create_payment(state.clone(), request).in_current_span())
             .await
-            .map_err(|e| ApiError::Internal(anyhow::anyhow!("payment task failed: {e}")))?
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("payment task failed: {e}")))?;
+        answer.map_err(ApiError::from)
     }
     .await;
     match result {
@@ -201,6 +202,7 @@ pub async fn fetch(
     let id = PaymentId::parse(&id).ok_or(ApiError::PaymentNotFound)?;
     let payment = state
         .store
+        .payments
         .payment(&caller.tenant, &id)
         .await
         .map_err(|e| ApiError::Unavailable(e.into()))?

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse, known_operation};
-use crate::idempotency::store::StoreError;
 use crate::payments::command::Channel;
 use crate::payments::model::{NewPayment, Payment, PaymentStatus};
+use crate::store::StoreError;
 
 pub fn scope_to_store(scope: &Scope) -> rs::Scope {
     rs::Scope {

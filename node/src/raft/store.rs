@@ -1,5 +1,6 @@
-//! [`IdempotencyStore`] on raft-store: records are claimed, fenced and
-//! finished there; the regional database ([`Materialized`]) follows.
+//! The `raft` store mode: records are claimed, fenced and finished in
+//! raft-store; the regional database ([`Materialized`]) follows. Implements
+//! every trait of [`crate::store`].
 
 use std::time::Duration;
 
@@ -15,13 +16,13 @@ use super::convert::{
 };
 use super::placement::{Belief, PlacementBeliefs};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
-use crate::idempotency::Resolution;
 use crate::idempotency::record::{Record, Scope, Status, Step};
-use crate::idempotency::store::{
-    Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError,
-};
 use crate::payments::model::Payment;
 use crate::sql::Materialized;
+use crate::store::{
+    Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim, Recovery,
+    RequestPath, Resolution, StoreError, Sweeper,
+};
 
 /// Where raft-store is and who this node is to it.
 #[derive(Debug, Clone)]
@@ -282,7 +283,7 @@ impl RaftStore {
 }
 
 #[async_trait]
-impl IdempotencyStore for RaftStore {
+impl RequestPath for RaftStore {
     #[instrument(name = "claim the key", skip_all, fields(db.system = "raft-store"))]
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let tenant = claim.scope.tenant.as_str();
@@ -292,7 +293,9 @@ impl IdempotencyStore for RaftStore {
             })
             .await?;
         match reply {
-            Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(self.owned(record).await?)),
+            Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(Owned::fresh(
+                self.owned(record).await?,
+            ))),
             Reply::Existing(record) => Ok(ClaimOutcome::Existing(record_from_store(record)?)),
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 // Nothing was written: own the key without a payment, so
@@ -338,7 +341,9 @@ impl IdempotencyStore for RaftStore {
             })
         };
         match propose(true).await? {
-            Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(self.owned(record).await?))),
+            Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(Owned::taken_over(
+                self.owned(record).await?,
+            )))),
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 let existing = holder(payment_id)?;
                 match propose(false).await? {
@@ -363,86 +368,6 @@ impl IdempotencyStore for RaftStore {
             .map_err(store_error)?
             .map(record_from_store)
             .transpose()
-    }
-
-    #[instrument(name = "take over for recovery", skip_all, fields(db.system = "raft-store"))]
-    async fn take_over(
-        &self,
-        seen: &Record,
-        now: UnixMillis,
-        lease: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        let op = self.take_over_op(seen, TakeOverKind::LeaseExpired, lease, None);
-        match self.write(op, now).await? {
-            Reply::Claimed(record) => Ok(Some(self.owned(record).await?)),
-            Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn due_for_recovery(
-        &self,
-        now: UnixMillis,
-        limit: i64,
-    ) -> Result<Vec<Record>, StoreError> {
-        // Recover only tenants this region is home for (or that have no
-        // placement): after a failover the new home finishes what the old
-        // one left, and a former home stays out of its way. The store judges
-        // that against the placements it holds now (a linearizable read),
-        // so neither a stale belief here nor other regions' due records can
-        // keep this region from its own.
-        self.query(RecordQuery {
-            due_at: Some(now.0),
-            homed_in: Some(self.region.clone()),
-            limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            ..RecordQuery::default()
-        })
-        .await
-    }
-
-    async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
-        self.query(RecordQuery {
-            status: Some(status_to_store(status)),
-            limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            ..RecordQuery::default()
-        })
-        .await
-    }
-
-    async fn find(&self, tenant: &TenantId, key: &str) -> Result<Vec<Record>, StoreError> {
-        self.query(RecordQuery {
-            tenant: Some(tenant.as_str().to_owned()),
-            key: Some(key.to_owned()),
-            limit: 1000,
-            ..RecordQuery::default()
-        })
-        .await
-        .map(|records| {
-            records
-                .into_iter()
-                .filter(|r| r.scope.operation == crate::payments::execute::OPERATION)
-                .collect()
-        })
-    }
-
-    #[instrument(name = "apply an operator resolution", skip_all, fields(db.system = "raft-store"))]
-    async fn resolve(
-        &self,
-        owner: &Record,
-        finish: Option<&Finish>,
-        audit: &Resolution,
-    ) -> Result<(), StoreError> {
-        match finish {
-            Some(finish) => {
-                self.finish_record(owner, finish).await?;
-                self.apply_locally(owner, finish, Some(audit)).await
-            }
-            None => {
-                self.fail_retryable(owner, "RESOLVED_NOT_CHARGED", audit.at, audit.expires_at)
-                    .await?;
-                self.local.record_resolution(owner, audit).await
-            }
-        }
     }
 
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = "raft-store"))]
@@ -499,33 +424,96 @@ impl IdempotencyStore for RaftStore {
         })
         .await
     }
+}
 
-    /// From this region's database; a payment whose row another region
-    /// holds (made there before a failover, or here before a failback) is
-    /// answered from its record in raft-store, so an acknowledged payment
-    /// is never a 404 in another region. A record purged past its metadata
-    /// retention leaves only the rows: then only the regions holding one
-    /// know the payment.
-    #[instrument(name = "load the payment", skip_all, fields(db.system = "raft-store"))]
-    async fn payment(
+#[async_trait]
+impl Recovery for RaftStore {
+    #[instrument(name = "take over for recovery", skip_all, fields(db.system = "raft-store"))]
+    async fn take_over(
         &self,
-        tenant: &TenantId,
-        id: &PaymentId,
-    ) -> Result<Option<Payment>, StoreError> {
-        if let Some(payment) = self.local.payment(tenant, id).await? {
-            return Ok(Some(payment));
-        }
-        let record = self
-            .client
-            .record_of_payment(tenant.as_str(), id.as_str())
-            .await
-            .map_err(store_error)?;
-        match record {
-            Some(record) => payment_of_record(&record),
-            None => Ok(None),
+        seen: &Record,
+        now: UnixMillis,
+        lease: Duration,
+    ) -> Result<Option<Owned>, StoreError> {
+        let op = self.take_over_op(seen, TakeOverKind::LeaseExpired, lease, None);
+        match self.write(op, now).await? {
+            Reply::Claimed(record) => Ok(Some(Owned::taken_over(self.owned(record).await?))),
+            Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
+            other => Err(unexpected(other)),
         }
     }
 
+    async fn due_for_recovery(
+        &self,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<Vec<Record>, StoreError> {
+        // Recover only tenants this region is home for (or that have no
+        // placement): after a failover the new home finishes what the old
+        // one left, and a former home stays out of its way. The store judges
+        // that against the placements it holds now (a linearizable read),
+        // so neither a stale belief here nor other regions' due records can
+        // keep this region from its own.
+        self.query(RecordQuery {
+            due_at: Some(now.0),
+            homed_in: Some(self.region.clone()),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            ..RecordQuery::default()
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Operators for RaftStore {
+    async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
+        self.query(RecordQuery {
+            status: Some(status_to_store(status)),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            ..RecordQuery::default()
+        })
+        .await
+    }
+
+    async fn find(&self, tenant: &TenantId, key: &str) -> Result<Vec<Record>, StoreError> {
+        self.query(RecordQuery {
+            tenant: Some(tenant.as_str().to_owned()),
+            key: Some(key.to_owned()),
+            limit: 1000,
+            ..RecordQuery::default()
+        })
+        .await
+        .map(|records| {
+            records
+                .into_iter()
+                .filter(|r| r.scope.operation == crate::idempotency::record::CREATE_PAYMENT)
+                .collect()
+        })
+    }
+
+    #[instrument(name = "apply an operator resolution", skip_all, fields(db.system = "raft-store"))]
+    async fn resolve(
+        &self,
+        owner: &Record,
+        finish: Option<&Finish>,
+        audit: &Resolution,
+    ) -> Result<(), StoreError> {
+        match finish {
+            Some(finish) => {
+                self.finish_record(owner, finish).await?;
+                self.apply_locally(owner, finish, Some(audit)).await
+            }
+            None => {
+                self.fail_retryable(owner, "RESOLVED_NOT_CHARGED", audit.at, audit.expires_at)
+                    .await?;
+                self.local.record_resolution(owner, audit).await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Sweeper for RaftStore {
     async fn expire_batch(
         &self,
         now: UnixMillis,
@@ -551,7 +539,10 @@ impl IdempotencyStore for RaftStore {
             other => Err(unexpected(other)),
         }
     }
+}
 
+#[async_trait]
+impl Health for RaftStore {
     async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError> {
         let oldest = self
             .query(RecordQuery {
@@ -582,5 +573,34 @@ impl IdempotencyStore for RaftStore {
             .await
             .map_err(|e| StoreError::Unavailable(e.into()))?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl PaymentReads for RaftStore {
+    /// From this region's database; a payment whose row another region
+    /// holds (made there before a failover, or here before a failback) is
+    /// answered from its record in raft-store, so an acknowledged payment
+    /// is never a 404 in another region. A record purged past its metadata
+    /// retention leaves only the rows: then only the regions holding one
+    /// know the payment.
+    #[instrument(name = "load the payment", skip_all, fields(db.system = "raft-store"))]
+    async fn payment(
+        &self,
+        tenant: &TenantId,
+        id: &PaymentId,
+    ) -> Result<Option<Payment>, StoreError> {
+        if let Some(payment) = self.local.payment(tenant, id).await? {
+            return Ok(Some(payment));
+        }
+        let record = self
+            .client
+            .record_of_payment(tenant.as_str(), id.as_str())
+            .await
+            .map_err(store_error)?;
+        match record {
+            Some(record) => payment_of_record(&record),
+            None => Ok(None),
+        }
     }
 }

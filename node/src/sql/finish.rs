@@ -19,9 +19,9 @@ use sqlx::AnyConnection;
 use super::db::{Database, Dialect};
 use super::records::{Terminal, unavailable};
 use super::{outbox, payments, records, single_statement};
-use crate::idempotency::Resolution;
 use crate::idempotency::record::Record;
-use crate::idempotency::store::{Finish, StoreError};
+use crate::store::Resolution;
+use crate::store::{Finish, StoreError};
 
 /// Where the record being finished lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

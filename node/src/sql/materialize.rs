@@ -8,10 +8,10 @@ use super::db::Database;
 use super::finish::{self, RecordIn};
 use super::{payments, records};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
-use crate::idempotency::Resolution;
 use crate::idempotency::record::Record;
-use crate::idempotency::store::{Finish, StoreError};
 use crate::payments::model::{NewPayment, Payment};
+use crate::store::Resolution;
+use crate::store::{Finish, StoreError};
 
 /// The regional database of a raft-mode node. Every write takes the
 /// database's write gate ([`Database::writer`]).

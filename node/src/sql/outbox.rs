@@ -5,7 +5,8 @@ use sqlx::{Any, Executor};
 
 use super::records::unavailable;
 use crate::domain::UnixMillis;
-use crate::idempotency::store::{OutboxEvent, StoreError};
+use crate::payments::model::OutboxEvent;
+use crate::store::StoreError;
 
 pub async fn append<'e>(
     db: impl Executor<'e, Database = Any>,

@@ -4,9 +4,9 @@ use sqlx::{Any, Executor, Row};
 
 use super::records::unavailable;
 use crate::domain::{Money, PaymentId, TenantId, UnixMillis};
-use crate::idempotency::store::StoreError;
 use crate::payments::command::Channel;
 use crate::payments::model::{NewPayment, Payment, PaymentStatus, PaymentUpdate};
+use crate::store::StoreError;
 
 /// Inserts a pending payment unless its business key
 /// `(tenant, account, merchant reference)` is taken. On PostgreSQL a

@@ -7,7 +7,7 @@ use sqlx::{Any, Executor, Row};
 
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
-use crate::idempotency::store::{Claim, Finish, StoreError};
+use crate::store::{Claim, Finish, StoreError};
 
 const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
      status, step, fence, locked_until, payment_id, provider_key, response_status, response_headers, \
@@ -415,7 +415,7 @@ pub async fn count_with_status<'e>(
 pub async fn insert_resolution<'e>(
     db: impl Executor<'e, Database = Any>,
     record: &Record,
-    resolution: &crate::idempotency::Resolution,
+    resolution: &crate::store::Resolution,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO record_resolutions (id, tenant_id, principal_id, operation, idempotency_key, payment_id, \

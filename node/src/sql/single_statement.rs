@@ -10,8 +10,8 @@ use sqlx::{Any, Executor, Row};
 
 use super::records::unavailable;
 use crate::idempotency::record::{Scope, Status, Step};
-use crate::idempotency::store::{Claim, Finish, StoreError};
 use crate::payments::model::PaymentStatus;
+use crate::store::{Claim, Finish, StoreError};
 
 /// What one claim statement did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
-//! [`IdempotencyStore`] on the regional database: the claim, the payment it
+//! The `sql` store mode on the regional database: the claim, the payment it
 //! creates and the completion each commit atomically with the rows they
-//! belong with.
+//! belong with. Implements every trait of [`crate::store`].
 
 use std::time::Duration;
 
@@ -12,12 +12,12 @@ use super::finish::{self, RecordIn};
 use super::records::{Terminal, unavailable};
 use super::{payments, records, single_statement};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
-use crate::idempotency::Resolution;
 use crate::idempotency::record::{Record, Scope, Status, Step};
-use crate::idempotency::store::{
-    Claim, ClaimOutcome, Finish, IdempotencyStore, Reclaim, StoreError,
-};
 use crate::payments::model::{NewPayment, Payment};
+use crate::store::{
+    Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim, Recovery,
+    RequestPath, Resolution, StoreError, Sweeper,
+};
 
 /// Every write takes the database's write gate ([`Database::writer`]).
 #[derive(Debug, Clone)]
@@ -79,7 +79,7 @@ impl SqlStore {
         if payments::insert_pending(&mut **tx, &claim.payment, claim.now).await? {
             let id = &claim.payment.id;
             if record.payment_id.as_ref() == Some(id) && record.step == Step::LocalPaymentCreated {
-                return Ok(ClaimOutcome::Claimed(record));
+                return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
             }
             records::set_payment(&mut **tx, &record.scope, record.fence, id).await?;
             let record = Record {
@@ -88,7 +88,7 @@ impl SqlStore {
                 provider_key: Some(id.provider_key()),
                 ..record
             };
-            return Ok(ClaimOutcome::Claimed(record));
+            return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
         }
         Self::business_key_taken(tx, record, claim).await
     }
@@ -131,7 +131,7 @@ impl SqlStore {
         }
         let record = claimed_record(claim);
         if write.payment_created {
-            return Ok(ClaimOutcome::Claimed(record));
+            return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
         }
         // Rare: the business key is taken. We own the record; record that it
         // has no payment, and find the one that holds the key.
@@ -143,7 +143,7 @@ impl SqlStore {
 }
 
 #[async_trait]
-impl IdempotencyStore for SqlStore {
+impl RequestPath for SqlStore {
     #[instrument(name = "claim the key", skip_all, fields(db.system = %self.db.system()))]
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         if self.db.dialect == Dialect::Postgres {
@@ -220,10 +220,10 @@ impl IdempotencyStore for SqlStore {
             };
             Self::attach_payment(&mut tx, record, &claim).await?
         } else {
-            ClaimOutcome::Claimed(record)
+            ClaimOutcome::Claimed(Owned::fresh(record))
         };
         tx.commit().await.map_err(unavailable)?;
-        Ok(Some(outcome))
+        Ok(Some(outcome.by_takeover()))
     }
 
     #[instrument(name = "load the record", skip_all, fields(db.system = %self.db.system()))]
@@ -272,42 +272,17 @@ impl IdempotencyStore for SqlStore {
         let _writer = self.db.writer().await;
         records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await
     }
+}
 
-    #[instrument(name = "load the payment", skip_all, fields(db.system = %self.db.system()))]
-    async fn payment(
-        &self,
-        tenant: &TenantId,
-        id: &PaymentId,
-    ) -> Result<Option<Payment>, StoreError> {
-        payments::select(&self.db.pool, tenant, id).await
-    }
-
-    async fn expire_batch(
-        &self,
-        now: UnixMillis,
-        retention: Duration,
-        limit: i64,
-    ) -> Result<u64, StoreError> {
-        let _writer = self.db.writer().await;
-        records::expire_batch(&self.db.pool, now, now.plus(retention), limit).await
-    }
-
-    async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
-        let _writer = self.db.writer().await;
-        records::purge_batch(&self.db.pool, now, limit).await
-    }
-
-    async fn unknown_count(&self) -> Result<i64, StoreError> {
-        records::count_with_status(&self.db.pool, Status::UnknownRequiresRecovery).await
-    }
-
+#[async_trait]
+impl Recovery for SqlStore {
     #[instrument(name = "take over for recovery", skip_all, fields(db.system = %self.db.system()))]
     async fn take_over(
         &self,
         seen: &Record,
         now: UnixMillis,
         lease: Duration,
-    ) -> Result<Option<Record>, StoreError> {
+    ) -> Result<Option<Owned>, StoreError> {
         let _writer = self.db.writer().await;
         let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
         if !won(records::take_over(&mut *tx, seen, now, lease, None).await)? {
@@ -316,7 +291,7 @@ impl IdempotencyStore for SqlStore {
         }
         let record = records::select(&mut *tx, &seen.scope).await?;
         tx.commit().await.map_err(unavailable)?;
-        Ok(record)
+        Ok(record.map(Owned::taken_over))
     }
 
     async fn due_for_recovery(
@@ -326,7 +301,10 @@ impl IdempotencyStore for SqlStore {
     ) -> Result<Vec<Record>, StoreError> {
         records::due_for_recovery(&self.db.pool, now, limit).await
     }
+}
 
+#[async_trait]
+impl Operators for SqlStore {
     async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
         records::with_status(&self.db.pool, status, limit).await
     }
@@ -367,7 +345,28 @@ impl IdempotencyStore for SqlStore {
         records::insert_resolution(&mut *tx, owner, audit).await?;
         tx.commit().await.map_err(unavailable)
     }
+}
 
+#[async_trait]
+impl Sweeper for SqlStore {
+    async fn expire_batch(
+        &self,
+        now: UnixMillis,
+        retention: Duration,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let _writer = self.db.writer().await;
+        records::expire_batch(&self.db.pool, now, now.plus(retention), limit).await
+    }
+
+    async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+        let _writer = self.db.writer().await;
+        records::purge_batch(&self.db.pool, now, limit).await
+    }
+}
+
+#[async_trait]
+impl Health for SqlStore {
     async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError> {
         records::oldest_unfinished(&self.db.pool).await
     }
@@ -378,5 +377,21 @@ impl IdempotencyStore for SqlStore {
             .await
             .map_err(unavailable)?;
         Ok(())
+    }
+
+    async fn unknown_count(&self) -> Result<i64, StoreError> {
+        records::count_with_status(&self.db.pool, Status::UnknownRequiresRecovery).await
+    }
+}
+
+#[async_trait]
+impl PaymentReads for SqlStore {
+    #[instrument(name = "load the payment", skip_all, fields(db.system = %self.db.system()))]
+    async fn payment(
+        &self,
+        tenant: &TenantId,
+        id: &PaymentId,
+    ) -> Result<Option<Payment>, StoreError> {
+        payments::select(&self.db.pool, tenant, id).await
     }
 }
