@@ -20,10 +20,10 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{IdempotencyKey, PrincipalId, TenantId};
+use crate::engine::execute::OPERATION;
+use crate::engine::resolve::{ResolveError, Verdict, resolve_unknown};
 use crate::error::ApiError;
 use crate::idempotency::{Record, Scope, Status};
-use crate::payments::execute::OPERATION;
-use crate::payments::resolve::{ResolveError, Verdict, resolve_unknown};
 use crate::state::AppState;
 use crate::store::{ResolvedOutcome, StoreError};
 

@@ -24,7 +24,7 @@ use crate::raft::RaftStore;
 use crate::sql::{Database, Materialized, SqlStore};
 use crate::state::{App, AppState};
 use crate::store::Stores;
-use crate::{admin, http, ops, payments, recovery, sweeper};
+use crate::{admin, http, ops, recovery, routes, sweeper};
 
 /// A node that has bound its ports and migrated its database, ready to run.
 #[derive(Debug)]
@@ -221,8 +221,7 @@ pub fn public_router(state: AppState) -> Router {
         state.config.tenant_limits.clone(),
         state.metrics.edge.clone(),
     );
-    let payments =
-        payments::routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
+    let payments = routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
     let routes = Router::new()
         .merge(payments)
         .merge(ops::health(&state))

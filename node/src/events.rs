@@ -1,7 +1,7 @@
 //! The event path of DESIGN §7: what happens after a payment commits.
 //!
 //! The finish of a payment writes an outbox row in the payment's own
-//! transaction (`payments::execute`). From there:
+//! transaction (`engine::execute`). From there:
 //!
 //! ```text
 //!  outbox ──► publisher ──► Broker (NATS JetStream | in-process bus) ──► consumer runner ─┬─► ledger_entries

@@ -15,8 +15,11 @@
 //! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL.
 //! - [`raft`]: the `raft` store mode: records in raft-store, payments in
 //!   the regional database.
-//! - [`payments`]: the command, the execution engine and its error type,
-//!   responses, handlers, operators' resolutions of unknown outcomes.
+//! - [`payments`]: the resource as data — command, stored payment, answers.
+//! - [`engine`]: `POST /payments` under the contract, recovery of abandoned
+//!   runs, operators' verdicts on unknown outcomes; its own error type.
+//! - [`routes`]: the public API's handlers (`POST /payments`,
+//!   `GET /payments/{id}`), mapping engine answers and errors to HTTP.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
@@ -43,6 +46,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod domain;
+pub mod engine;
 pub mod error;
 pub mod events;
 pub mod failpoints;
@@ -55,6 +59,7 @@ pub mod payments;
 pub mod provider;
 pub mod raft;
 pub mod recovery;
+pub mod routes;
 pub mod sql;
 pub mod state;
 pub mod store;

@@ -1,11 +1,9 @@
-//! The payments resource: `POST /payments` under the idempotency contract,
-//! `GET /payments/{id}`, and operators' verdicts on unknown outcomes
-//! ([`resolve`]).
+//! The payments resource as data: the command a client sends
+//! ([`command`]), the payment as stored ([`model`]), and the answers rendered
+//! from it ([`response`]). No I/O and no engine: the engine that runs a
+//! payment under the contract is [`crate::engine`], its handlers
+//! [`crate::routes`].
 
 pub mod command;
-pub mod error;
-pub mod execute;
 pub mod model;
-pub mod resolve;
 pub mod response;
-pub mod routes;

@@ -2,7 +2,7 @@
 //! — `IN_PROGRESS` records whose owner's lease ran out (a crash, a kill, a
 //! lost region) and `UNKNOWN_REQUIRES_RECOVERY` records whose backoff
 //! passed — takes each over with a fenced compare-and-set, and finishes it
-//! from its recorded step (`payments::execute::recover`): the provider is
+//! from its recorded step (`engine::execute::recover`): the provider is
 //! asked by key before anything is charged (I5).
 //!
 //! Several nodes may run it against one database: the takeover decides who
@@ -14,7 +14,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::payments::execute::{Answer, recover};
+use crate::engine::execute::{Answer, recover};
 use crate::state::AppState;
 
 /// How many records one pass recovers at once.

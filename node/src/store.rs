@@ -10,9 +10,9 @@
 //!
 //! | trait | caller | |
 //! |---|---|---|
-//! | [`RequestPath`] | the engine (`payments::execute`) | claim, take over, recovery points, finish |
+//! | [`RequestPath`] | the engine (`engine::execute`) | claim, take over, recovery points, finish |
 //! | [`Recovery`] | the recovery worker, operators | due records, fenced takeover |
-//! | [`Operators`] | `/admin`, `payments::resolve` | list, find, resolve by hand |
+//! | [`Operators`] | `/admin`, `engine::resolve` | list, find, resolve by hand |
 //! | [`Sweeper`] | the replay-window sweeper | expire, purge |
 //! | [`Health`] | `/readyz`, gauges | readiness, oldest unfinished, unknown count |
 //! | [`PaymentReads`] | `GET /payments/{id}`, recovery | the payments repository's reads |

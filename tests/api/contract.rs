@@ -164,7 +164,7 @@ pub async fn claim_as_another_owner(
         scope: Scope {
             tenant: tenant.clone(),
             principal: once_node::domain::PrincipalId::parse("checkout").unwrap(),
-            operation: once_node::payments::execute::OPERATION,
+            operation: once_node::engine::execute::OPERATION,
             key: once_node::domain::IdempotencyKey::parse(key.as_bytes()).unwrap(),
         },
         fingerprint: command.fingerprint(1, "2026-11-01").unwrap(),

@@ -192,7 +192,7 @@ impl EventHarness {
     }
 }
 
-/// A `payment.succeeded` event as `payments::execute` writes it.
+/// A `payment.succeeded` event as `engine::execute` writes it.
 fn succeeded(payment_id: &str) -> EventMessage {
     EventMessage {
         event_id: format!("evt_{}", uuid::Uuid::now_v7().simple()),

@@ -1,15 +1,15 @@
-//! The operator's resolve workflow as a function (`payments::resolve`),
+//! The operator's resolve workflow as a function (`engine::resolve`),
 //! called without HTTP, on every backend. The HTTP face and the `once
 //! records` client are covered in `provider.rs`.
 
 use std::time::Duration;
 
 use once_node::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId};
+use once_node::engine::execute::OPERATION;
+use once_node::engine::resolve::{ResolveError, Verdict, resolve_unknown};
 use once_node::idempotency::{Fingerprint, Record, Scope, Status};
 use once_node::payments::command::Channel;
-use once_node::payments::execute::OPERATION;
 use once_node::payments::model::{NewPayment, PaymentStatus};
-use once_node::payments::resolve::{ResolveError, Verdict, resolve_unknown};
 use once_node::store::{Claim, ClaimOutcome, ResolvedOutcome};
 
 use crate::helpers::{Backend, TestApp, TestDb};

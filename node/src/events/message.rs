@@ -69,7 +69,7 @@ impl EventMessage {
 }
 
 /// `payment.succeeded` and `payment.declined`, schema version 1, exactly as
-/// `payments::execute` writes them.
+/// `engine::execute` writes them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PaymentEventV1 {

@@ -1,6 +1,6 @@
 //! HTTP handlers of the payments resource. They own the request's edges:
 //! authentication, header and body parsing, and turning an [`Answer`] into
-//! a response; the contract itself lives in [`super::execute`].
+//! a response; the contract itself lives in [`crate::engine::execute`].
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -11,14 +11,14 @@ use axum::{Json, Router};
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::command::CreatePayment;
-use super::execute::{Answer, CreatePaymentRequest, create_payment};
-use super::response::{self, PendingBody};
 use crate::auth::Caller;
 use crate::domain::{IdempotencyKey, PaymentId};
+use crate::engine::execute::{Answer, CreatePaymentRequest, create_payment};
 use crate::error::{ApiError, ErrorBody};
 use crate::http::TraceContext;
 use crate::metrics::Outcome;
+use crate::payments::command::CreatePayment;
+use crate::payments::response::{self, PendingBody};
 use crate::state::AppState;
 
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -59,13 +59,13 @@ fn api_version(headers: &HeaderMap) -> Result<String, ApiError> {
     post,
     path = "/payments",
     tag = "payments",
-    request_body(content = super::command::PaymentRequest, content_type = "application/json"),
+    request_body(content = crate::payments::command::PaymentRequest, content_type = "application/json"),
     params(
         ("Idempotency-Key" = String, Header, description = "1-255 printable ASCII characters naming this operation; retries reuse it"),
         ("Api-Version" = Option<String>, Header, description = "API version; defaults to 2026-11-01"),
     ),
     responses(
-        (status = 201, description = "Payment created (or replayed, with `Idempotent-Replayed: true`)", body = super::response::PaymentV2,
+        (status = 201, description = "Payment created (or replayed, with `Idempotent-Replayed: true`)", body = crate::payments::response::PaymentV2,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replay"), ("Location" = String))),
         (status = 202, description = "Outcome being recovered; retry with the same key", body = PendingBody),
         (status = 400, description = "IDEMPOTENCY_KEY_REQUIRED, IDEMPOTENCY_KEY_INVALID, VALIDATION_FAILED (malformed JSON)", body = ErrorBody),
@@ -188,7 +188,7 @@ fn answer_response(answer: Answer) -> Response {
     tag = "payments",
     params(("id" = String, Path, description = "Payment id, `pay_…`")),
     responses(
-        (status = 200, description = "The payment", body = super::response::PaymentV2),
+        (status = 200, description = "The payment", body = crate::payments::response::PaymentV2),
         (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
         (status = 404, description = "PAYMENT_NOT_FOUND", body = ErrorBody),
     ),

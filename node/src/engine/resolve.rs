@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
+use super::execute::final_state;
 use crate::idempotency::{Record, Scope, Status};
-use crate::payments::execute::final_state;
 use crate::payments::model::NewPayment;
 use crate::provider::ChargeOutcome;
 use crate::state::AppState;

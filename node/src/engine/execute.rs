@@ -17,16 +17,16 @@ use std::time::Duration;
 
 use tracing::{info, instrument, warn};
 
-use super::command::CreatePayment;
 use super::error::EngineError;
-use super::model::{NewPayment, OutboxEvent, Payment, PaymentStatus, PaymentUpdate};
-use super::response;
 use crate::auth::Caller;
 use crate::domain::{IdempotencyKey, PaymentId};
 use crate::failpoints::crash_point;
 use crate::idempotency::fingerprint::CURRENT_VERSION;
 use crate::idempotency::{Decision, Record, Scope, Status, Step, StoredResponse, decide};
 use crate::metrics::Outcome;
+use crate::payments::command::CreatePayment;
+use crate::payments::model::{NewPayment, OutboxEvent, Payment, PaymentStatus, PaymentUpdate};
+use crate::payments::response;
 use crate::provider::{ChargeOutcome, ChargeRequest, ProviderError};
 use crate::state::AppState;
 use crate::store::{Claim, ClaimOutcome, Finish, Owned, Reclaim, StoreError};
