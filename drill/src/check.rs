@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::client_log::{Attempt, Intent};
+use crate::client_log::{Attempt, DUPLICATE_REFERENCE, Intent, KEY_REUSED};
 use crate::evidence::{BusinessKey, Evidence, PaymentRow, StoreRecord, payment_of_provider_key};
 
 /// One thing that should not have happened, and what shows it.
@@ -501,9 +501,6 @@ pub fn faithful_replay(evidence: &Evidence) -> CheckResult {
     }
     CheckResult::new("faithful replay", "I2", violations, notes)
 }
-
-pub const KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST";
-pub const DUPLICATE_REFERENCE: &str = "DUPLICATE_MERCHANT_REFERENCE";
 
 /// I3: a key reused with a different body is answered `409
 /// IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST`: never a replay, never an

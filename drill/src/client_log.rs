@@ -9,6 +9,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// The error code of a `409` whose merchant reference another payment holds.
+pub const DUPLICATE_REFERENCE: &str = "DUPLICATE_MERCHANT_REFERENCE";
+/// The error code of a `409` for a key reused with a different request.
+pub const KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST";
+
 /// Milliseconds since the Unix epoch.
 pub type EpochMillis = u64;
 
@@ -100,7 +105,7 @@ impl Attempt {
     pub fn is_stored_answer(&self) -> bool {
         match self.status {
             Some(201 | 402) => true,
-            Some(409) => self.error_code.as_deref() == Some(crate::check::DUPLICATE_REFERENCE),
+            Some(409) => self.error_code.as_deref() == Some(DUPLICATE_REFERENCE),
             _ => false,
         }
     }

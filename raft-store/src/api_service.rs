@@ -115,7 +115,7 @@ pub fn admin_router(state: Arc<ApiState>) -> Router {
     Router::new()
         .merge(operator_only)
         .route(STATUS_PATH, get(status))
-        .route("/metrics", get(crate::metrics::render))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(axum::middleware::from_fn(server_span))
@@ -238,6 +238,10 @@ async fn linearizable(
         Answer::ForwardToLeader { leader } => Answer::ForwardToLeader { leader },
         Answer::Unavailable(e) => Answer::Unavailable(e),
     }
+}
+
+async fn metrics(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
+    crate::metrics::render(&status_of(&state), &state.edge)
 }
 
 pub fn status_of(state: &ApiState) -> Status {

@@ -1,11 +1,8 @@
-//! `GET /metrics` on a member's client listener: Raft leader, term, commit
-//! and applied index, apply lag and each follower's replication lag, in
-//! Prometheus text. Values are read from openraft's own metrics at scrape
-//! time, so there is nothing to keep in sync.
+//! A member's metrics in Prometheus text: Raft leader, term, commit and
+//! applied index, apply lag and each follower's replication lag, plus the
+//! edge's. Rendered from the member's status at scrape time (openraft's own
+//! metrics), so there is nothing to keep in sync; `api_service` serves it.
 
-use std::sync::Arc;
-
-use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -14,7 +11,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::api_service::{ApiState, status_of};
+use once_edge::EdgeMetrics;
+
+use crate::protocol::Status;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct Follower {
@@ -27,10 +26,9 @@ fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
     registry.register(name, help, g);
 }
 
-pub async fn render(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
-    let status = status_of(&state);
+pub fn render(status: &Status, edge: &EdgeMetrics) -> impl IntoResponse + use<> {
     let mut registry = Registry::default();
-    state.edge.register(&mut registry);
+    edge.register(&mut registry);
     let index = |i: Option<u64>| i64::try_from(i.unwrap_or(0)).unwrap_or(i64::MAX);
     gauge(
         &mut registry,
