@@ -1,13 +1,10 @@
-//! Domain newtypes: parse, don't validate. Every value that crosses the API
-//! boundary becomes one of these before any business code sees it, so an
-//! `IdempotencyKey` or a `Money` in hand is already known to be well formed.
+//! Domain newtypes: parse, don't validate. The newtypes are the `once-domain`
+//! crate's (shared with the event path, `once-events`); tenant and principal
+//! ids are the edge's (`once_edge::identity`). Both are re-exported here so
+//! the node names them all as `crate::domain::…`.
 
-mod clock;
-mod idempotency_key;
-mod ids;
-mod money;
-
-pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
-pub use idempotency_key::{IdempotencyKey, IdempotencyKeyError};
-pub use ids::{PaymentId, PrincipalId, TenantId};
-pub use money::{Money, MoneyError};
+pub use once_domain::{
+    Clock, IdempotencyKey, IdempotencyKeyError, ManualClock, Money, MoneyError, PaymentId,
+    SystemClock, UnixMillis,
+};
+pub use once_edge::identity::{PrincipalId, TenantId};

@@ -7,12 +7,14 @@
 //! - [`config`]: validated node configuration.
 //! - [`state`]: the shared state every handler and worker sees.
 //! - [`auth`]: API keys → (tenant, principal).
-//! - [`domain`]: newtypes — keys, ids, money, the clock.
+//! - [`domain`]: newtypes — keys, ids, money, the clock (re-exported from the
+//!   `once-domain` crate; tenant and principal ids from `once-edge`).
 //! - [`idempotency`]: the contract as plain logic — the record, fingerprints,
 //!   the decision table, the cache of finished answers.
 //! - [`store`]: where records live, one narrow trait per caller (request
 //!   path, recovery, operators, sweeper, health, payment reads).
-//! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL.
+//! - [`sql`]: the `sql` store mode on SQLite or PostgreSQL; the database
+//!   itself (connect, dialect, write gate, migrations) is `once-db`'s.
 //! - [`raft`]: the `raft` store mode: records in raft-store, payments in
 //!   the regional database.
 //! - [`payments`]: the resource as data — command, stored payment, answers.
@@ -24,13 +26,15 @@
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
 //! - [`admin`]: operator endpoints (list, show, resolve records), own token.
-//! - [`events`]: outbox publisher, broker (NATS JetStream or in-process),
-//!   deduplicating consumers (ledger, receipt email), dead letters.
+//! - [`events`]: the `once-events` crate, re-exported: outbox publisher,
+//!   broker (NATS JetStream or in-process), deduplicating consumers (ledger,
+//!   receipt email), dead letters, and their metrics.
 //! - [`http`], [`ops`], [`openapi`], [`metrics`]: the node's part of the
 //!   HTTP edge; the rest (server, limits, errors, API keys, tracing) is the
 //!   `once-edge` crate's, shared with every role. [`error`] and [`auth`]
 //!   re-export it.
-//! - [`failpoints`]: crash injection for recovery tests (test builds only).
+//! - [`failpoints`]: crash injection for recovery tests (test builds only;
+//!   the `once-failpoints` crate, re-exported).
 //!
 //! # A request's path
 //!
@@ -48,8 +52,6 @@ pub mod config;
 pub mod domain;
 pub mod engine;
 pub mod error;
-pub mod events;
-pub mod failpoints;
 pub mod http;
 pub mod idempotency;
 pub mod metrics;
@@ -64,6 +66,9 @@ pub mod sql;
 pub mod state;
 pub mod store;
 pub mod sweeper;
+
+pub use once_events as events;
+pub use once_failpoints as failpoints;
 
 pub use app::Application;
 pub use auth::ApiKeys;

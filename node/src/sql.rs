@@ -6,8 +6,15 @@
 //! dialect differences are branches on [`Dialect`]. Each table's queries live
 //! in its own file and take a connection, so the transaction boundary is
 //! chosen by the caller ([`SqlStore`]).
+//!
+//! The database itself (connect, dialect, write gate, migrations) is the
+//! `once-db` crate's, shared with the event path; it is re-exported here,
+//! and as `db` inside this module so its files name it as before.
 
-mod db;
+/// The regional database, from `once-db`.
+mod db {
+    pub use once_db::{Database, Dialect};
+}
 mod finish;
 mod materialize;
 mod outbox;

@@ -13,12 +13,12 @@
 //! Statuses: `DEAD` → `REDRIVE_REQUESTED` → `REDRIVEN` (or back to `DEAD`
 //! with the new error).
 
+use once_db::Database;
+use once_domain::UnixMillis;
 use serde::Serialize;
 use sqlx::{Any, Executor, Row};
 
-use super::inbox;
-use crate::domain::UnixMillis;
-use crate::sql::Database;
+use crate::inbox;
 
 pub const DEAD: &str = "DEAD";
 pub const REDRIVE_REQUESTED: &str = "REDRIVE_REQUESTED";

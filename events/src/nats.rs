@@ -18,9 +18,9 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use tracing::instrument;
 
-use super::broker::{Broker, BrokerError, Delivery, Settle, Subscription};
-use super::config::EventsConfig;
-use super::message::EventMessage;
+use crate::broker::{Broker, BrokerError, Delivery, Settle, Subscription};
+use crate::config::EventsConfig;
+use crate::message::EventMessage;
 
 #[derive(Debug, Clone)]
 pub struct NatsBroker {

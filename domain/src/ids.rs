@@ -1,12 +1,10 @@
 //! Identifiers. Tenants and principals come from the authenticated
 //! credential, never from a request body (they are the edge's:
-//! [`once_edge::identity`]); payment ids are minted here.
+//! `once_edge::identity`); payment ids are minted here.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-
-pub use once_edge::identity::{PrincipalId, TenantId};
 
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -45,8 +43,9 @@ impl PaymentId {
         (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Self(s.to_owned()))
     }
 
-    /// Rebuilds an id read back from our own database.
-    pub(crate) fn from_trusted(s: String) -> Self {
+    /// Rebuilds an id read back from our own database, unchecked (the node's
+    /// `sql` module; public only because that module is in another crate).
+    pub fn from_trusted(s: String) -> Self {
         Self(s)
     }
 

@@ -20,24 +20,24 @@
 
 use std::sync::Arc;
 
+use once_db::{Database, Dialect};
+use once_domain::Clock;
+use once_failpoints::crash_point;
 use sqlx::Row;
 use tokio::sync::watch;
 use tracing::{debug, instrument, warn};
 
-use super::broker::Broker;
-use super::config::EventsConfig;
-use super::message::EventMessage;
-use crate::domain::Clock;
-use crate::failpoints::crash_point;
+use crate::broker::Broker;
+use crate::config::EventsConfig;
+use crate::message::EventMessage;
 use crate::metrics::EventMetrics;
-use crate::sql::{Database, Dialect};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     #[error("outbox query failed")]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
-    Broker(#[from] super::broker::BrokerError),
+    Broker(#[from] crate::broker::BrokerError),
     #[error("outbox row {seq} has a payload that is not JSON")]
     Corrupt {
         seq: i64,

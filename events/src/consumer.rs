@@ -23,20 +23,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use once_db::Database;
+use once_domain::{Clock, UnixMillis};
+use once_failpoints::crash_point;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, info_span, instrument, warn};
 
-use super::broker::{Broker, BrokerError, Delivery, Subscription};
-use super::config::EventsConfig;
-use super::dead_letters::{self, DeadLetter};
-use super::inbox;
-use super::message::{EventMessage, MessageError};
-use super::outbox::error_chain;
-use crate::domain::{Clock, UnixMillis};
-use crate::failpoints::crash_point;
+use crate::broker::{Broker, BrokerError, Delivery, Subscription};
+use crate::config::EventsConfig;
+use crate::dead_letters::{self, DeadLetter};
+use crate::inbox;
+use crate::message::{EventMessage, MessageError};
 use crate::metrics::{ConsumerName, EventMetrics};
-use crate::sql::Database;
+use crate::outbox::error_chain;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumeError {

@@ -16,18 +16,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use once_db::Database;
+use once_domain::{Clock, UnixMillis};
+use once_failpoints::crash_point;
 use sqlx::Row;
 use tokio::sync::watch;
 use tracing::{instrument, warn};
 
-use super::consumer::{ConsumeError, Consumer};
-use super::email_sender::{Email, EmailSender};
-use super::message::{EventMessage, PAYMENT_SUCCEEDED};
-use super::outbox::error_chain;
-use crate::domain::{Clock, UnixMillis};
-use crate::failpoints::crash_point;
+use crate::consumer::{ConsumeError, Consumer};
+use crate::email_sender::{Email, EmailSender};
+use crate::message::{EventMessage, PAYMENT_SUCCEEDED};
 use crate::metrics::EventMetrics;
-use crate::sql::Database;
+use crate::outbox::error_chain;
 
 pub const NAME: &str = "receipt-email";
 pub const PENDING: &str = "PENDING";

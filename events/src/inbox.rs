@@ -5,9 +5,8 @@
 //! unique key `(consumer_name, message_id)` until the first commits, then
 //! finds the row and does nothing. A rolled-back attempt leaves no row.
 
+use once_domain::UnixMillis;
 use sqlx::{Any, Executor, Row};
-
-use crate::domain::UnixMillis;
 
 /// The message's effect exists.
 pub const PROCESSED: &str = "PROCESSED";

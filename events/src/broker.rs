@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use super::message::EventMessage;
+use crate::message::EventMessage;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -80,7 +80,7 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    pub fn message(&self) -> Result<EventMessage, super::message::MessageError> {
+    pub fn message(&self) -> Result<EventMessage, crate::message::MessageError> {
         EventMessage::from_bytes(&self.payload)
     }
 }

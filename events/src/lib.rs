@@ -1,7 +1,8 @@
 //! The event path of DESIGN §7: what happens after a payment commits.
 //!
 //! The finish of a payment writes an outbox row in the payment's own
-//! transaction (`engine::execute`). From there:
+//! transaction (the node's `engine::execute` and `sql::finish`; the node
+//! re-exports this crate as `once_node::events`). From there:
 //!
 //! ```text
 //!  outbox ──► publisher ──► Broker (NATS JetStream | in-process bus) ──► consumer runner ─┬─► ledger_entries
@@ -27,7 +28,8 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the settings of the event path (part of `NodeConfig`).
+//! - [`config`]: the settings of the event path (one field of the node's
+//!   `NodeConfig`).
 //! - [`message`]: the versioned wire envelope and the payment event data.
 //! - [`broker`]: the [`broker::Broker`] trait; [`nats`] and [`bus`] implement it.
 //! - [`outbox`]: the publisher.
@@ -39,11 +41,20 @@
 //!   client and the fake. (The HTTP email sink the tests send to lives with
 //!   the tests: `tests/api/email_sink.rs`.)
 //! - [`dead_letters`]: parked messages, listing and redrive.
+//! - [`metrics`]: [`EventMetrics`], which the node registers in its registry.
 //! - [`runtime`]: wiring all of it into a node.
 //!
 //! The SQL of these tables lives next to the code that owns it rather than in
-//! `crate::sql`: each query serves exactly one worker here, over the same
-//! `Any` pool and `$n` placeholders.
+//! the node's `sql` module: each query serves exactly one worker here, over
+//! the same `Any` pool and `$n` placeholders. The tables are in the shared
+//! migrations (`/migrations`), one regional database.
+//!
+//! # Dependencies
+//!
+//! Below the node, never on it: [`once_domain`] (the clock, `UnixMillis`),
+//! [`once_db`] (the regional database), [`once_failpoints`] (the crash points
+//! `after_publish`, `after_consume`, `after_email_send`, armed by this
+//! crate's `failpoints` feature) and `once_telemetry` (trace context).
 
 pub mod broker;
 pub mod bus;
@@ -55,6 +66,7 @@ pub mod email_sender;
 pub mod inbox;
 pub mod ledger;
 pub mod message;
+pub mod metrics;
 pub mod nats;
 pub mod outbox;
 pub mod runtime;
@@ -62,4 +74,5 @@ pub mod runtime;
 pub use broker::{Broker, BrokerError};
 pub use config::EventsConfig;
 pub use message::EventMessage;
+pub use metrics::EventMetrics;
 pub use runtime::{EventWorkers, Events};

@@ -7,7 +7,12 @@
 //!
 //! Points, in execution order: `after_claim`, `after_provider_request_sent`,
 //! `after_provider_charge`, `after_finish`; on the event path
-//! `after_publish`, `after_consume`, `after_email_send` (see `crate::events`).
+//! `after_publish`, `after_consume`, `after_email_send` (`once-events`).
+//!
+//! This crate owns only the crash points, so the node and the event path
+//! share one definition. The `cfg` is evaluated here: a crate that calls
+//! [`crash_point`] forwards its own `failpoints` feature to this crate's, up
+//! to the root package's, which `cargo test --features failpoints` turns on.
 
 /// Aborts the process here if the failpoint `name` is armed.
 #[inline]

@@ -5,10 +5,10 @@
 //! about the same payment from booking the money twice.
 
 use async_trait::async_trait;
+use once_domain::UnixMillis;
 
-use super::consumer::{ConsumeError, Consumer};
-use super::message::{EventMessage, PAYMENT_SUCCEEDED};
-use crate::domain::UnixMillis;
+use crate::consumer::{ConsumeError, Consumer};
+use crate::message::{EventMessage, PAYMENT_SUCCEEDED};
 
 pub const NAME: &str = "ledger";
 pub const PAYMENT_CAPTURED: &str = "PAYMENT_CAPTURED";

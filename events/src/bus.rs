@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::broker::{Broker, BrokerError, Delivery, Settle, Subscription};
-use super::message::EventMessage;
+use crate::broker::{Broker, BrokerError, Delivery, Settle, Subscription};
+use crate::message::EventMessage;
 
 /// A message on its way to one consumer group, with the channel its
 /// settlement goes back on.

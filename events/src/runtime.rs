@@ -7,22 +7,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use once_db::Database;
+use once_domain::Clock;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::broker::Broker;
-use super::bus::InProcessBus;
-use super::config::EventsConfig;
-use super::consumer::{Consumer, ConsumerRunner};
-use super::email::{EmailSenderWorker, ReceiptEmailConsumer};
-use super::email_sender::{EmailSender, FakeEmailSender, HttpEmailSender};
-use super::ledger::LedgerConsumer;
-use super::nats::NatsBroker;
-use super::outbox::Publisher;
-use crate::domain::Clock;
+use crate::broker::Broker;
+use crate::bus::InProcessBus;
+use crate::config::EventsConfig;
+use crate::consumer::{Consumer, ConsumerRunner};
+use crate::email::{EmailSenderWorker, ReceiptEmailConsumer};
+use crate::email_sender::{EmailSender, FakeEmailSender, HttpEmailSender};
+use crate::ledger::LedgerConsumer;
 use crate::metrics::EventMetrics;
-use crate::sql::Database;
+use crate::nats::NatsBroker;
+use crate::outbox::Publisher;
 
 /// What tests (or an embedding program) may swap; config decides the rest.
 #[derive(Debug, Default)]

@@ -1,4 +1,14 @@
-//! Connecting, configuring and migrating the regional database.
+//! The regional database: one pool on SQLite (embedded default) or
+//! PostgreSQL, spoken to through sqlx's `Any` driver.
+//!
+//! This crate owns connecting and configuring it ([`Database::connect`]:
+//! URL forms, SQLite's WAL, `synchronous = FULL` and busy timeout), the
+//! [`Dialect`] the queries branch on, the SQLite write gate
+//! ([`Database::writer`], decision 0007) and running the migrations
+//! ([`Database::migrate`]). The migrations themselves stay in `/migrations`
+//! at the workspace root, one schema in two dialects, embedded at build time.
+//! The queries are not here: each lives with the code that owns its tables
+//! (the node's `sql` module, the event path in `once-events`).
 
 use std::path::Path;
 use std::str::FromStr;
