@@ -84,7 +84,7 @@ pub struct StoreRecord {
 impl StoreRecord {
     /// Finished with a stored answer that never changes inside the replay
     /// window: raft-store's `Completed` and `FailedReplayable`
-    /// (`Status::is_final`; [`crate::gather`] writes the names).
+    /// (`Status::is_replayable`; [`crate::gather`] writes the names).
     pub fn is_final(&self) -> bool {
         matches!(self.status.as_str(), "Completed" | "FailedReplayable")
     }

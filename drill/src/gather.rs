@@ -327,7 +327,7 @@ mod tests {
                 response_status: None,
                 response_body: None,
             };
-            assert_eq!(record.is_final(), status.is_final(), "{status:?}");
+            assert_eq!(record.is_final(), status.is_replayable(), "{status:?}");
         }
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! - [`RaftStore`]: the traits of [`crate::store`] on a
 //!   [`once_store_client::client::StoreClient`] plus the regional database.
-//! - [`convert`]: the node's record ⇄ raft-store's record, and the payment
+//! - [`convert`]: raft-store's record parsed into the node's typed one
+//!   (status, step and response are already one type), and the payment
 //!   facts a record carries so any region can finish it.
 //! - [`placement`]: the placement epoch this node believes per tenant, stated
 //!   in every claim and corrected by the store's `Misdirected` answers.

@@ -188,7 +188,7 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
             scope,
             consistency: Consistency::FinalFromAnyMember,
         } => match state.state_machine.record(&scope) {
-            Ok(Some(record)) if record.status.is_final() => {
+            Ok(Some(record)) if record.status.is_replayable() => {
                 Answer::Done(ReadReply::Record(Some(record)))
             }
             Ok(_) => Answer::Done(ReadReply::NotFinalHere),

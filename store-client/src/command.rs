@@ -3,13 +3,26 @@
 //! the records they act on, and the envelope that makes every client command
 //! deduplicated by `(client id, sequence)`.
 //!
-//! These are raft-store's own serde types. They mirror the fields of the
-//! node's `idempotency::record::Record` (DESIGN §4); the node maps between
-//! the two, so neither crate depends on the other's internals.
+//! The record model is defined once, here (DESIGN §4;
+//! docs/decisions/0027-one-record-model.md): [`Status`], [`Step`] and
+//! [`StoredResponse`] are the very types the node's idempotency engine and
+//! its `sql` mode use, with the canonical names the `sql` mode stores
+//! (`IN_PROGRESS` …). The node keeps its own `Record` and `Scope` only
+//! because they carry its validated domain types (tenant, principal, key,
+//! payment id, time); it parses [`Record`] into them at the boundary
+//! (`node/src/raft/convert.rs`). The record rules both sides judge by
+//! ([`lease_expired`], [`is_expired`]) are written once, here, on plain
+//! numbers.
 //!
 //! Everything here is plain data: time is a number the proposer stamped
 //! (`ClientRequest::now`), never a clock read during apply, so every member
-//! applying the same log reaches the same state.
+//! applying the same log reaches the same state. The serde form of every
+//! type is what the Raft log, the snapshots and the client wire carry
+//! (postcard), so it must not change: an enum serializes as its variant,
+//! never as its canonical name (`tests::the_serde_form_is_pinned`).
+
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -36,14 +49,56 @@ pub struct BusinessKey {
     pub merchant_reference: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Status {
-    InProgress,
-    Completed,
-    FailedReplayable,
-    FailedRetryable,
-    UnknownRequiresRecovery,
-    Expired,
+/// An enum with a canonical name per variant: `as_str`, [`fmt::Display`]
+/// and [`FromStr`] use the name; serde and `Debug` keep the variant's
+/// identifier.
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $s:literal),+ $(,)? }
+    ) => {
+        $(#[$meta])*
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            /// Every variant, in declaration order (the serde order).
+            pub const ALL: &[Self] = &[$(Self::$variant),+];
+
+            /// The canonical name, as the `sql` mode stores it.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $s),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok(Self::$variant),)+
+                    other => Err(format!("unknown {} {other:?}", stringify!($name))),
+                }
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// Where the operation stands.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    pub enum Status {
+        InProgress => "IN_PROGRESS",
+        Completed => "COMPLETED",
+        FailedReplayable => "FAILED_REPLAYABLE",
+        FailedRetryable => "FAILED_RETRYABLE",
+        UnknownRequiresRecovery => "UNKNOWN_REQUIRES_RECOVERY",
+        Expired => "EXPIRED",
+    }
 }
 
 impl Status {
@@ -52,11 +107,16 @@ impl Status {
         matches!(self, Self::InProgress | Self::UnknownRequiresRecovery)
     }
 
-    /// Finished with a stored answer that never changes inside the window.
-    pub fn is_final(self) -> bool {
+    /// Finished with a stored answer that is replayed verbatim and never
+    /// changes inside the replay window (raft-store's "final" records, which
+    /// any member may serve).
+    pub fn is_replayable(self) -> bool {
         matches!(self, Self::Completed | Self::FailedReplayable)
     }
 
+    /// Records that may reach the end of their replay window. Unfinished
+    /// records never expire: expiring one would let an uncertain operation
+    /// run a second time.
     pub fn can_expire(self) -> bool {
         matches!(
             self,
@@ -65,22 +125,42 @@ impl Status {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Step {
-    Received,
-    LocalPaymentCreated,
-    ProviderRequestSent,
-    ProviderConfirmed,
-    Completed,
+named_enum! {
+    /// The last recovery point reached; a takeover resumes from here. Steps
+    /// only move forward, in declaration order.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    pub enum Step {
+        Received => "RECEIVED",
+        LocalPaymentCreated => "LOCAL_PAYMENT_CREATED",
+        ProviderRequestSent => "PROVIDER_REQUEST_SENT",
+        ProviderConfirmed => "PROVIDER_CONFIRMED",
+        Completed => "COMPLETED",
+    }
 }
 
-/// A response as first sent, replayed byte for byte.
+/// A response as it was first sent, kept to be replayed byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
+    /// Semantic headers only (`Location`, `Content-Type`), in order.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The response schema the body was rendered with.
     pub schema_version: i32,
+}
+
+/// Whether a lease held until `locked_until` has run out at `now` (the
+/// moment it names is already past it). The node decides to take over and
+/// raft-store grants the takeover by this one rule, so they never disagree
+/// at the boundary.
+pub fn lease_expired(locked_until: Millis, now: Millis) -> bool {
+    locked_until <= now
+}
+
+/// Whether a record in `status` whose replay window ends at `expires_at`
+/// is past that window at `now`, whether or not the sweeper got to it yet.
+pub fn is_expired(status: Status, expires_at: Option<Millis>, now: Millis) -> bool {
+    status == Status::Expired || (status.can_expire() && expires_at.is_some_and(|at| at <= now))
 }
 
 /// The idempotency record as raft-store keeps it.
@@ -102,6 +182,7 @@ pub struct Record {
     /// payment it creates here), so whichever region takes the record over
     /// can finish it and materialize the payment in its own database.
     pub payload: Option<Vec<u8>>,
+    /// Present when `status.is_replayable()`, until the record expires.
     pub response: Option<StoredResponse>,
     pub error_code: Option<String>,
     pub trace_id: Option<String>,
@@ -115,13 +196,14 @@ pub struct Record {
 }
 
 impl Record {
+    /// See [`lease_expired`].
     pub fn lease_expired(&self, now: Millis) -> bool {
-        self.locked_until <= now
+        lease_expired(self.locked_until, now)
     }
 
+    /// See [`is_expired`].
     pub fn is_expired(&self, now: Millis) -> bool {
-        self.status == Status::Expired
-            || (self.status.can_expire() && self.expires_at.is_some_and(|at| at <= now))
+        is_expired(self.status, self.expires_at, now)
     }
 }
 
@@ -323,4 +405,122 @@ pub enum Reply {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchReply {
     pub replies: Vec<Reply>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the `sql` mode stores and the operator API shows: a rename
+    /// here would strand every stored row.
+    #[test]
+    fn names_are_the_canonical_ones_and_parse_back() {
+        let statuses: Vec<_> = Status::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            statuses,
+            [
+                "IN_PROGRESS",
+                "COMPLETED",
+                "FAILED_REPLAYABLE",
+                "FAILED_RETRYABLE",
+                "UNKNOWN_REQUIRES_RECOVERY",
+                "EXPIRED",
+            ]
+        );
+        let steps: Vec<_> = Step::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            steps,
+            [
+                "RECEIVED",
+                "LOCAL_PAYMENT_CREATED",
+                "PROVIDER_REQUEST_SENT",
+                "PROVIDER_CONFIRMED",
+                "COMPLETED",
+            ]
+        );
+        for &status in Status::ALL {
+            assert_eq!(status.to_string().parse::<Status>(), Ok(status));
+        }
+        for &step in Step::ALL {
+            assert_eq!(step.to_string().parse::<Step>(), Ok(step));
+        }
+        assert_eq!(
+            "InProgress".parse::<Status>(),
+            Err("unknown Status \"InProgress\"".to_owned())
+        );
+        assert!("completed".parse::<Step>().is_err());
+    }
+
+    /// The serde form is what the Raft log, snapshots and the client wire
+    /// carry (postcard) and what JSON shows: the variant's identifier, never
+    /// the canonical name, and postcard's variant index in declaration order.
+    #[test]
+    fn the_serde_form_is_pinned() {
+        fn json<T: Serialize>(value: &T) -> String {
+            serde_json::to_string(value).unwrap()
+        }
+        let statuses = [
+            (Status::InProgress, r#""InProgress""#, 0),
+            (Status::Completed, r#""Completed""#, 1),
+            (Status::FailedReplayable, r#""FailedReplayable""#, 2),
+            (Status::FailedRetryable, r#""FailedRetryable""#, 3),
+            (
+                Status::UnknownRequiresRecovery,
+                r#""UnknownRequiresRecovery""#,
+                4,
+            ),
+            (Status::Expired, r#""Expired""#, 5),
+        ];
+        for (status, form, index) in statuses {
+            assert_eq!(json(&status), form);
+            assert_eq!(postcard::to_allocvec(&status).unwrap(), [index]);
+        }
+        let steps = [
+            (Step::Received, r#""Received""#, 0),
+            (Step::LocalPaymentCreated, r#""LocalPaymentCreated""#, 1),
+            (Step::ProviderRequestSent, r#""ProviderRequestSent""#, 2),
+            (Step::ProviderConfirmed, r#""ProviderConfirmed""#, 3),
+            (Step::Completed, r#""Completed""#, 4),
+        ];
+        for (step, form, index) in steps {
+            assert_eq!(json(&step), form);
+            assert_eq!(postcard::to_allocvec(&step).unwrap(), [index]);
+        }
+        let response = StoredResponse {
+            status: 201,
+            headers: vec![("Location".into(), "/p/1".into())],
+            body: b"{}".to_vec(),
+            schema_version: 1,
+        };
+        assert_eq!(
+            json(&response),
+            r#"{"status":201,"headers":[["Location","/p/1"]],"body":[123,125],"schema_version":1}"#
+        );
+        assert_eq!(
+            postcard::to_allocvec(&response).unwrap(),
+            [
+                0xc9, 0x01, // status 201 (varint)
+                1,    // one header
+                8, b'L', b'o', b'c', b'a', b't', b'i', b'o', b'n', //
+                4, b'/', b'p', b'/', b'1', //
+                2, b'{', b'}', // body
+                2,    // schema_version 1 (zigzag)
+            ]
+        );
+    }
+
+    /// The boundary both sides judge by: a lease or a window is over at the
+    /// moment it names; unfinished records never expire.
+    #[test]
+    fn a_lease_and_a_window_are_over_at_the_moment_they_name() {
+        assert!(!lease_expired(10, 9));
+        assert!(lease_expired(10, 10));
+        assert!(!is_expired(Status::Completed, Some(10), 9));
+        assert!(is_expired(Status::Completed, Some(10), 10));
+        assert!(is_expired(Status::FailedRetryable, Some(10), 10));
+        assert!(!is_expired(Status::Completed, None, i64::MAX));
+        assert!(!is_expired(Status::InProgress, Some(10), 11));
+        assert!(!is_expired(Status::UnknownRequiresRecovery, Some(10), 11));
+        assert!(is_expired(Status::Expired, None, 0));
+    }
 }

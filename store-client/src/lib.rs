@@ -7,12 +7,14 @@
 //!
 //! # Layout
 //!
-//! - **records and commands**: [`command`] — the idempotency record, its
-//!   scope and business key, tenant placement and region status, the
-//!   commands a client proposes (claim, complete, fail, advance step, take
-//!   over, mark unknown, resolve, expire, purge, set placement, region
-//!   status), their replies, and the `(client id, seq)` envelope and batch
-//!   the member's log carries. Plain serde data: no clock, no openraft.
+//! - **records and commands**: [`command`] — the idempotency record (its
+//!   status, step and stored response are the node's own: one definition,
+//!   with the canonical names its `sql` mode stores), its scope and
+//!   business key, tenant placement and region status, the commands a
+//!   client proposes (claim, complete, fail, advance step, take over, mark
+//!   unknown, resolve, expire, purge, set placement, region status), their
+//!   replies, and the `(client id, seq)` envelope and batch the member's log
+//!   carries. Plain serde data: no clock, no openraft.
 //! - **client protocol**: [`protocol`] — the client API's paths and
 //!   messages (`Answer`, `Read`, `RecordQuery`, `ReadReply`, the member
 //!   `Status`, membership requests), all in plain types: member ids are

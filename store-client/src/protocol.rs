@@ -97,7 +97,7 @@ impl RecordQuery {
         (!self.unfinished || r.status.is_unfinished())
             && self
                 .due_at
-                .is_none_or(|t| r.status.is_unfinished() && r.locked_until <= t)
+                .is_none_or(|t| r.status.is_unfinished() && r.lease_expired(t))
             && self.status.is_none_or(|s| r.status == s)
             && self.tenant.as_ref().is_none_or(|t| &r.scope.tenant == t)
             && self.key.as_ref().is_none_or(|k| &r.scope.key == k)

@@ -185,9 +185,7 @@ impl TestDb {
                 .expect("raft-store records")
                 .into_iter()
                 .map(|r| RecordRow {
-                    status: once_node::raft::convert::status_from_store(r.status)
-                        .as_str()
-                        .to_owned(),
+                    status: r.status.as_str().to_owned(),
                     fence: r.fence as i64,
                     has_response: r.response.is_some(),
                     schema_version: r.response.as_ref().map(|x| x.schema_version),

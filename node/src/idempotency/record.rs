@@ -1,8 +1,17 @@
 //! The idempotency record (DESIGN §4): who owns a key, what the first command
 //! meant, how far its execution got, and what to replay.
+//!
+//! One record model (docs/decisions/0027-one-record-model.md): [`Status`],
+//! [`Step`] and [`StoredResponse`] are raft-store's own types, defined once in
+//! `once_store_client::command` and re-exported here. [`Record`] and [`Scope`]
+//! are the node's typed view of a record, kept because they differ: validated
+//! domain types where raft-store keeps strings, a signed fence (the SQL
+//! column), and none of raft-store's business key, payload or purge time. A
+//! raft-store record is parsed into them in `crate::raft::convert`, an SQL
+//! row in `crate::sql::records`.
 
-use std::fmt;
-use std::str::FromStr;
+use once_store_client::command as store;
+pub use once_store_client::command::{Status, Step, StoredResponse};
 
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
 
@@ -30,87 +39,6 @@ pub fn known_operation(name: &str) -> Option<&'static str> {
     OPERATIONS.into_iter().find(|op| *op == name)
 }
 
-macro_rules! str_enum {
-    ($(#[$doc:meta])* $name:ident { $($variant:ident => $s:literal),+ $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            pub fn as_str(self) -> &'static str {
-                match self { $(Self::$variant => $s),+ }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($s => Ok(Self::$variant),)+
-                    other => Err(format!("unknown {} {other:?}", stringify!($name))),
-                }
-            }
-        }
-    };
-}
-
-str_enum!(
-    /// Where the operation stands.
-    Status {
-        InProgress => "IN_PROGRESS",
-        Completed => "COMPLETED",
-        FailedReplayable => "FAILED_REPLAYABLE",
-        FailedRetryable => "FAILED_RETRYABLE",
-        UnknownRequiresRecovery => "UNKNOWN_REQUIRES_RECOVERY",
-        Expired => "EXPIRED",
-    }
-);
-
-str_enum!(
-    /// The last recovery point reached; a takeover resumes from here.
-    Step {
-        Received => "RECEIVED",
-        LocalPaymentCreated => "LOCAL_PAYMENT_CREATED",
-        ProviderRequestSent => "PROVIDER_REQUEST_SENT",
-        ProviderConfirmed => "PROVIDER_CONFIRMED",
-        Completed => "COMPLETED",
-    }
-);
-
-impl Status {
-    /// Finished records whose stored answer is replayed verbatim.
-    pub fn is_replayable(self) -> bool {
-        matches!(self, Self::Completed | Self::FailedReplayable)
-    }
-
-    /// Records that may reach the end of their replay window. Unfinished
-    /// records never expire: expiring one would let an uncertain operation
-    /// run a second time.
-    pub fn can_expire(self) -> bool {
-        matches!(
-            self,
-            Self::Completed | Self::FailedReplayable | Self::FailedRetryable
-        )
-    }
-}
-
-/// A response as it was first sent, kept to be replayed byte for byte.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredResponse {
-    pub status: u16,
-    /// Semantic headers only (`Location`, `Content-Type`), in order.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// The response schema the body was rendered with.
-    pub schema_version: i32,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub scope: Scope,
@@ -135,13 +63,15 @@ pub struct Record {
 }
 
 impl Record {
-    /// Past its replay window, whether or not the sweeper got to it yet.
+    /// Past its replay window, whether or not the sweeper got to it yet
+    /// (one rule with raft-store: [`store::is_expired`]).
     pub fn is_expired(&self, now: UnixMillis) -> bool {
-        self.status == Status::Expired
-            || (self.status.can_expire() && self.expires_at.is_some_and(|at| at <= now))
+        store::is_expired(self.status, self.expires_at.map(|at| at.0), now.0)
     }
 
+    /// The owner's lease has run out (one rule with raft-store:
+    /// [`store::lease_expired`]).
     pub fn lease_expired(&self, now: UnixMillis) -> bool {
-        self.locked_until <= now
+        store::lease_expired(self.locked_until.0, now.0)
     }
 }

@@ -1,14 +1,16 @@
-//! Mapping between the node's idempotency types and raft-store's, and the
-//! payment facts stored opaquely in each record.
+//! Where raft-store's record meets the node's typed one: scope and record
+//! parsing (raft-store's strings into the node's domain types), the fence's
+//! width, and the payment facts stored opaquely in each record.
 //!
-//! raft-store has its own serde types so that neither crate depends on the
-//! other's internals; this is the one place they meet.
+//! Status, step and stored response need no mapping: they are one type,
+//! `once_store_client::command`'s, in both crates
+//! (docs/decisions/0027-one-record-model.md).
 
 use once_store_client::command as rs;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, UnixMillis};
-use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse, known_operation};
+use crate::idempotency::record::{Record, Scope, Status, known_operation};
 use crate::payments::command::Channel;
 use crate::payments::model::{NewPayment, Payment, PaymentStatus};
 use crate::store::StoreError;
@@ -35,73 +37,13 @@ pub fn scope_from_store(scope: &rs::Scope) -> Result<Scope, StoreError> {
     })
 }
 
-pub fn status_to_store(status: Status) -> rs::Status {
-    match status {
-        Status::InProgress => rs::Status::InProgress,
-        Status::Completed => rs::Status::Completed,
-        Status::FailedReplayable => rs::Status::FailedReplayable,
-        Status::FailedRetryable => rs::Status::FailedRetryable,
-        Status::UnknownRequiresRecovery => rs::Status::UnknownRequiresRecovery,
-        Status::Expired => rs::Status::Expired,
-    }
-}
-
-pub fn status_from_store(status: rs::Status) -> Status {
-    match status {
-        rs::Status::InProgress => Status::InProgress,
-        rs::Status::Completed => Status::Completed,
-        rs::Status::FailedReplayable => Status::FailedReplayable,
-        rs::Status::FailedRetryable => Status::FailedRetryable,
-        rs::Status::UnknownRequiresRecovery => Status::UnknownRequiresRecovery,
-        rs::Status::Expired => Status::Expired,
-    }
-}
-
-pub fn step_to_store(step: Step) -> rs::Step {
-    match step {
-        Step::Received => rs::Step::Received,
-        Step::LocalPaymentCreated => rs::Step::LocalPaymentCreated,
-        Step::ProviderRequestSent => rs::Step::ProviderRequestSent,
-        Step::ProviderConfirmed => rs::Step::ProviderConfirmed,
-        Step::Completed => rs::Step::Completed,
-    }
-}
-
-fn step_from_store(step: rs::Step) -> Step {
-    match step {
-        rs::Step::Received => Step::Received,
-        rs::Step::LocalPaymentCreated => Step::LocalPaymentCreated,
-        rs::Step::ProviderRequestSent => Step::ProviderRequestSent,
-        rs::Step::ProviderConfirmed => Step::ProviderConfirmed,
-        rs::Step::Completed => Step::Completed,
-    }
-}
-
-pub fn response_to_store(r: &StoredResponse) -> rs::StoredResponse {
-    rs::StoredResponse {
-        status: r.status,
-        headers: r.headers.clone(),
-        body: r.body.clone(),
-        schema_version: r.schema_version,
-    }
-}
-
-fn response_from_store(r: rs::StoredResponse) -> StoredResponse {
-    StoredResponse {
-        status: r.status,
-        headers: r.headers,
-        body: r.body,
-        schema_version: r.schema_version,
-    }
-}
-
 pub fn record_from_store(r: rs::Record) -> Result<Record, StoreError> {
     Ok(Record {
         scope: scope_from_store(&r.scope)?,
         fingerprint_version: r.fingerprint_version,
         fingerprint: r.fingerprint,
-        status: status_from_store(r.status),
-        step: step_from_store(r.step),
+        status: r.status,
+        step: r.step,
         fence: i64::try_from(r.fence).map_err(|_| corrupt("fence"))?,
         locked_until: UnixMillis(r.locked_until),
         payment_id: r
@@ -109,7 +51,7 @@ pub fn record_from_store(r: rs::Record) -> Result<Record, StoreError> {
             .map(|id| PaymentId::parse(&id).ok_or_else(|| corrupt("payment id")))
             .transpose()?,
         provider_key: r.provider_key,
-        response: r.response.map(response_from_store),
+        response: r.response,
         error_code: r.error_code,
         trace_id: r.trace_id,
         region: r.region,
@@ -186,15 +128,15 @@ pub fn payment_of_record(r: &rs::Record) -> Result<Option<Payment>, StoreError> 
         return Ok(None);
     };
     let status = match r.status {
-        rs::Status::Completed => PaymentStatus::Succeeded,
+        Status::Completed => PaymentStatus::Succeeded,
         // A replayable failure with a payment is the provider's decline.
-        rs::Status::FailedReplayable => PaymentStatus::Declined,
-        rs::Status::InProgress
-        | rs::Status::UnknownRequiresRecovery
-        | rs::Status::FailedRetryable => PaymentStatus::Pending,
+        Status::FailedReplayable => PaymentStatus::Declined,
+        Status::InProgress | Status::UnknownRequiresRecovery | Status::FailedRetryable => {
+            PaymentStatus::Pending
+        }
         // Only finished records expire; the error code outlives the body.
-        rs::Status::Expired if r.error_code.is_some() => PaymentStatus::Declined,
-        rs::Status::Expired => PaymentStatus::Succeeded,
+        Status::Expired if r.error_code.is_some() => PaymentStatus::Declined,
+        Status::Expired => PaymentStatus::Succeeded,
     };
     let facts = PaymentFacts::decode(payload)?;
     let payment = facts.payment()?;

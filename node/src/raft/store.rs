@@ -11,8 +11,7 @@ use once_store_client::protocol::RecordQuery;
 use tracing::{instrument, warn};
 
 use super::convert::{
-    PaymentFacts, fence_to_store, payment_of_record, record_from_store, response_to_store,
-    scope_to_store, status_to_store, step_to_store,
+    PaymentFacts, fence_to_store, payment_of_record, record_from_store, scope_to_store,
 };
 use super::placement::{Belief, PlacementBeliefs};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
@@ -218,7 +217,7 @@ impl RaftStore {
     async fn finish_record(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         let scope = scope_to_store(&owner.scope);
         let fence = fence_to_store(owner.fence);
-        let response = response_to_store(&finish.response);
+        let response = &finish.response;
         let op = match finish.status {
             Status::Completed => Op::Complete {
                 scope,
@@ -240,9 +239,8 @@ impl RaftStore {
                 )));
             }
         };
-        let status = status_to_store(finish.status);
         self.owner_write(owner, op, finish.now, |r| {
-            r.status == status && r.response.as_ref() == Some(&response)
+            r.status == finish.status && r.response.as_ref() == Some(response)
         })
         .await
     }
@@ -372,7 +370,6 @@ impl RequestPath for RaftStore {
 
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = "raft-store"))]
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
-        let step = step_to_store(step);
         let op = Op::AdvanceStep {
             scope: scope_to_store(&owner.scope),
             fence: fence_to_store(owner.fence),
@@ -468,7 +465,7 @@ impl Recovery for RaftStore {
 impl Operators for RaftStore {
     async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
         self.query(RecordQuery {
-            status: Some(status_to_store(status)),
+            status: Some(status),
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             ..RecordQuery::default()
         })
