@@ -442,9 +442,12 @@ async fn two_routers_racing_a_failover_move_the_tenant_once() {
     })
     .await;
     assert_eq!(after.epoch, before.epoch + 1, "one epoch bump, not two");
-    let moves = a.metric("router_placement_moves_total", "").await
-        + b.metric("router_placement_moves_total", "").await;
-    assert_eq!(moves, 1.0, "one router won the CAS, the other skipped");
+    // The winner counts its move after the store applied it: wait for it.
+    let moves = || async {
+        a.metric("router_placement_moves_total", "").await
+            + b.metric("router_placement_moves_total", "").await
+    };
+    eventually(WAIT, || async { (moves().await >= 1.0).then_some(()) }).await;
     for router in [&a, &b] {
         assert_eq!(
             router
@@ -457,6 +460,14 @@ async fn two_routers_racing_a_failover_move_the_tenant_once() {
 
     pay_until_served_by(&a, ACME_KEY, "race-1", "us").await;
     pay_until_served_by(&b, ACME_KEY, "race-2", "us").await;
+    // Both routers now send acme to us, so both are past their failover
+    // round: the loser skipped, it did not move the tenant again.
+    assert_eq!(
+        moves().await,
+        1.0,
+        "one router won the CAS, the other skipped"
+    );
+    assert_eq!(regions.placement("acme").await.epoch, after.epoch);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
