@@ -8,13 +8,8 @@
 //! chosen by the caller ([`SqlStore`]).
 //!
 //! The database itself (connect, dialect, write gate, migrations) is the
-//! `once-db` crate's, shared with the event path; it is re-exported here,
-//! and as `db` inside this module so its files name it as before.
+//! `once-db` crate's, shared with the event path; it is re-exported here.
 
-/// The regional database, from `once-db`.
-mod db {
-    pub use once_db::{Database, Dialect};
-}
 mod finish;
 mod materialize;
 mod outbox;
@@ -23,6 +18,6 @@ mod records;
 mod single_statement;
 mod store;
 
-pub use db::{Database, Dialect};
 pub use materialize::Materialized;
+pub use once_db::{Database, Dialect};
 pub use store::SqlStore;

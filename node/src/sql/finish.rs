@@ -16,12 +16,12 @@
 
 use sqlx::AnyConnection;
 
-use super::db::{Database, Dialect};
 use super::records::{Terminal, unavailable};
 use super::{outbox, payments, records, single_statement};
 use crate::idempotency::record::Record;
 use crate::store::Resolution;
 use crate::store::{Finish, StoreError};
+use once_db::{Database, Dialect};
 
 /// Where the record being finished lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

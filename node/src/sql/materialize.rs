@@ -4,7 +4,6 @@
 //! already), and a finish applies the payment's final state, its outbox
 //! event and any operator audit entry in one transaction.
 
-use super::db::Database;
 use super::finish::{self, RecordIn};
 use super::{payments, records};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
@@ -12,6 +11,7 @@ use crate::idempotency::record::Record;
 use crate::payments::model::{NewPayment, Payment};
 use crate::store::Resolution;
 use crate::store::{Finish, StoreError};
+use once_db::Database;
 
 /// The regional database of a raft-mode node. Every write takes the
 /// database's write gate ([`Database::writer`]).

@@ -7,7 +7,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::instrument;
 
-use super::db::{Database, Dialect};
 use super::finish::{self, RecordIn};
 use super::records::{Terminal, unavailable};
 use super::{payments, records, single_statement};
@@ -18,6 +17,7 @@ use crate::store::{
     Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim, Recovery,
     RequestPath, Resolution, StoreError, Sweeper,
 };
+use once_db::{Database, Dialect};
 
 /// Every write takes the database's write gate ([`Database::writer`]).
 #[derive(Debug, Clone)]
