@@ -11,6 +11,7 @@ mod email_sink;
 mod events;
 mod helpers;
 mod isolation;
+mod monitoring;
 mod ops;
 mod provider;
 mod raft_store;

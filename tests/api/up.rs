@@ -16,10 +16,11 @@ use tokio::process::{Child, Command};
 
 use crate::helpers::{eventually, payment_body, post, send, terminate};
 
-/// A running `once up`, its cluster description read back.
-struct Up {
-    child: Child,
-    cluster: serde_json::Value,
+/// A running `once up`, its cluster description read back (also what
+/// `monitoring.rs` scrapes).
+pub(crate) struct Up {
+    pub(crate) child: Child,
+    pub(crate) cluster: serde_json::Value,
 }
 
 /// Where `once up` keeps its cluster, relative to the directory it runs in.
@@ -27,7 +28,7 @@ const DATA_DIR: &str = "data";
 
 impl Up {
     /// `once up --dir data` started in `root`; the cluster is `root/data`.
-    async fn start(root: &Path, listen: &str) -> Self {
+    pub(crate) async fn start(root: &Path, listen: &str) -> Self {
         let dir = root.join(DATA_DIR);
         let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
             .args([
