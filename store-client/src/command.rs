@@ -4,7 +4,7 @@
 //! deduplicated by `(client id, sequence)`.
 //!
 //! The record model is defined once, here (DESIGN §4;
-//! docs/decisions/0026-one-record-model.md): [`Status`], [`Step`] and
+//! docs/decisions/0027-one-record-model.md): [`Status`], [`Step`] and
 //! [`StoredResponse`] are the very types the node's idempotency engine and
 //! its `sql` mode use, with the canonical names the `sql` mode stores
 //! (`IN_PROGRESS` …). The node keeps its own `Record` and `Scope` only

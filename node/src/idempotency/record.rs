@@ -1,7 +1,7 @@
 //! The idempotency record (DESIGN §4): who owns a key, what the first command
 //! meant, how far its execution got, and what to replay.
 //!
-//! One record model (docs/decisions/0026-one-record-model.md): [`Status`],
+//! One record model (docs/decisions/0027-one-record-model.md): [`Status`],
 //! [`Step`] and [`StoredResponse`] are raft-store's own types, defined once in
 //! `once_store_client::command` and re-exported here. [`Record`] and [`Scope`]
 //! are the node's typed view of a record, kept because they differ: validated

@@ -4,7 +4,7 @@
 //!
 //! Status, step and stored response need no mapping: they are one type,
 //! `once_store_client::command`'s, in both crates
-//! (docs/decisions/0026-one-record-model.md).
+//! (docs/decisions/0027-one-record-model.md).
 
 use once_store_client::command as rs;
 use serde::{Deserialize, Serialize};
