@@ -118,7 +118,7 @@ async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
 #[tokio::test]
 async fn migrate_and_check_config_need_no_running_node() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let bin = env!("CARGO_BIN_EXE_once");
+    let bin = ONCE;
     let migrate = tokio::process::Command::new(bin)
         .args(["migrate", "--database-url", &db.url])
         .output()
