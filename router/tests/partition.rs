@@ -18,6 +18,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use once_edge::AdminToken;
+use once_test_support::client::json_of;
 use once_test_support::fixtures::{ACME_KEY, ROUTER_ADMIN_TOKEN as ADMIN_TOKEN};
 use once_test_support::router_admin::RouterAdmin;
 use once_test_support::serve::serve;
@@ -189,14 +190,6 @@ async fn the_switch_is_behind_the_admin_token_and_knows_only_configured_regions(
         .await
         .unwrap();
     assert_eq!(unknown.status(), 422);
-    let state: Value = client
-        .get(&url)
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state: Value = json_of(client.get(&url).bearer_auth(ADMIN_TOKEN)).await;
     assert_eq!(state["cut_regions"], json!([]), "nothing was cut");
 }

@@ -21,6 +21,18 @@ pub fn post(
     request
 }
 
+/// Sends `request` and reads its body as JSON (both must work; the status
+/// is not looked at).
+pub async fn json_of<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {
+    request
+        .send()
+        .await
+        .expect("request reaches the server")
+        .json()
+        .await
+        .expect("a JSON body")
+}
+
 /// Sends `request` (it must reach the server) and reads the [`Answer`].
 pub async fn send(request: reqwest::RequestBuilder) -> Answer {
     Answer::of(request.send().await.expect("request reaches the node")).await

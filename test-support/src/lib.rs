@@ -14,6 +14,7 @@
 //! | [`ports`] | ports outside the ephemeral range; an address nothing listens on |
 //! | [`services`] | PostgreSQL, NATS and the like: present, or skipped locally and failed under `CI` |
 //! | [`postgres`] | a PostgreSQL database of the test's own, dropped when it ends |
+//! | [`cleanup`] | async cleanup run from a `Drop` |
 //! | [`stoppable`] | a server in the test's runtime, stopped and shown to stop cleanly |
 //! | [`serve`] | stand-in HTTP servers (axum) on port 0 |
 //! | [`proxy`] | a TCP proxy that cuts links by source address: partitions without a firewall |
@@ -23,6 +24,7 @@
 //! | [`metrics`] | a metric from a Prometheus `/metrics` page |
 //! | [`router_admin`] | a router's admin API: partition switch, health view |
 
+pub mod cleanup;
 pub mod client;
 pub mod fixtures;
 pub mod metrics;

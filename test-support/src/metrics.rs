@@ -25,7 +25,8 @@ pub async fn metric_sum(client: &reqwest::Client, url: &str, name: &str, filter:
         .sum()
 }
 
-async fn scrape(client: &reqwest::Client, url: &str) -> String {
+/// The whole page.
+pub async fn scrape(client: &reqwest::Client, url: &str) -> String {
     client
         .get(format!("{url}/metrics"))
         .send()

@@ -4,6 +4,8 @@
 
 use sqlx::{Connection, Executor};
 
+use crate::cleanup;
+
 #[derive(Debug)]
 pub struct PgDatabase {
     /// The database's URL: the server's, naming this database.
@@ -36,21 +38,13 @@ impl PgDatabase {
 impl Drop for PgDatabase {
     fn drop(&mut self) {
         let (server, name) = (self.server.clone(), self.name.clone());
-        // Drop runs outside any runtime guarantee: use a small one of our own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
-                    let _ = admin
-                        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-                        .await;
-                }
-            });
-        })
-        .join();
+        cleanup::run(async move {
+            if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
+                let _ = admin
+                    .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                    .await;
+            }
+        });
     }
 }
 

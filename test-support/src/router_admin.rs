@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::client::send;
+use crate::client::{json_of, send};
 use crate::fixtures::ROUTER_ADMIN_TOKEN;
 
 /// The admin listener of a router, in-process or a real `once router`.
@@ -44,16 +44,12 @@ impl RouterAdmin {
 
     /// Whether the router's health checks have `region` up.
     pub async fn region_up(&self, region: &str) -> bool {
-        let view: Value = self
-            .client
-            .get(format!("{}/admin/placements", self.url))
-            .bearer_auth(ROUTER_ADMIN_TOKEN)
-            .send()
-            .await
-            .expect("placements")
-            .json()
-            .await
-            .expect("placements body");
+        let view: Value = json_of(
+            self.client
+                .get(format!("{}/admin/placements", self.url))
+                .bearer_auth(ROUTER_ADMIN_TOKEN),
+        )
+        .await;
         view["regions"]
             .as_array()
             .expect("regions")

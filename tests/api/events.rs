@@ -26,6 +26,7 @@ use once_node::{ApiKeys, Application};
 use sqlx::Row;
 use tokio::sync::watch;
 
+use once_test_support::cleanup;
 use once_test_support::services::{nats_available, nats_url};
 use once_test_support::stoppable::Stoppable;
 
@@ -105,21 +106,13 @@ impl Drop for StreamGuard {
             return;
         };
         let stream = self.0.stream.clone();
-        // Drop runs outside any runtime guarantee: use a small one of our own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                if let Ok(client) = async_nats::connect(url).await {
-                    let _ = async_nats::jetstream::new(client)
-                        .delete_stream(&stream)
-                        .await;
-                }
-            });
-        })
-        .join();
+        cleanup::run(async move {
+            if let Ok(client) = async_nats::connect(url).await {
+                let _ = async_nats::jetstream::new(client)
+                    .delete_stream(&stream)
+                    .await;
+            }
+        });
     }
 }
 
@@ -683,15 +676,7 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
     let email = &delivered[&dedupe_key(&payment_id)];
     assert!(email.body.contains(&payment_id) && email.subject.contains("25.00 EUR"));
 
-    let metrics = node
-        .client
-        .get(format!("{}/metrics", node.admin_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&node.client, &node.admin_url).await;
     assert!(metrics.contains("outbox_backlog "), "{metrics}");
     assert!(metrics.contains("outbox_publish_lag_seconds_bucket"));
     assert_eq!(

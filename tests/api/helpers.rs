@@ -34,11 +34,11 @@ use sqlx::Row;
 use crate::raft_store::cluster::Cluster;
 
 // The scenario files' prelude from the shared harness (`use crate::helpers::*`).
-pub use once_test_support::client::{Answer, post, provider_key_of, send};
+pub use once_test_support::client::{Answer, json_of, post, provider_key_of, send};
 pub use once_test_support::fixtures::{
     ACME_KEY, ACME_REFUNDS_KEY, API_KEYS, GLOBEX_KEY, payment_body,
 };
-pub use once_test_support::metrics::{metric, metric_sum};
+pub use once_test_support::metrics::{metric, metric_sum, scrape};
 pub use once_test_support::services::postgres_available;
 pub use once_test_support::wait::eventually;
 
@@ -59,24 +59,7 @@ pub enum Backend {
 #[macro_export]
 macro_rules! on_every_backend {
     ($($scenario:ident),+ $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$scenario($crate::helpers::Backend::Sqlite).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    if $crate::helpers::postgres_available() {
-                        super::$scenario($crate::helpers::Backend::Postgres).await
-                    }
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn raft() {
-                    super::$scenario($crate::helpers::Backend::Raft).await
-                }
-            }
-        )+
+        $crate::on_backends!([sqlite, postgres, raft] $($scenario),+);
     };
 }
 
@@ -85,20 +68,47 @@ macro_rules! on_every_backend {
 #[macro_export]
 macro_rules! on_sql_backends {
     ($($scenario:ident),+ $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$scenario($crate::helpers::Backend::Sqlite).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    if $crate::helpers::postgres_available() {
-                        super::$scenario($crate::helpers::Backend::Postgres).await
-                    }
-                }
+        $crate::on_backends!([sqlite, postgres] $($scenario),+);
+    };
+}
+
+/// A module per scenario holding a test per listed backend, named after it
+/// (`scenario::sqlite`, `::postgres`, `::raft`).
+#[macro_export]
+macro_rules! on_backends {
+    ($backends:tt $($scenario:ident),+) => {
+        $( $crate::on_backends!(@one $scenario $backends); )+
+    };
+    (@one $scenario:ident [$($backend:ident),+]) => {
+        mod $scenario {
+            $( $crate::backend_test!($scenario, $backend); )+
+        }
+    };
+}
+
+/// One backend's test of `scenario`; the PostgreSQL one runs only where
+/// [`postgres_available`] says so.
+#[macro_export]
+macro_rules! backend_test {
+    ($scenario:ident, sqlite) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            super::$scenario($crate::helpers::Backend::Sqlite).await
+        }
+    };
+    ($scenario:ident, postgres) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            if $crate::helpers::postgres_available() {
+                super::$scenario($crate::helpers::Backend::Postgres).await
             }
-        )+
+        }
+    };
+    ($scenario:ident, raft) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn raft() {
+            super::$scenario($crate::helpers::Backend::Raft).await
+        }
     };
 }
 
@@ -488,27 +498,13 @@ impl ProviderSim {
 
     /// How many faults are still armed (each arriving charge consumes one).
     pub async fn armed_faults(&self) -> usize {
-        let armed: Vec<serde_json::Value> = self
-            .client
-            .get(format!("{}/faults", self.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let armed: Vec<serde_json::Value> =
+            json_of(self.client.get(format!("{}/faults", self.url))).await;
         armed.len()
     }
 
     pub async fn ledger(&self) -> Vec<LedgerCharge> {
-        self.client
-            .get(format!("{}/charges", self.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        json_of(self.client.get(format!("{}/charges", self.url))).await
     }
 
     pub async fn kill(&mut self) {

@@ -69,12 +69,7 @@ async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(
         "the node asked again under the same key: {ledger:?}"
     );
     assert_eq!(ledger[0].idempotency_key, provider_key_of(&answer));
-    let metrics = reqwest::get(format!("{}/metrics", sim.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&reqwest::Client::new(), &sim.url).await;
     assert!(
         metrics.contains("provider_charges{status=\"succeeded\"} 1"),
         "{metrics}"
