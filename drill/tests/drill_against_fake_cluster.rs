@@ -13,7 +13,6 @@
 //! processes still counts and restarts the region at failback.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +26,8 @@ use once_drill::{DrillArgs, fault::FaultMode};
 use once_store_client::command::{self as store, Record};
 use once_store_client::protocol::{Answer, ReadReply};
 use once_store_client::wire::Postcard;
+use once_test_support::process::Process;
+use once_test_support::serve::serve;
 use serde_json::{Value, json};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
@@ -215,13 +216,6 @@ fn member_status(id: u64, leader: u64, applied: u64) -> Value {
     .unwrap()
 }
 
-async fn serve(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
-}
-
 /// The regions `once up`'s control endpoint was asked to restart.
 type Restarts = Arc<Mutex<Vec<String>>>;
 
@@ -368,6 +362,10 @@ async fn payments_database(path: &std::path::Path) -> SqlitePool {
     db
 }
 
+/// A stand-in process the drill SIGKILLed is gone by the time it returns;
+/// this is only the slack of reaping it.
+const KILLED: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn args(cluster: std::path::PathBuf, out: std::path::PathBuf) -> DrillArgs {
     DrillArgs {
         cluster,
@@ -478,24 +476,18 @@ async fn a_cluster_that_replays_a_changed_body_fails_the_drill() {
 #[tokio::test]
 async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
     use std::os::unix::process::ExitStatusExt;
-    let mut node = std::process::Command::new("sleep")
-        .arg("300")
-        .spawn()
-        .unwrap();
-    let mut store = std::process::Command::new("sleep")
-        .arg("300")
-        .spawn()
-        .unwrap();
+    let mut node = Process::idle();
+    let mut store = Process::idle();
     let dir = tempfile::tempdir().unwrap();
-    let cluster = fake_cluster(dir.path(), false, (node.id(), store.id())).await;
+    let cluster = fake_cluster(dir.path(), false, (node.pid(), store.pid())).await;
     let mut args = args(cluster, dir.path().join("report"));
     args.mode = FaultMode::Kill;
     args.failback = false;
     let outcome = once_drill::run(args).await.unwrap();
 
     assert!(outcome.fault_injected, "{:#?}", outcome.report.fault);
-    assert_eq!(node.wait().unwrap().signal(), Some(9));
-    assert_eq!(store.wait().unwrap().signal(), Some(9));
+    assert_eq!(node.exit_within(KILLED).await.signal(), Some(9));
+    assert_eq!(store.exit_within(KILLED).await.signal(), Some(9));
     assert!(outcome.invariants_held);
     assert!(outcome.report.measurements.fault_at.is_some());
 }
@@ -503,18 +495,15 @@ async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
 #[tokio::test]
 async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_at_failback() {
     use std::os::unix::process::ExitStatusExt;
-    let mut node = std::process::Command::new("sleep")
-        .arg("300")
-        .spawn()
-        .unwrap();
+    let mut node = Process::idle();
     let dir = tempfile::tempdir().unwrap();
     // pid 1 is never signalled: the store member cannot be killed.
-    let (cluster, restarts) = fake_cluster_with_control(dir.path(), false, (node.id(), 1)).await;
+    let (cluster, restarts) = fake_cluster_with_control(dir.path(), false, (node.pid(), 1)).await;
     let mut args = args(cluster, dir.path().join("report"));
     args.mode = FaultMode::Kill;
     let outcome = once_drill::run(args).await.unwrap();
 
-    assert_eq!(node.wait().unwrap().signal(), Some(9));
+    assert_eq!(node.exit_within(KILLED).await.signal(), Some(9));
     let fault = &outcome.report.fault;
     assert!(outcome.fault_injected, "{fault:#?}");
     assert!(

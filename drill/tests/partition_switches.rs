@@ -4,7 +4,6 @@
 //! with the admin token), all of them are healed, and a switch that does
 //! not exist — or that cut but lost its answer — leaves nothing cut behind.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -13,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use once_drill::cluster::Cluster;
 use once_drill::fault::{Fault, FaultError, FaultMode};
+use once_test_support::serve::serve;
 use serde_json::{Value, json};
 
 /// What one stand-in switch was told, in order: (Authorization, body).
@@ -62,10 +62,7 @@ async fn switch(kind: Switch) -> (String, Calls) {
             )
             .with_state(calls.clone()),
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), calls)
+    (format!("http://{}", serve(app).await), calls)
 }
 
 struct Stand {

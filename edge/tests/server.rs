@@ -13,6 +13,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_edge::{EdgeMetrics, Server, ServerLimits};
+use once_test_support::raw::{closed_within, exchange};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -46,35 +47,8 @@ async fn serve_with(router: Router, limits: ServerLimits) -> SocketAddr {
     addr
 }
 
-/// Sends `request` raw (a `Connection: close` one) and reads the answer.
-async fn exchange(addr: SocketAddr, request: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
-        .await
-        .expect("an answer within 10 s")
-        .unwrap();
-    answer
-}
-
 fn get_close(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-}
-
-/// Whether the server closes `stream` within `limit`.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
-    let mut buf = [0u8; 256];
-    tokio::time::timeout(limit, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => continue,
-            }
-        }
-    })
-    .await
-    .is_ok()
 }
 
 #[tokio::test]

@@ -18,6 +18,9 @@ use once_raft_store::types::{
 };
 use once_raft_store::wan::{REGION_HEADER, SimulatedWan, WanConfig};
 use once_raft_store::wire::{self, Postcard};
+use once_test_support::ports::closed_addr;
+use once_test_support::serve::serve;
+use once_test_support::wait::until;
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::{CommittedLeaderId, EntryPayload};
 
@@ -54,12 +57,7 @@ async fn connection_to(addr: String, max_body: usize) -> once_raft_store::networ
 
 #[tokio::test]
 async fn a_peer_that_refuses_connections_is_unreachable() {
-    // Bind and drop: nothing listens on this port any more.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut c = connection_to(addr.to_string(), 1 << 20).await;
+    let mut c = connection_to(closed_addr().to_string(), 1 << 20).await;
     let err = c
         .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
         .await
@@ -69,15 +67,13 @@ async fn a_peer_that_refuses_connections_is_unreachable() {
 
 #[tokio::test]
 async fn a_batch_over_the_body_limit_is_payload_too_large_before_or_after_sending() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let app = Router::new()
         .route(
             APPEND_PATH,
             post(|_: Bytes| async { "unreachable in this test" }),
         )
         .layer(DefaultBodyLimit::max(1_000));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await.to_string();
 
     // The sender knows the limit: it never sends.
     let mut knows = connection_to(addr.clone(), 1_000).await;
@@ -98,10 +94,8 @@ async fn a_batch_over_the_body_limit_is_payload_too_large_before_or_after_sendin
 
 #[tokio::test]
 async fn a_peer_that_does_not_answer_in_time_is_a_timeout() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let app = Router::new().route(APPEND_PATH, post(std::future::pending::<&'static str>));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await.to_string();
     let mut c = connection_to(addr, 1 << 20).await;
     let err = c
         .append_entries(append_of(1, 10), RPCOption::new(Duration::from_millis(200)))
@@ -136,8 +130,6 @@ async fn connection_through(
 /// A peer that counts the RPCs reaching it, remembers the sender's region
 /// and answers 500 (the sender's `Network` error).
 async fn counting_peer() -> (String, Arc<AtomicUsize>, Arc<Mutex<Option<String>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let (count, region) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(None)));
     let (c, r) = (count.clone(), region.clone());
     let app = Router::new().route(
@@ -151,7 +143,7 @@ async fn counting_peer() -> (String, Arc<AtomicUsize>, Arc<Mutex<Option<String>>
             (StatusCode::INTERNAL_SERVER_ERROR, "counted")
         }),
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await.to_string();
     (addr, count, region)
 }
 
@@ -197,8 +189,6 @@ async fn an_isolated_member_sends_nothing_to_another_region_and_calls_it_unreach
 
 #[tokio::test]
 async fn a_peer_isolated_from_this_region_is_unreachable() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let peer = wan("us-east", &[], 0);
     peer.set_isolated(true);
     let app = Router::new().route(
@@ -207,7 +197,7 @@ async fn a_peer_isolated_from_this_region_is_unreachable() {
             peer.refusal(headers.get(REGION_HEADER).and_then(|v| v.to_str().ok()))
         }),
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await.to_string();
     let mut c = connection_through(addr, wan("eu-west", &[], 0)).await;
     let err = c
         .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
@@ -250,8 +240,6 @@ async fn a_member_sends_nothing_to_a_cut_region_and_sends_again_once_healed() {
 
 #[tokio::test]
 async fn a_peer_that_cut_this_region_is_unreachable() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let peer = wan("us-east", &[], 0);
     peer.set_cut_regions(["eu-west"]).unwrap();
     let app = Router::new().route(
@@ -262,7 +250,7 @@ async fn a_peer_that_cut_this_region_is_unreachable() {
             peer.refusal(from)
         }),
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await.to_string();
     let mut c = connection_through(addr, wan("eu-west", &[], 0)).await;
     let err = c
         .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
@@ -279,8 +267,6 @@ async fn a_peer_that_cut_this_region_is_unreachable() {
 /// entries; to an empty one `HigherVote(v)` given `higher`, else `Success`.
 /// Counts the empty ones.
 async fn slow_peer(delay: Duration, higher: Option<Vote>) -> (String, Arc<AtomicUsize>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let empties = Arc::new(AtomicUsize::new(0));
     let counted = empties.clone();
     let app = Router::new().route(
@@ -303,7 +289,7 @@ async fn slow_peer(delay: Duration, higher: Option<Vote>) -> (String, Arc<Atomic
             }
         }),
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await.to_string();
     (addr, empties)
 }
 
@@ -316,16 +302,6 @@ fn commit_notice(at: LogId) -> AppendEntriesRequest {
         leader_commit: Some(at),
         entries: Vec::new(),
     }
-}
-
-async fn until(what: &str, condition: impl Fn() -> bool) {
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what} within 5 s"));
 }
 
 #[tokio::test]
@@ -354,9 +330,11 @@ async fn a_commit_notice_at_the_confirmed_position_is_answered_at_once_and_still
         started.elapsed() < delay,
         "answered without waiting for the peer"
     );
-    until("the notice reaches the peer", || {
-        empties.load(Ordering::SeqCst) == 1
-    })
+    until(
+        "the notice reaches the peer",
+        Duration::from_secs(5),
+        || async { empties.load(Ordering::SeqCst) == 1 },
+    )
     .await;
 }
 
@@ -407,9 +385,11 @@ async fn a_higher_vote_met_by_a_background_notice_is_answered_on_the_next_call()
             .unwrap(),
         AppendEntriesResponse::Success
     );
-    until("the notice reaches the peer", || {
-        empties.load(Ordering::SeqCst) == 1
-    })
+    until(
+        "the notice reaches the peer",
+        Duration::from_secs(5),
+        || async { empties.load(Ordering::SeqCst) == 1 },
+    )
     .await;
     // The background answer has to arrive too; the next call reports it.
     let next = tokio::time::timeout(Duration::from_secs(5), async {

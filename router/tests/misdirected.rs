@@ -4,17 +4,18 @@
 //! the node's `X-Once-Home-Region` hint — and a second 421 reaches the
 //! client.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
-use once_edge::ApiKeys;
-use once_router::{NodeDirectory, RouterApp, RouterConfig};
+use once_test_support::fixtures::ACME_KEY;
+use once_test_support::serve::serve;
 
-const KEY: &str = "sk_test_acme_checkout_0001";
+use self::common::start_router;
 
 /// A node that is not the tenant's home: 421 naming `home`.
 async fn misdirecting_node(home: &'static str) -> SocketAddr {
@@ -56,37 +57,16 @@ async fn home_node() -> SocketAddr {
     .await
 }
 
-async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
-
 /// A router in `us` whose store is unreachable, so the node's hint decides.
 async fn router(nodes: &[String]) -> String {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut config = RouterConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        "us",
-        vec![closed.to_string()],
-        NodeDirectory::parse(nodes).unwrap(),
-    );
-    config.health.interval = Duration::from_secs(60);
-    let keys = ApiKeys::from_plaintext_list(&format!("acme:checkout:{KEY}")).unwrap();
-    let app = RouterApp::build(config, keys).await.unwrap();
-    let url = format!("http://{}", app.address());
-    tokio::spawn(app.run_until(std::future::pending()));
-    url
+    let (public, _) = start_router("us", nodes, |_| {}).await;
+    format!("http://{public}")
 }
 
 fn pay(router: &str) -> reqwest::RequestBuilder {
     reqwest::Client::new()
         .post(format!("{router}/payments"))
-        .bearer_auth(KEY)
+        .bearer_auth(ACME_KEY)
         .header("Idempotency-Key", "mis-1")
         .body(r#"{"amount":"1.00"}"#)
 }

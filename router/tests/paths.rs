@@ -5,17 +5,18 @@
 //! Requests are written raw on a socket: an HTTP client library would
 //! normalise the very paths under test before sending them.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
-use once_edge::ApiKeys;
-use once_router::{NodeDirectory, RouterApp, RouterConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use once_test_support::fixtures::ACME_KEY;
+use once_test_support::raw::exchange;
+use once_test_support::serve::serve;
 
-const KEY: &str = "sk_test_acme_checkout_0001";
+use self::common::start_router;
 
 /// A node that answers 200 to anything and remembers every path it saw,
 /// but for the router's own health checks (`/readyz`).
@@ -31,41 +32,22 @@ async fn recording_node() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
             "reached"
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, seen)
+    (serve(app).await, seen)
 }
 
 async fn router(node: SocketAddr) -> SocketAddr {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut config = RouterConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        "us",
-        vec![closed.to_string()],
-        NodeDirectory::parse(&[format!("us=http://{node}")]).unwrap(),
-    );
-    config.health.interval = Duration::from_secs(60);
-    let keys = ApiKeys::from_plaintext_list(&format!("acme:checkout:{KEY}")).unwrap();
-    let app = RouterApp::build(config, keys).await.unwrap();
-    let addr = app.address();
-    tokio::spawn(app.run_until(std::future::pending()));
-    addr
+    start_router("us", &[format!("us=http://{node}")], |_| {})
+        .await
+        .0
 }
 
 /// Sends `method target` raw and returns the status code and body.
 async fn raw(router: SocketAddr, method: &str, target: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(router).await.unwrap();
     let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: once\r\nAuthorization: Bearer {KEY}\r\n\
+        "{method} {target} HTTP/1.1\r\nHost: once\r\nAuthorization: Bearer {ACME_KEY}\r\n\
          Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
+    let answer = exchange(router, &request).await;
     let status = answer
         .split_whitespace()
         .nth(1)

@@ -18,8 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use once_test_support::services::present_or_skipped;
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::helpers::ONCE;
 
 const OVERLAYS: &[&str] = &["eu-west", "us-east", "ap-south"];
 
@@ -56,14 +59,11 @@ fn kubectl_available() -> bool {
         .args(["version", "--client"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI must install kubectl so the manifests are checked (.ci/run)"
-        );
-        eprintln!("kubectl not found: skipping the manifest check");
-    }
-    found
+    present_or_skipped(
+        found,
+        "CI must install kubectl so the manifests are checked (.ci/run)",
+        "kubectl not found: skipping the manifest check",
+    )
 }
 
 fn render(overlay: &str) -> Vec<Value> {
@@ -112,7 +112,7 @@ fn pod_template(object: &Value) -> Option<&Value> {
 
 /// What `once <role> --help` says: `None` if the binary has no such role.
 fn role_help(role: &str) -> Option<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_once"))
+    let out = Command::new(ONCE)
         .args([role, "--help"])
         .env_clear()
         .output()
@@ -330,7 +330,7 @@ fn check_launch(what: &str, launch: &Launch, help: &str) {
         );
     }
 
-    let out = Command::new(env!("CARGO_BIN_EXE_once"))
+    let out = Command::new(ONCE)
         .arg(&launch.role)
         .args(&launch.args)
         .arg("--check-config")

@@ -6,28 +6,14 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use once_test_support::raw::closed_within;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::helpers::{
-    ACME_KEY, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually, metric, payment_body, post,
+    ACME_KEY, API_KEYS, Backend, GLOBEX_KEY, NodeProcess, ONCE, TestDb, eventually, metric,
+    payment_body, post,
 };
-
-/// Waits until the server closes `stream` (a read of 0 bytes or a reset),
-/// failing after `limit`.
-async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
-    let mut buf = [0u8; 1024];
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0)) | Ok(Err(_)) => return true,
-            // A 408/431 answer before the close is fine; keep reading.
-            Ok(Ok(_)) => continue,
-        }
-    }
-}
 
 /// Resident memory of `pid` in MiB, from /proc.
 fn rss_mib(pid: u32) -> f64 {
@@ -49,7 +35,7 @@ fn host(url: &str) -> &str {
 async fn slow_headers_are_closed_within_the_header_timeout_and_a_normal_request_succeeds() {
     let db = TestDb::new(Backend::Sqlite).await;
     let node = NodeProcess::start(&db, &["--header-read-timeout", "2s"], &[]).await;
-    let pid = node.child.id().unwrap();
+    let pid = node.process.pid();
     let before = rss_mib(pid);
     // 300 connections, each holding half a header: the slowloris.
     let mut slow = Vec::new();
@@ -277,7 +263,7 @@ async fn admin_and_metrics_are_absent_from_the_public_listener() {
 
 #[tokio::test]
 async fn a_short_admin_token_fails_start_up_in_every_role() {
-    let bin = env!("CARGO_BIN_EXE_once");
+    let bin = ONCE;
     let dir = tempfile::tempdir().unwrap();
     let roles: [Vec<String>; 3] = [
         vec!["node".into(), "--check-config".into()],
@@ -302,7 +288,7 @@ async fn a_short_admin_token_fails_start_up_in_every_role() {
         for (token, ok) in [("short-token", false), ("a-long-enough-admin-token", true)] {
             let out = tokio::process::Command::new(bin)
                 .args(&args)
-                .env("ONCE_API_KEYS", crate::helpers::API_KEYS)
+                .env("ONCE_API_KEYS", API_KEYS)
                 .env("ONCE_ADMIN_TOKEN", token)
                 .output()
                 .await

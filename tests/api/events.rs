@@ -24,7 +24,11 @@ use once_node::metrics::EventMetrics;
 use once_node::sql::Database;
 use once_node::{ApiKeys, Application};
 use sqlx::Row;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
+
+use once_test_support::cleanup;
+use once_test_support::services::{nats_available, nats_url};
+use once_test_support::stoppable::Stoppable;
 
 use crate::helpers::*;
 
@@ -76,30 +80,6 @@ on_every_backend_and_broker!(
     a_payment_becomes_one_ledger_entry_and_one_receipt_email,
 );
 
-pub fn nats_url() -> String {
-    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-}
-
-/// True when a NATS server answers; panics under CI if none does.
-pub async fn nats_available() -> bool {
-    let url = nats_url();
-    let addr = url.trim_start_matches("nats://").to_owned();
-    let reachable = tokio::time::timeout(
-        Duration::from_secs(2),
-        tokio::net::TcpStream::connect(addr.as_str()),
-    )
-    .await
-    .is_ok_and(|r| r.is_ok());
-    if !reachable {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI must run NATS at {url} so the NATS scenarios run"
-        );
-        eprintln!("no NATS at {url}: skipping the NATS variant");
-    }
-    reachable
-}
-
 /// Event settings of one test: its own stream and subjects, fast retries.
 pub fn events_config(broker: BrokerKind) -> EventsConfig {
     let id = uuid::Uuid::new_v4().simple().to_string();
@@ -126,21 +106,13 @@ impl Drop for StreamGuard {
             return;
         };
         let stream = self.0.stream.clone();
-        // Drop runs outside any runtime guarantee: use a small one of our own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                if let Ok(client) = async_nats::connect(url).await {
-                    let _ = async_nats::jetstream::new(client)
-                        .delete_stream(&stream)
-                        .await;
-                }
-            });
-        })
-        .join();
+        cleanup::run(async move {
+            if let Ok(client) = async_nats::connect(url).await {
+                let _ = async_nats::jetstream::new(client)
+                    .delete_stream(&stream)
+                    .await;
+            }
+        });
     }
 }
 
@@ -460,7 +432,7 @@ impl Consumer for BuggyLedger {
 }
 
 fn once_cli(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_once"))
+    std::process::Command::new(ONCE)
         .args(args)
         .env("RUST_LOG", "error")
         .output()
@@ -601,8 +573,7 @@ struct EventNode {
     url: String,
     admin_url: String,
     client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    running: Stoppable<anyhow::Error>,
 }
 
 impl EventNode {
@@ -617,26 +588,16 @@ impl EventNode {
             .expect("node builds");
         let url = format!("http://{}", app.address());
         let admin_url = format!("http://{}", app.admin_address());
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(app.run_until(async {
-            let _ = stopped.await;
-        }));
         Self {
             url,
             admin_url,
             client: reqwest::Client::new(),
-            stop: Some(stop),
-            task: Some(task),
+            running: Stoppable::spawn(|stopped| app.run_until(stopped)),
         }
     }
 
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.expect("node task").expect("node stops cleanly");
-        }
+    async fn stop(self) {
+        self.running.stop().await
     }
 }
 
@@ -715,15 +676,7 @@ async fn a_payment_becomes_one_ledger_entry_and_one_receipt_email(
     let email = &delivered[&dedupe_key(&payment_id)];
     assert!(email.body.contains(&payment_id) && email.subject.contains("25.00 EUR"));
 
-    let metrics = node
-        .client
-        .get(format!("{}/metrics", node.admin_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&node.client, &node.admin_url).await;
     assert!(metrics.contains("outbox_backlog "), "{metrics}");
     assert!(metrics.contains("outbox_publish_lag_seconds_bucket"));
     assert_eq!(
@@ -839,7 +792,7 @@ mod crashes {
     /// Sums `events_consumed_total{…outcome="OUTCOME"}` over consumers.
     async fn consumed_total(client: &reqwest::Client, url: &str, outcome: &str) -> f64 {
         let label = format!("outcome=\"{outcome}\"");
-        crate::helpers::metric_sum(client, url, "events_consumed_total{", &label).await
+        metric_sum(client, url, "events_consumed_total{", &label).await
     }
 
     on_every_backend_and_broker!(
@@ -848,33 +801,28 @@ mod crashes {
         an_email_sender_killed_after_sending_resends_under_the_same_key_only,
     );
 
-    fn node_args(config: &EventsConfig) -> Vec<String> {
+    fn node_args(config: &EventsConfig) -> Vec<&str> {
         let mut args = vec![
-            "--events-stream".to_owned(),
-            config.stream.clone(),
-            "--events-subject-prefix".to_owned(),
-            config.subject_prefix.clone(),
-            "--consumer-ack-wait".to_owned(),
-            "1s".to_owned(),
-            "--consumer-instances".to_owned(),
-            "4".to_owned(),
+            "--events-stream",
+            config.stream.as_str(),
+            "--events-subject-prefix",
+            config.subject_prefix.as_str(),
+            "--consumer-ack-wait",
+            "1s",
+            "--consumer-instances",
+            "4",
         ];
         if let Some(url) = &config.nats_url {
-            args.extend(["--nats-url".to_owned(), url.clone()]);
+            args.extend(["--nats-url", url.as_str()]);
         }
         args
     }
 
-    async fn start(db: &TestDb, args: &[String], env: &[(&str, &str)]) -> NodeProcess {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        NodeProcess::start(db, &args, env).await
-    }
-
     /// Pays once on a node armed with `failpoint`, waits for the abort, and
     /// returns the payment id.
-    async fn pay_then_crash(db: &TestDb, args: &[String], failpoint: &str) -> String {
+    async fn pay_then_crash(db: &TestDb, args: &[&str], failpoint: &str) -> String {
         let client = reqwest::Client::new();
-        let mut doomed = start(db, args, &[("FAILPOINTS", failpoint)]).await;
+        let mut doomed = NodeProcess::start(db, args, &[("FAILPOINTS", failpoint)]).await;
         // The answer usually arrives: the crash is in a background worker.
         let answer = post(
             &client,
@@ -938,7 +886,7 @@ mod crashes {
             "a consumer committed its effect and inbox row, then died before acking"
         );
 
-        let node = start(&db, &args, &[]).await;
+        let node = NodeProcess::start(&db, &args, &[]).await;
         let client = reqwest::Client::new();
         // The unacknowledged message comes back (NATS: after the ack wait;
         // bus: the outbox row was never marked, so it is published again)
@@ -995,7 +943,7 @@ mod crashes {
             "published, never marked"
         );
 
-        let node = start(&db, &args, &[]).await;
+        let node = NodeProcess::start(&db, &args, &[]).await;
         eventually(WAIT, || async {
             (count(
                 &db,
@@ -1052,7 +1000,7 @@ mod crashes {
             .await
             .unwrap();
         let mut args = node_args(&config);
-        args.extend(["--email-sink-url".to_owned(), sink.url.clone()]);
+        args.extend(["--email-sink-url", sink.url.as_str()]);
         let payment_id = pay_then_crash(&db, &args, "after_email_send=return").await;
         assert_eq!(sink.received().len(), 1, "sent once before the crash");
         assert_eq!(
@@ -1061,7 +1009,7 @@ mod crashes {
             "never marked sent"
         );
 
-        let node = start(&db, &args, &[]).await;
+        let node = NodeProcess::start(&db, &args, &[]).await;
         eventually(WAIT, || async {
             (notifications(&db, &payment_id, "SENT").await == 1).then_some(())
         })

@@ -1,5 +1,9 @@
-//! Test harness: a node on port 0 over a fresh database, in-process or as a
-//! real `once` process, plus the clients and SQL probes the scenarios use.
+//! The root suite's harness: a node on port 0 over a fresh database,
+//! in-process or as a real `once` process, the provider simulator, the SQL
+//! probes — what needs the node's own types or the `once` binary (Cargo
+//! builds it only for this package's tests). What every suite shares
+//! (processes, waits, ports, PostgreSQL databases, clients, fixtures) is
+//! `once-test-support`; its pieces the scenarios use are re-exported below.
 //!
 //! Every scenario runs once per [`Backend`]: the `sql` store mode on SQLite
 //! and on PostgreSQL, and the `raft` store mode (records in a 3-member
@@ -9,8 +13,8 @@
 //! database). Without it they are skipped locally and fail under `CI=true`,
 //! so CI can never go green without exercising PostgreSQL.
 
+use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,17 +26,25 @@ use once_node::raft::RaftStoreConfig;
 use once_node::state::AppState;
 use once_node::{ApiKeys, Application, NodeConfig};
 use once_store_client::protocol::RecordQuery;
+use once_test_support::postgres::PgDatabase;
+use once_test_support::process::{self, Process};
+use once_test_support::stoppable::Stoppable;
+use sqlx::Row;
 
 use crate::raft_store::cluster::Cluster;
-use sqlx::{Connection, Executor, Row};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::oneshot;
 
-pub const ACME_KEY: &str = "sk_test_acme_checkout_0001";
-pub const ACME_REFUNDS_KEY: &str = "sk_test_acme_refunds_00001";
-pub const GLOBEX_KEY: &str = "sk_test_globex_checkout_01";
-pub const API_KEYS: &str = "acme:checkout:sk_test_acme_checkout_0001,acme:refunds:sk_test_acme_refunds_00001,globex:checkout:sk_test_globex_checkout_01";
+// The scenario files' prelude from the shared harness (`use crate::helpers::*`).
+pub use once_test_support::client::{Answer, json_of, post, provider_key_of, send};
+pub use once_test_support::fixtures::{
+    ACME_KEY, ACME_REFUNDS_KEY, API_KEYS, GLOBEX_KEY, payment_body,
+};
+pub use once_test_support::metrics::{metric, metric_sum, scrape};
+pub use once_test_support::services::postgres_available;
+pub use once_test_support::wait::eventually;
+
+/// The `once` binary: Cargo builds it for this package's tests and says
+/// where at compile time.
+pub const ONCE: &str = env!("CARGO_BIN_EXE_once");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -47,24 +59,7 @@ pub enum Backend {
 #[macro_export]
 macro_rules! on_every_backend {
     ($($scenario:ident),+ $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$scenario($crate::helpers::Backend::Sqlite).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    if $crate::helpers::postgres_available() {
-                        super::$scenario($crate::helpers::Backend::Postgres).await
-                    }
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn raft() {
-                    super::$scenario($crate::helpers::Backend::Raft).await
-                }
-            }
-        )+
+        $crate::on_backends!([sqlite, postgres, raft] $($scenario),+);
     };
 }
 
@@ -73,34 +68,48 @@ macro_rules! on_every_backend {
 #[macro_export]
 macro_rules! on_sql_backends {
     ($($scenario:ident),+ $(,)?) => {
-        $(
-            mod $scenario {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn sqlite() {
-                    super::$scenario($crate::helpers::Backend::Sqlite).await
-                }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn postgres() {
-                    if $crate::helpers::postgres_available() {
-                        super::$scenario($crate::helpers::Backend::Postgres).await
-                    }
-                }
-            }
-        )+
+        $crate::on_backends!([sqlite, postgres] $($scenario),+);
     };
 }
 
-/// True when PostgreSQL tests can run; panics under CI if they cannot.
-pub fn postgres_available() -> bool {
-    if std::env::var("DATABASE_URL").is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "CI must set DATABASE_URL so the PostgreSQL scenarios run"
-    );
-    eprintln!("DATABASE_URL unset: skipping the PostgreSQL variant");
-    false
+/// A module per scenario holding a test per listed backend, named after it
+/// (`scenario::sqlite`, `::postgres`, `::raft`).
+#[macro_export]
+macro_rules! on_backends {
+    ($backends:tt $($scenario:ident),+) => {
+        $( $crate::on_backends!(@one $scenario $backends); )+
+    };
+    (@one $scenario:ident [$($backend:ident),+]) => {
+        mod $scenario {
+            $( $crate::backend_test!($scenario, $backend); )+
+        }
+    };
+}
+
+/// One backend's test of `scenario`; the PostgreSQL one runs only where
+/// [`postgres_available`] says so.
+#[macro_export]
+macro_rules! backend_test {
+    ($scenario:ident, sqlite) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            super::$scenario($crate::helpers::Backend::Sqlite).await
+        }
+    };
+    ($scenario:ident, postgres) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            if $crate::helpers::postgres_available() {
+                super::$scenario($crate::helpers::Backend::Postgres).await
+            }
+        }
+    };
+    ($scenario:ident, raft) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn raft() {
+            super::$scenario($crate::helpers::Backend::Raft).await
+        }
+    };
 }
 
 /// A database of the test's own: a SQLite file in a temp dir, or a fresh
@@ -110,7 +119,7 @@ pub struct TestDb {
     pub url: String,
     /// The raft-store cluster of the raft mode.
     pub store: Option<Cluster>,
-    pg_name: Option<String>,
+    _postgres: Option<PgDatabase>,
     _dir: tempfile::TempDir,
 }
 
@@ -127,25 +136,16 @@ impl TestDb {
                 Self {
                     url,
                     store,
-                    pg_name: None,
+                    _postgres: None,
                     _dir: dir,
                 }
             }
             Backend::Postgres => {
-                let server = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-                let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-                let mut admin = sqlx::PgConnection::connect(&server)
-                    .await
-                    .expect("connect to PostgreSQL");
-                admin
-                    .execute(format!("CREATE DATABASE {name}").as_str())
-                    .await
-                    .expect("create test database");
-                let url = with_database(&server, &name);
+                let database = PgDatabase::create().await;
                 Self {
-                    url,
+                    url: database.url.clone(),
                     store: None,
-                    pg_name: Some(name),
+                    _postgres: Some(database),
                     _dir: dir,
                 }
             }
@@ -235,30 +235,6 @@ impl TestDb {
     }
 }
 
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let Some(name) = self.pg_name.take() else {
-            return;
-        };
-        let server = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-        // Drop runs outside any runtime guarantee: use a small one of our own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                if let Ok(mut admin) = sqlx::PgConnection::connect(&server).await {
-                    let _ = admin
-                        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 /// An idempotency record as the probes compare it across store modes.
 #[derive(Debug, Clone)]
 pub struct RecordRow {
@@ -268,21 +244,6 @@ pub struct RecordRow {
     pub has_response: bool,
     /// Schema version of the stored answer, while there is one.
     pub schema_version: Option<i32>,
-}
-
-fn with_database(server: &str, name: &str) -> String {
-    let (base, query) = server
-        .split_once('?')
-        .map_or((server, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
 }
 
 /// A node running inside the test process.
@@ -296,8 +257,7 @@ pub struct TestApp {
     /// The node's provider: its ledger is the test's count of charges.
     pub provider: Arc<InProcessProvider>,
     pub client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    running: Stoppable<anyhow::Error>,
 }
 
 pub fn test_config(db: &TestDb) -> NodeConfig {
@@ -338,10 +298,6 @@ impl TestApp {
         let url = format!("http://{}", app.address());
         let admin_url = format!("http://{}", app.admin_address());
         let state = app.state().clone();
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(app.run_until(async {
-            let _ = stopped.await;
-        }));
         Self {
             url,
             admin_url,
@@ -349,18 +305,12 @@ impl TestApp {
             clock,
             provider,
             client: reqwest::Client::new(),
-            stop: Some(stop),
-            task: Some(task),
+            running: Stoppable::spawn(|stopped| app.run_until(stopped)),
         }
     }
 
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.expect("node task").expect("node stops cleanly");
-        }
+    pub async fn stop(self) {
+        self.running.stop().await
     }
 
     pub fn post(
@@ -377,132 +327,52 @@ impl TestApp {
     }
 }
 
-pub fn post(
-    client: &reqwest::Client,
-    url: &str,
-    api_key: &str,
-    key: Option<&str>,
-    body: &str,
-) -> reqwest::RequestBuilder {
-    let mut request = client
-        .post(format!("{url}/payments"))
-        .header("authorization", format!("Bearer {api_key}"))
-        .header("content-type", "application/json")
-        .body(body.to_owned());
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
-    }
-    request
-}
-
-/// The Prometheus text at `{url}/metrics`.
-async fn scrape(client: &reqwest::Client, url: &str) -> String {
-    client
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// The sum of a metric's samples whose line contains `filter` (a label, say).
-pub async fn metric_sum(client: &reqwest::Client, url: &str, name: &str, filter: &str) -> f64 {
-    scrape(client, url)
-        .await
-        .lines()
-        .filter(|l| l.starts_with(name) && l.contains(filter))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// A metric's value from `/metrics` (0 when absent).
-pub async fn metric(client: &reqwest::Client, url: &str, name: &str) -> f64 {
-    let text = scrape(client, url).await;
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(name)
-                .and_then(|rest| rest.strip_prefix(' '))
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap_or(0.0)
-}
-
-/// A standard valid body.
-pub fn payment_body(account: &str, amount: &str, reference: &str) -> String {
-    format!(
-        r#"{{"accountId":"{account}","amount":"{amount}","currency":"EUR","merchantReference":"{reference}"}}"#
+/// Starts `once ROLE` with the test keys, its public and admin listeners
+/// on port 0, `args` after those, then `env`; waits for its `listening on`
+/// line. The process, its public URL and its admin URL.
+pub async fn start_role(
+    role: &str,
+    args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    env: &[(&str, &str)],
+) -> (Process, String, String) {
+    let mut command = process::command(ONCE);
+    command
+        .args([
+            role,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env("ONCE_API_KEYS", API_KEYS)
+        .envs(env.iter().copied());
+    let (process, (admin, public)) = Process::start(
+        command,
+        role,
+        Duration::from_secs(60),
+        listening_addresses(),
+    )
+    .await;
+    (
+        process,
+        format!("http://{public}"),
+        format!("http://{admin}"),
     )
 }
 
-/// Status, selected headers and exact body bytes of an answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub status: u16,
-    pub replayed: bool,
-    pub retry_after: Option<String>,
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    pub async fn of(response: reqwest::Response) -> Self {
-        let status = response.status().as_u16();
-        let replayed = response
-            .headers()
-            .get("idempotent-replayed")
-            .is_some_and(|v| v == "true");
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap().to_owned());
-        let body = response.bytes().await.unwrap().to_vec();
-        Self {
-            status,
-            replayed,
-            retry_after,
-            body,
+/// Reads a starting role's stdout up to its `listening on` line: its admin
+/// and public addresses (`admin on` comes first).
+fn listening_addresses() -> impl FnMut(&str) -> Option<(SocketAddr, SocketAddr)> {
+    let mut admin = None;
+    move |line| {
+        if let Some(addr) = line.strip_prefix("admin on http://") {
+            admin = Some(addr.parse().expect("address"));
         }
+        let public = line.strip_prefix("listening on http://")?;
+        let admin = admin.expect("the admin listener is printed first");
+        Some((admin, public.parse().expect("address")))
     }
-
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-
-    pub fn error_code(&self) -> String {
-        self.json()["errorCode"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    }
-}
-
-pub async fn send(request: reqwest::RequestBuilder) -> Answer {
-    Answer::of(request.send().await.expect("request reaches the node")).await
-}
-
-/// Reads a starting role's stdout up to its `listening on` line: its
-/// public and admin addresses (`admin on` comes first).
-pub async fn listening_addresses(
-    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-    role: &str,
-) -> (SocketAddr, SocketAddr) {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        let mut admin = None;
-        while let Some(line) = lines.next_line().await.expect("read stdout") {
-            if let Some(addr) = line.strip_prefix("admin on http://") {
-                admin = Some(addr.parse().expect("address"));
-            }
-            if let Some(addr) = line.strip_prefix("listening on http://") {
-                let admin = admin.expect("the admin listener is printed first");
-                return (admin, addr.parse().expect("address"));
-            }
-        }
-        panic!("{role} exited before listening");
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{role} starts within a minute"))
 }
 
 /// A real `once node` process.
@@ -511,7 +381,7 @@ pub struct NodeProcess {
     pub url: String,
     /// The admin listener: `/metrics`, `/admin/*`.
     pub admin_url: String,
-    pub child: Child,
+    pub process: Process,
 }
 
 impl NodeProcess {
@@ -529,82 +399,31 @@ impl NodeProcess {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_once"));
-        command
-            .args([
-                "node",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--region",
-                region,
-                "--database-url",
-                database_url,
-            ])
-            .args(store_args)
-            .args(extra_args)
-            .env("ONCE_API_KEYS", API_KEYS)
-            .env("RUST_LOG", "warn")
-            .env_remove("FAILPOINTS")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        for (k, v) in env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().expect("spawn once node");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let (admin, addr) = listening_addresses(&mut lines, "node").await;
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let args = ["--region", region, "--database-url", database_url]
+            .into_iter()
+            .chain(store_args.iter().map(String::as_str))
+            .chain(extra_args.iter().copied());
+        let (process, url, admin_url) = start_role("node", args, env).await;
         Self {
-            url: format!("http://{addr}"),
-            admin_url: format!("http://{admin}"),
-            child,
+            url,
+            admin_url,
+            process,
         }
     }
 
     /// SIGTERM, then wait for a clean exit (flushing telemetry on the way).
     pub async fn terminate(mut self) -> std::process::ExitStatus {
-        terminate(&mut self.child).await
+        self.process.terminate().await
     }
 
     /// Waits for the process to exit on its own (a failpoint abort).
     #[cfg(feature = "failpoints")]
     pub async fn wait_for_exit(&mut self) -> std::process::ExitStatus {
-        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .expect("node exits")
-            .expect("wait")
+        self.process.exit_within(Duration::from_secs(30)).await
     }
 
     pub async fn kill(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-/// Polls `condition` until it holds, failing after `limit`. This is a wait
-/// for a state, not a sleep standing in for one.
-pub async fn eventually<T, F, Fut>(limit: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not reached within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.process.kill().await
     }
 }
 
@@ -616,7 +435,7 @@ pub fn schema(v: i32) -> ResponseSchema {
 #[derive(Debug)]
 pub struct ProviderSim {
     pub url: String,
-    pub child: Child,
+    pub process: Process,
     client: reqwest::Client,
 }
 
@@ -644,31 +463,18 @@ impl ProviderSim {
     }
 
     pub async fn start_with(listen: &str, env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
+        let mut command = process::command(ONCE);
+        command
             .args(["provider-sim", "--listen", listen])
-            .env("RUST_LOG", "warn")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn once provider-sim");
-        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-        let url = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.expect("read stdout") {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    return url.to_owned();
-                }
-            }
-            panic!("provider-sim exited before listening");
-        })
-        .await
-        .expect("provider-sim starts");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            .envs(env.iter().copied());
+        let (process, url) =
+            Process::start(command, "provider-sim", Duration::from_secs(30), |line| {
+                line.strip_prefix("listening on ").map(str::to_owned)
+            })
+            .await;
         Self {
             url,
-            child,
+            process,
             client: reqwest::Client::new(),
         }
     }
@@ -690,73 +496,16 @@ impl ProviderSim {
 
     /// How many faults are still armed (each arriving charge consumes one).
     pub async fn armed_faults(&self) -> usize {
-        let armed: Vec<serde_json::Value> = self
-            .client
-            .get(format!("{}/faults", self.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let armed: Vec<serde_json::Value> =
+            json_of(self.client.get(format!("{}/faults", self.url))).await;
         armed.len()
     }
 
     pub async fn ledger(&self) -> Vec<LedgerCharge> {
-        self.client
-            .get(format!("{}/charges", self.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        json_of(self.client.get(format!("{}/charges", self.url))).await
     }
 
     pub async fn kill(&mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-/// `provider_payment_<id>` for a payment answer's id.
-pub fn provider_key_of(answer: &Answer) -> String {
-    let json = answer.json();
-    let id = json["id"]
-        .as_str()
-        .or_else(|| json["paymentId"].as_str())
-        .map(str::to_owned);
-    format!("provider_payment_{}", id.expect("answer names its payment"))
-}
-
-/// Sends SIGTERM and waits for the process to exit.
-pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    let pid = Pid::from_raw(child.id().expect("running child") as i32);
-    kill(pid, Signal::SIGTERM).expect("SIGTERM");
-    tokio::time::timeout(Duration::from_secs(20), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .expect("wait")
-}
-
-/// A port free on every address in `ips` now, below the kernel's ephemeral
-/// range: a child process binds it seconds later (and again after a
-/// restart), and no other test's port-0 listener or outgoing connection can
-/// be handed a port outside that range in between.
-pub fn port_outside_ephemeral_range(ips: &[&str]) -> u16 {
-    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768)
-        .max(10_001);
-    loop {
-        let port = rand::random_range(10_000..ephemeral_start);
-        if ips
-            .iter()
-            .all(|ip| std::net::TcpListener::bind((*ip, port)).is_ok())
-        {
-            return port;
-        }
+        self.process.kill().await
     }
 }

@@ -32,10 +32,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{
-    NodeProcess, eventually, payment_body, port_outside_ephemeral_range, post, send, terminate,
-};
+use crate::helpers::{NodeProcess, eventually, payment_body, post, send};
 use crate::up::Up;
+use once_test_support::ports::port_outside_ephemeral_range;
 
 fn monitoring_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring")
@@ -970,7 +969,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
         assert!(!exported.contains_key(record));
     }
 
-    let status = terminate(&mut up.child).await;
+    let status = up.process.terminate().await;
     assert!(status.success(), "{status:?}");
     let status = edge_node.terminate().await;
     assert!(status.success(), "{status:?}");

@@ -24,15 +24,7 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
         assert_eq!(r.status(), 200, "{path}");
         assert!(r.headers().contains_key("x-trace-id"));
     }
-    let doc: serde_json::Value = app
-        .client
-        .get(format!("{}/openapi.json", app.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc: serde_json::Value = json_of(app.client.get(format!("{}/openapi.json", app.url))).await;
     let params = doc["paths"]["/payments"]["post"]["parameters"]
         .as_array()
         .unwrap();
@@ -60,15 +52,7 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
     ] {
         assert!(codes.contains(&code), "{code} missing from {codes:?}");
     }
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.admin_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&app.client, &app.admin_url).await;
     for series in [
         "idempotency_replay_count_total",
         "idempotency_conflict_different_request_count_total",
@@ -118,7 +102,7 @@ async fn sigterm_drains_and_exits_cleanly(backend: Backend) {
 #[tokio::test]
 async fn migrate_and_check_config_need_no_running_node() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let bin = env!("CARGO_BIN_EXE_once");
+    let bin = ONCE;
     let migrate = tokio::process::Command::new(bin)
         .args(["migrate", "--database-url", &db.url])
         .output()

@@ -22,12 +22,12 @@ on_every_backend!(
 );
 
 /// Node flags whose provider budget (3 attempts) fits inside the lease.
-fn provider_args(sim_url: &str) -> Vec<String> {
+fn provider_args(sim_url: &str) -> Vec<&str> {
     provider_args_with(sim_url, "200ms")
 }
 
-fn provider_args_with(sim_url: &str, recovery_interval: &str) -> Vec<String> {
-    [
+fn provider_args_with<'a>(sim_url: &'a str, recovery_interval: &'a str) -> Vec<&'a str> {
+    vec![
         "--lease",
         "2s",
         "--provider-url",
@@ -39,19 +39,12 @@ fn provider_args_with(sim_url: &str, recovery_interval: &str) -> Vec<String> {
         "--recovery-interval",
         recovery_interval,
     ]
-    .map(str::to_owned)
-    .to_vec()
-}
-
-async fn node_with(db: &TestDb, args: &[String], env: &[(&str, &str)]) -> NodeProcess {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    NodeProcess::start(db, &args, env).await
 }
 
 async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(backend: Backend) {
     let db = TestDb::new(backend).await;
     let sim = ProviderSim::start().await;
-    let node = node_with(&db, &provider_args(&sim.url), &[]).await;
+    let node = NodeProcess::start(&db, &provider_args(&sim.url), &[]).await;
     sim.arm("timeout_after_charge", 1, 0).await;
     let client = reqwest::Client::new();
     let answer = send(post(
@@ -76,12 +69,7 @@ async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(
         "the node asked again under the same key: {ledger:?}"
     );
     assert_eq!(ledger[0].idempotency_key, provider_key_of(&answer));
-    let metrics = reqwest::get(format!("{}/metrics", sim.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&reqwest::Client::new(), &sim.url).await;
     assert!(
         metrics.contains("provider_charges{status=\"succeeded\"} 1"),
         "{metrics}"
@@ -93,7 +81,7 @@ async fn a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key(
 async fn a_reset_after_the_charge_never_charges_twice(backend: Backend) {
     let db = TestDb::new(backend).await;
     let sim = ProviderSim::start().await;
-    let node = node_with(&db, &provider_args(&sim.url), &[]).await;
+    let node = NodeProcess::start(&db, &provider_args(&sim.url), &[]).await;
     sim.arm("reset_after_charge", 1, 0).await;
     let client = reqwest::Client::new();
     let answer = send(post(
@@ -122,7 +110,7 @@ async fn a_reset_after_the_charge_never_charges_twice(backend: Backend) {
 async fn an_error_before_the_charge_is_retryable_and_charges_once(backend: Backend) {
     let db = TestDb::new(backend).await;
     let sim = ProviderSim::start().await;
-    let node = node_with(&db, &provider_args(&sim.url), &[]).await;
+    let node = NodeProcess::start(&db, &provider_args(&sim.url), &[]).await;
     // Every attempt of the first request meets a 503.
     sim.arm("error_before_charge", 3, 0).await;
     let client = reqwest::Client::new();
@@ -150,7 +138,7 @@ async fn an_error_before_the_charge_is_retryable_and_charges_once(backend: Backe
 async fn a_charge_whose_answer_never_comes_becomes_unknown_then_recovered_by_key(backend: Backend) {
     let db = TestDb::new(backend).await;
     let sim = ProviderSim::start().await;
-    let node = node_with(&db, &provider_args(&sim.url), &[]).await;
+    let node = NodeProcess::start(&db, &provider_args(&sim.url), &[]).await;
     // Every attempt waits 1.5 s at the provider, far past the 300 ms timeout,
     // and the provider charges all the same.
     sim.arm("latency", 3, 1500).await;
@@ -234,7 +222,7 @@ async fn a_provider_unreachable_past_the_lease_is_recovered_by_the_worker_when_i
 ) {
     let db = TestDb::new(backend).await;
     let mut sim = ProviderSim::start().await;
-    let node = node_with(&db, &provider_args(&sim.url), &[]).await;
+    let node = NodeProcess::start(&db, &provider_args(&sim.url), &[]).await;
     let body = payment_body("acc_1", "9.00", "down-1");
     leave_unknown(&node, &mut sim, "k-down", &body).await;
     assert_eq!(db.count_records("UNKNOWN_REQUIRES_RECOVERY").await, 1);
@@ -271,13 +259,13 @@ async fn a_stale_owner_that_wakes_after_a_takeover_cannot_complete(backend: Back
     let sim = ProviderSim::start().await;
     let quiet = provider_args_with(&sim.url, "1h");
     // Owner A charges, then stalls for 4 s — twice its lease.
-    let a = node_with(
+    let a = NodeProcess::start(
         &db,
         &quiet,
         &[("FAILPOINTS", "after_provider_charge=sleep(4000)")],
     )
     .await;
-    let b = node_with(&db, &quiet, &[]).await;
+    let b = NodeProcess::start(&db, &quiet, &[]).await;
     let client = reqwest::Client::new();
     let body = payment_body("acc_1", "9.00", "z1");
     let from_a = tokio::spawn(send(post(
@@ -327,7 +315,7 @@ async fn a_stale_owner_that_wakes_after_a_takeover_cannot_complete(backend: Back
 async fn a_declined_charge_replays_its_402(backend: Backend) {
     let db = TestDb::new(backend).await;
     let sim = ProviderSim::start().await;
-    let node = node_with(&db, &provider_args(&sim.url), &[]).await;
+    let node = NodeProcess::start(&db, &provider_args(&sim.url), &[]).await;
     let client = reqwest::Client::new();
     let body = payment_body("acc_nofunds_9", "9.00", "d1");
     let first = send(post(&client, &node.url, ACME_KEY, Some("k-decl"), &body)).await;
@@ -362,7 +350,7 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
     let token = "adm_test_token_0123456789";
     // The worker stays out of the way: this is the operator's call.
     let args = provider_args_with(&sim.url, "1h");
-    let node = node_with(&db, &args, &[("ONCE_ADMIN_TOKEN", token)]).await;
+    let node = NodeProcess::start(&db, &args, &[("ONCE_ADMIN_TOKEN", token)]).await;
     let charged_body = payment_body("acc_1", "9.00", "op-1");
     let not_charged_body = payment_body("acc_1", "9.00", "op-2");
     leave_unknown(&node, &mut sim, "k-op-charged", &charged_body).await;
@@ -371,7 +359,7 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
     leave_unknown(&node, &mut sim, "k-op-not-charged", &not_charged_body).await;
 
     let records = |args: &[&str]| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_once"));
+        let mut command = tokio::process::Command::new(ONCE);
         command
             .arg("records")
             .args(args)
@@ -426,7 +414,7 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
         "{}",
         String::from_utf8_lossy(&resolved.stderr)
     );
-    let wrong_token = tokio::process::Command::new(env!("CARGO_BIN_EXE_once"))
+    let wrong_token = tokio::process::Command::new(ONCE)
         .args(["records", "list", "--node", &node.admin_url])
         .env("ONCE_ADMIN_TOKEN", "not-the-admin-token-000")
         .output()

@@ -5,7 +5,6 @@
 //! members' own simulated WAN (`once store --peer-regions`, `/admin/partition`).
 
 pub mod cluster;
-pub mod proxy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +17,8 @@ use once_store_client::command::{
     BusinessKey, NewClaim, Op, Record, RegionStatus, Reply, Scope, Status, Step, StoredResponse,
     TakeOverKind,
 };
+
+use once_test_support::services::present_or_skipped;
 
 use self::cluster::Cluster;
 use crate::helpers::eventually;
@@ -306,7 +307,7 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
     let mut cluster = Cluster::start_with(
         3,
         &["--snapshot-every", "20", "--keep-logs-after-snapshot", "0"],
-        |_| (vec![], vec![]),
+        |_| vec![],
     )
     .await;
     let client = cluster.client(ClientOptions::default());
@@ -452,12 +453,11 @@ fn faketime_available() -> bool {
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .and_then(|s| s.trim().parse::<u64>().ok());
-    let ok = faked.is_some_and(|f| f >= real + 59);
-    if !ok {
-        assert!(std::env::var("CI").is_err(), "CI must install faketime");
-        eprintln!("faketime missing: skipping the clock-skew scenario");
-    }
-    ok
+    present_or_skipped(
+        faked.is_some_and(|f| f >= real + 59),
+        "CI must install faketime",
+        "faketime missing: skipping the clock-skew scenario",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -471,16 +471,13 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
         if id == 1 {
             // libfaketime preloaded directly (not through the `faketime`
             // wrapper, which forks): SIGKILL then reaches the member itself.
-            (
-                vec![],
-                vec![
-                    ("LD_PRELOAD".into(), LIBFAKETIME.into()),
-                    ("FAKETIME".into(), "+60s".into()),
-                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-                ],
-            )
+            vec![
+                ("LD_PRELOAD".into(), LIBFAKETIME.into()),
+                ("FAKETIME".into(), "+60s".into()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+            ]
         } else {
-            (vec![], vec![])
+            vec![]
         }
     };
     let cluster = Cluster::start_with(3, &[], skewed).await;
@@ -601,8 +598,7 @@ const PEER_REGIONS: &str = "1=eu-west,2=us-east,3=ap-south";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_heals() {
-    let cluster =
-        Cluster::start_with(3, &["--peer-regions", PEER_REGIONS], |_| (vec![], vec![])).await;
+    let cluster = Cluster::start_with(3, &["--peer-regions", PEER_REGIONS], |_| vec![]).await;
     let isolated = cluster.wait_for_leader(&cluster.ids()).await;
     let majority: Vec<u64> = cluster
         .ids()

@@ -10,21 +10,22 @@
 //! scenario runs raft-mode nodes so a stale router meets a real 421 from the
 //! former home region and converges.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::{Placement, RegionStatus, Reply};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use once_test_support::fixtures::ROUTER_ADMIN_TOKEN as ADMIN_TOKEN;
+use once_test_support::ports::closed_addr;
+use once_test_support::process::Process;
+use once_test_support::router_admin::RouterAdmin;
+use once_test_support::wait::http_ready;
 
 use crate::helpers::{
-    ACME_KEY, API_KEYS, Answer, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually,
-    listening_addresses, payment_body, send,
+    ACME_KEY, Answer, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually, metric, metric_sum,
+    payment_body, send, start_role,
 };
 use crate::raft_store::cluster::Cluster;
 
-const ADMIN_TOKEN: &str = "router-admin-token-0123456789";
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A real `once router` process.
@@ -32,42 +33,20 @@ const WAIT: Duration = Duration::from_secs(30);
 struct RouterProcess {
     url: String,
     /// The admin listener: `/metrics`, `/admin/*`.
-    admin_url: String,
-    /// Killed when dropped (`kill_on_drop`).
-    _child: Child,
+    admin_api: RouterAdmin,
+    /// Killed when dropped.
+    _process: Process,
     client: reqwest::Client,
 }
 
 impl RouterProcess {
     async fn start(args: &[String]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
-            .args([
-                "router",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
-            .args(args)
-            .env("ONCE_API_KEYS", API_KEYS)
-            .env("ONCE_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("RUST_LOG", "warn")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn once router");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let (admin, addr) = listening_addresses(&mut lines, "router").await;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let (process, url, admin_url) =
+            start_role("router", args, &[("ONCE_ADMIN_TOKEN", ADMIN_TOKEN)]).await;
         Self {
-            url: format!("http://{addr}"),
-            admin_url: format!("http://{admin}"),
-            _child: child,
+            url,
+            admin_api: RouterAdmin::new(admin_url),
+            _process: process,
             client: reqwest::Client::new(),
         }
     }
@@ -83,59 +62,13 @@ impl RouterProcess {
 
     /// Waits for `/readyz`: the store answers and placements are loaded.
     async fn wait_ready(&self) {
-        eventually(WAIT, || async {
-            let r = self
-                .client
-                .get(format!("{}/readyz", self.url))
-                .send()
-                .await
-                .ok()?;
-            r.status().is_success().then_some(())
-        })
-        .await;
-    }
-
-    /// `POST /admin/partition {"cut_regions": regions}`: the state after.
-    async fn cut(&self, regions: &[&str]) -> serde_json::Value {
-        let answer = send(
-            self.client
-                .post(format!("{}/admin/partition", self.admin_url))
-                .bearer_auth(ADMIN_TOKEN)
-                .json(&serde_json::json!({ "cut_regions": regions })),
-        )
-        .await;
-        assert_eq!(
-            answer.status,
-            200,
-            "{}",
-            String::from_utf8_lossy(&answer.body)
-        );
-        serde_json::from_slice(&answer.body).expect("partition state")
-    }
-
-    /// Whether this router's health checks have `region` up.
-    async fn region_up(&self, region: &str) -> bool {
-        let view: serde_json::Value = self
-            .client
-            .get(format!("{}/admin/placements", self.admin_url))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .expect("placements")
-            .json()
-            .await
-            .expect("placements body");
-        view["regions"]
-            .as_array()
-            .expect("regions")
-            .iter()
-            .any(|r| r["region"] == region && r["up"] == true)
+        http_ready(&self.client, &format!("{}/readyz", self.url), WAIT).await
     }
 
     async fn admin(&self, path: &str, region: &str) -> Answer {
         send(
             self.client
-                .post(format!("{}{path}", self.admin_url))
+                .post(format!("{}{path}", self.admin_api.url))
                 .bearer_auth(ADMIN_TOKEN)
                 .json(&serde_json::json!({ "region": region })),
         )
@@ -144,7 +77,7 @@ impl RouterProcess {
 
     /// Sum of a metric's samples whose line contains `filter`.
     async fn metric(&self, name: &str, filter: &str) -> f64 {
-        crate::helpers::metric_sum(&self.client, &self.admin_url, name, filter).await
+        metric_sum(&self.client, &self.admin_api.url, name, filter).await
     }
 }
 
@@ -487,7 +420,7 @@ async fn an_operator_fails_a_region_over_and_back() {
     let refused = send(
         router
             .client
-            .post(format!("{}/admin/failover", router.admin_url))
+            .post(format!("{}/admin/failover", router.admin_api.url))
             .json(&serde_json::json!({ "region": "eu" })),
     )
     .await;
@@ -538,7 +471,7 @@ async fn an_operator_fails_a_region_over_and_back() {
     let table = send(
         router
             .client
-            .get(format!("{}/admin/placements", router.admin_url))
+            .get(format!("{}/admin/placements", router.admin_api.url))
             .bearer_auth(ADMIN_TOKEN),
     )
     .await;
@@ -564,7 +497,7 @@ async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_refuses_an_
     router.wait_ready().await;
     pay_until_served_by(&router, ACME_KEY, "cut-1", "us").await;
 
-    let state = router.cut(&["us"]).await;
+    let state = router.admin_api.cut(&["us"]).await;
     assert_eq!(state["unreachable_regions"], serde_json::json!(["us"]));
     // Before the health checks give up on us (5 rounds): as if its node
     // refused connections.
@@ -588,10 +521,10 @@ async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_refuses_an_
     assert_eq!(early.error_code(), "REGION_NOT_HEALTHY");
     assert_eq!(regions.placement("acme").await.home, "eu", "nothing moved");
 
-    let healed = router.cut(&[]).await;
+    let healed = router.admin_api.cut(&[]).await;
     assert_eq!(healed["cut_regions"], serde_json::json!([]));
     eventually(WAIT, || async {
-        router.region_up("us").await.then_some(())
+        router.admin_api.region_up("us").await.then_some(())
     })
     .await;
     let back = router.admin("/admin/failback", "us").await;
@@ -603,10 +536,7 @@ async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_refuses_an_
 async fn an_unreachable_node_answers_503_with_retry_after_and_bad_requests_get_the_nodes_errors() {
     let db = TestDb::new(Backend::Sqlite).await;
     let node = NodeProcess::start(&db, &[], &[]).await;
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr")
-    };
+    let closed = closed_addr();
     let router = RouterProcess::start(&[
         "--region".into(),
         "eu".into(),
@@ -749,9 +679,9 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
         "the router converged"
     );
     assert_eq!(again.status(), 201);
-    let misdirected = crate::helpers::metric(
+    let misdirected = metric(
         &reqwest::Client::new(),
-        &router.admin_url,
+        &router.admin_api.url,
         "router_misdirected_total",
     )
     .await;

@@ -89,7 +89,7 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
 
     // Clean shutdowns flush what is batched.
     assert!(node.terminate().await.success());
-    assert!(terminate(&mut sim.child).await.success());
+    assert!(sim.process.terminate().await.success());
 
     let spans = collector.exported_spans(8, Duration::from_secs(20)).await;
     let by_id: HashMap<&str, &ExportedSpan> =

@@ -8,18 +8,18 @@
 //! be absolute (or the drill cannot read the evidence, and fails).
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use once_test_support::ports::port_outside_ephemeral_range;
+use once_test_support::process::{self, Process, alive};
+use tokio::process::Command;
 
-use crate::helpers::{eventually, payment_body, post, send, terminate};
+use crate::helpers::{Answer, ONCE, eventually, payment_body, post, send};
 
 /// A running `once up`, its cluster description read back (also what
 /// `monitoring.rs` scrapes).
 pub(crate) struct Up {
-    pub(crate) child: Child,
+    pub(crate) process: Process,
     pub(crate) cluster: serde_json::Value,
 }
 
@@ -29,8 +29,8 @@ const DATA_DIR: &str = "data";
 impl Up {
     /// `once up --dir data` started in `root`; the cluster is `root/data`.
     pub(crate) async fn start(root: &Path, listen: &str) -> Self {
-        let dir = root.join(DATA_DIR);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_once"))
+        let mut command = process::command(ONCE);
+        command
             .args([
                 "up",
                 "--regions",
@@ -40,28 +40,16 @@ impl Up {
                 "--dir",
                 DATA_DIR,
             ])
-            .current_dir(root)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn once up");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        tokio::time::timeout(Duration::from_secs(120), async {
-            while let Some(line) = lines.next_line().await.expect("stdout") {
-                if line.starts_with("once is up:") {
-                    return;
-                }
-            }
-            panic!("once up exited before it was up");
+            .current_dir(root);
+        let (process, ()) = Process::start(command, "once up", Duration::from_secs(120), |line| {
+            line.starts_with("once is up:").then_some(())
         })
-        .await
-        .expect("once up is up within two minutes");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let cluster = serde_json::from_slice(&std::fs::read(dir.join("cluster.json")).unwrap())
-            .expect("cluster.json");
-        Self { child, cluster }
+        .await;
+        let cluster = serde_json::from_slice(
+            &std::fs::read(root.join(DATA_DIR).join("cluster.json")).unwrap(),
+        )
+        .expect("cluster.json");
+        Self { process, cluster }
     }
 }
 
@@ -85,14 +73,8 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-fn alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.split_whitespace().nth(2) == Some("Z"))
-}
-
 async fn drill(cluster: &Path, region: &str, mode: &str, out: &Path) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_once"))
+    Command::new(ONCE)
         .args([
             "drill",
             "failover",
@@ -139,10 +121,7 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
 async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and_resume() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join(DATA_DIR);
-    let listen = format!(
-        "127.0.0.1:{}",
-        crate::helpers::port_outside_ephemeral_range(&["127.0.0.1"])
-    );
+    let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
     let mut up = Up::start(root.path(), &listen).await;
     let pids_at_start = pids_now(&dir);
     for secret in ["cluster.json", "admin-token", "demo-keys.txt"] {
@@ -178,7 +157,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
             response.headers()["x-once-region"],
             t["home_region"].as_str().unwrap()
         );
-        let answer = crate::helpers::Answer::of(response).await;
+        let answer = Answer::of(response).await;
         assert_eq!(
             answer.status,
             201,
@@ -209,7 +188,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
         pids, pids_at_start,
         "the kill drill restarted a region: its processes are new ones"
     );
-    let status = terminate(&mut up.child).await;
+    let status = up.process.terminate().await;
     assert!(status.success(), "{status:?}");
     eventually(Duration::from_secs(30), || async {
         pids.iter().all(|p| !alive(*p)).then_some(())
@@ -228,8 +207,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     // `once up` itself dies without a word (SIGKILL): its children notice
     // their lifeline close and stop on their own; none is left behind.
     let orphans = pids_now(&dir);
-    again.child.start_kill().expect("SIGKILL once up");
-    again.child.wait().await.expect("once up reaped");
+    again.process.kill().await;
     eventually(Duration::from_secs(30), || async {
         orphans.iter().all(|p| !alive(*p)).then_some(())
     })

@@ -5,20 +5,20 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use once_store_client::admin;
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::Record;
 use once_store_client::protocol::{RECORDS_PATH, Status};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use once_test_support::fixtures::STORE_ADMIN_TOKEN as ADMIN_TOKEN;
+use once_test_support::ports::port_outside_ephemeral_range;
+use once_test_support::process::{self, Process};
+use once_test_support::proxy::LinkProxy;
 
-use super::proxy::LinkProxy;
-use crate::helpers::eventually;
+use crate::helpers::{ONCE, eventually};
 
-pub fn member_ip(id: u64) -> IpAddr {
+fn member_ip(id: u64) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 0, 0, id as u8))
 }
 
@@ -27,8 +27,12 @@ pub fn member_ip(id: u64) -> IpAddr {
 fn free_port() -> u16 {
     let ips: Vec<String> = (1..=5).map(|i| member_ip(i).to_string()).collect();
     let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
-    crate::helpers::port_outside_ephemeral_range(&ips)
+    port_outside_ephemeral_range(&ips)
 }
+
+/// Extra environment of each member, by id (`LD_PRELOAD` of libfaketime for
+/// a skewed clock, say).
+pub type MemberEnv = Vec<(String, String)>;
 
 #[derive(Debug)]
 pub struct Member {
@@ -37,10 +41,8 @@ pub struct Member {
     pub admin_addr: SocketAddr,
     pub data_dir: PathBuf,
     pub proxy: LinkProxy,
-    child: Option<Child>,
-    /// A command to run `once` under (e.g. `faketime`), with its env.
-    wrapper: Vec<String>,
-    wrapper_env: Vec<(String, String)>,
+    process: Option<Process>,
+    env: MemberEnv,
 }
 
 impl Member {
@@ -54,9 +56,6 @@ impl Member {
     }
 }
 
-/// Every test member's admin token.
-pub const ADMIN_TOKEN: &str = "store-admin-token-for-tests";
-
 /// An operator holding [`ADMIN_TOKEN`].
 pub fn operator() -> once_store_client::admin::Operator {
     once_store_client::admin::Operator::new(&once_edge::AdminToken::new(ADMIN_TOKEN).unwrap())
@@ -64,28 +63,24 @@ pub fn operator() -> once_store_client::admin::Operator {
 
 #[derive(Debug)]
 pub struct Cluster {
-    pub dir: tempfile::TempDir,
     pub members: BTreeMap<u64, Member>,
+    dir: tempfile::TempDir,
     raft_port: u16,
     api_port: u16,
     admin_port: u16,
     proxy_port: u16,
     /// Extra `once store` flags for every member.
-    pub extra_args: Vec<String>,
+    extra_args: Vec<String>,
 }
 
 impl Cluster {
     /// Starts `n` founding members and waits for a leader.
     pub async fn start(n: u64) -> Self {
-        Self::start_with(n, &[], |_| (vec![], vec![])).await
+        Self::start_with(n, &[], |_| vec![]).await
     }
 
-    /// As [`Self::start`], with extra flags and a per-member wrapper.
-    pub async fn start_with(
-        n: u64,
-        extra_args: &[&str],
-        wrapper: impl Fn(u64) -> (Vec<String>, Vec<(String, String)>),
-    ) -> Self {
+    /// As [`Self::start`], with extra flags and each member's extra env.
+    pub async fn start_with(n: u64, extra_args: &[&str], env: impl Fn(u64) -> MemberEnv) -> Self {
         let mut cluster = Self {
             dir: tempfile::tempdir().expect("temp dir"),
             members: BTreeMap::new(),
@@ -96,8 +91,7 @@ impl Cluster {
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=n {
-            let (w, env) = wrapper(id);
-            cluster.add_member(id, w, env).await;
+            cluster.add_member(id, env(id)).await;
         }
         let peers = cluster.peers();
         for id in 1..=n {
@@ -112,7 +106,7 @@ impl Cluster {
     }
 
     /// Registers member `id` (its addresses and proxy) without starting it.
-    pub async fn add_member(&mut self, id: u64, wrapper: Vec<String>, env: Vec<(String, String)>) {
+    async fn add_member(&mut self, id: u64, env: MemberEnv) {
         let raft_addr = SocketAddr::new(member_ip(id), self.raft_port);
         let api_addr = SocketAddr::new(member_ip(id), self.api_port);
         let admin_addr = SocketAddr::new(member_ip(id), self.admin_port);
@@ -127,9 +121,8 @@ impl Cluster {
                 admin_addr,
                 data_dir: self.dir.path().join(format!("member-{id}")),
                 proxy,
-                child: None,
-                wrapper,
-                wrapper_env: env,
+                process: None,
+                env,
             },
         );
     }
@@ -149,17 +142,8 @@ impl Cluster {
 
     /// Starts member `id`'s process; `peers` only for a founding start.
     pub async fn spawn(&mut self, id: u64, peers: Option<&str>) {
-        let extra = self.extra_args.clone();
         let m = self.members.get_mut(&id).expect("member");
-        let once = env!("CARGO_BIN_EXE_once");
-        let mut command = match m.wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(once);
-                c
-            }
-            None => Command::new(once),
-        };
+        let mut command = process::command(ONCE);
         command
             .args(["store", "--id", &id.to_string()])
             .args(["--raft-addr", &m.raft_addr.to_string()])
@@ -177,40 +161,27 @@ impl Cluster {
                 "--election-max",
                 "1000ms",
             ])
-            .args(&extra)
+            .args(&self.extra_args)
             // openraft warns about every vote race of a fresh election: noise in CI logs.
-            .env("RUST_LOG", "warn,openraft=error")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
+            .env("RUST_LOG", "warn,openraft=error");
         if let Some(peers) = peers {
             command.args(["--peers", peers]);
         }
-        for (k, v) in &m.wrapper_env {
-            command.env(k, v);
-        }
-        let mut child = command.spawn().expect("spawn once store");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while let Some(line) = lines.next_line().await.expect("read stdout") {
-                if line.starts_with("listening raft=") {
-                    return;
-                }
-            }
-            panic!("member {id} exited before listening");
-        })
-        .await
-        .expect("member starts within a minute");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        m.child = Some(child);
+        command.envs(m.env.iter().map(|(k, v)| (k, v)));
+        let (process, ()) = Process::start(
+            command,
+            &format!("member {id}"),
+            Duration::from_secs(60),
+            |line| line.starts_with("listening raft=").then_some(()),
+        )
+        .await;
+        m.process = Some(process);
     }
 
     /// SIGKILL: no shutdown, no flush beyond what was already committed.
     pub async fn kill(&mut self, id: u64) {
-        if let Some(mut child) = self.members.get_mut(&id).expect("member").child.take() {
-            child.start_kill().expect("SIGKILL");
-            child.wait().await.expect("reaped");
+        if let Some(mut process) = self.members.get_mut(&id).expect("member").process.take() {
+            process.kill().await;
         }
     }
 

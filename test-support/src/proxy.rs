@@ -1,9 +1,10 @@
-//! A fault-injecting TCP proxy owned by the test: one in front of each
-//! member's Raft listener. Members bind their outgoing sockets to their own
-//! address (127.0.0.N), so the proxy knows who is calling and can cut any
-//! directed link — a network partition without touching the host's
-//! firewall. Cutting a link also closes its open connections, so pooled
-//! keep-alive connections cannot leak through a partition.
+//! A fault-injecting TCP proxy the test owns, in front of a listener (a
+//! raft-store member's Raft port, say). Callers that bind their outgoing
+//! sockets to addresses of their own (127.0.0.N) are told apart by source
+//! address, so the proxy can cut any directed link — a network partition
+//! without touching the host's firewall. Cutting a link also closes its
+//! open connections, so pooled keep-alive connections cannot leak through
+//! a partition.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};

@@ -1,0 +1,35 @@
+//! An in-process router over stand-in nodes, as every test here starts one:
+//! on port 0, `acme`'s checkout key, health checks once a minute unless
+//! `adjust` says otherwise, and a store address where nothing listens — so
+//! a tenant lives in the router's own region and the nodes' answers (a
+//! `421` naming another home) decide the rest.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use once_edge::ApiKeys;
+use once_router::{NodeDirectory, RouterApp, RouterConfig};
+use once_test_support::fixtures::ACME_KEY;
+use once_test_support::ports::closed_addr;
+
+/// Starts a router of `region` over `nodes` (`region=url` each), serving
+/// until the test ends: its public and its admin address.
+pub async fn start_router(
+    region: &str,
+    nodes: &[String],
+    adjust: impl FnOnce(&mut RouterConfig),
+) -> (SocketAddr, SocketAddr) {
+    let mut config = RouterConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        region,
+        vec![closed_addr().to_string()],
+        NodeDirectory::parse(nodes).unwrap(),
+    );
+    config.health.interval = Duration::from_secs(60);
+    adjust(&mut config);
+    let keys = ApiKeys::from_plaintext_list(&format!("acme:checkout:{ACME_KEY}")).unwrap();
+    let app = RouterApp::build(config, keys).await.unwrap();
+    let addresses = (app.address(), app.admin_address());
+    tokio::spawn(app.run_until(std::future::pending()));
+    addresses
+}
