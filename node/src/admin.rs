@@ -10,6 +10,7 @@
 //! | `GET /admin/records?status=unknown&limit=N` | records in a status |
 //! | `GET /admin/records/{tenant}/{key}` | every principal's record for a key |
 //! | `POST /admin/records/{tenant}/{principal}/{key}/resolve` | `{outcome, reason, actor}` |
+//! | `GET /admin/resolutions?limit=N` | the audit trail, newest first |
 //!
 //! Stored response bodies are sensitive data: they are shown only here.
 
@@ -25,7 +26,7 @@ use crate::engine::resolve::{ResolveError, Verdict, resolve_unknown};
 use crate::error::ApiError;
 use crate::idempotency::{Record, Scope, Status};
 use crate::state::AppState;
-use crate::store::{ResolvedOutcome, StoreError};
+use crate::store::{AuditEntry, ResolvedOutcome, StoreError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -35,6 +36,7 @@ pub fn router() -> Router<AppState> {
             "/admin/records/{tenant}/{principal}/{key}/resolve",
             post(resolve),
         )
+        .route("/admin/resolutions", get(resolutions))
 }
 
 /// Proof that the caller presented the admin token.
@@ -199,6 +201,26 @@ async fn resolve(
         .await
         .map_err(resolve_error)?;
     Ok(Json(RecordView::from(&after)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TrailQuery {
+    #[serde(default = "default_limit")]
+    pub limit: i64,
+}
+
+async fn resolutions(
+    State(state): State<AppState>,
+    _: Operator,
+    Query(q): Query<TrailQuery>,
+) -> Result<Json<Vec<AuditEntry>>, ApiError> {
+    let trail = state
+        .store
+        .operators
+        .resolutions(q.limit.clamp(1, 1000))
+        .await
+        .map_err(unavailable)?;
+    Ok(Json(trail))
 }
 
 fn resolve_error(e: ResolveError) -> ApiError {

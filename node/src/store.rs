@@ -152,6 +152,21 @@ pub struct Resolution {
     pub expires_at: UnixMillis,
 }
 
+/// An operator's resolution as the audit trail keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    pub tenant: String,
+    pub principal: String,
+    pub key: String,
+    pub payment_id: Option<String>,
+    /// `charged` or `not-charged`.
+    pub outcome: String,
+    pub reason: String,
+    pub actor: String,
+    pub resolved_at: i64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResolvedOutcome {
     Charged,
@@ -254,6 +269,9 @@ pub trait Operators: Send + Sync + std::fmt::Debug + 'static {
         finish: Option<&Finish>,
         audit: &Resolution,
     ) -> Result<(), StoreError>;
+
+    /// The audit trail, newest first: who resolved what, when and why.
+    async fn resolutions(&self, limit: i64) -> Result<Vec<AuditEntry>, StoreError>;
 }
 
 /// The end of the replay window.

@@ -54,6 +54,7 @@ impl Simulator {
             .route("/charges", post(charge).get(ledger))
             .route("/charges/{key}", get(lookup))
             .route("/faults", post(arm).delete(clear).get(armed))
+            .route("/outage", post(start_outage).delete(end_outage).get(outage))
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(metrics))
             .layer(axum::middleware::from_fn(server_span))
@@ -95,7 +96,19 @@ async fn server_span(request: axum::extract::Request, next: axum::middleware::Ne
     response
 }
 
+/// The answer to every charge and lookup during an outage.
+fn out_of_service() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "outage",
+        "the provider is out of service; nothing was done",
+    )
+}
+
 async fn charge(State(sim): State<Simulator>, headers: HeaderMap, body: Bytes) -> Response {
+    if sim.faults.in_outage() {
+        return out_of_service();
+    }
     let Some(key) = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
@@ -246,6 +259,9 @@ async fn metrics(State(sim): State<Simulator>) -> Response {
 }
 
 async fn lookup(State(sim): State<Simulator>, Path(key): Path<String>) -> Response {
+    if sim.faults.in_outage() {
+        return out_of_service();
+    }
     match sim.ledger.get(&key) {
         Some(record) => (StatusCode::OK, Json(record)).into_response(),
         None => error(
@@ -273,6 +289,23 @@ async fn arm(
 /// watching its fault get consumed.
 async fn armed(State(sim): State<Simulator>) -> Json<Vec<FaultSpec>> {
     Json(sim.faults.armed())
+}
+
+async fn start_outage(State(sim): State<Simulator>) -> StatusCode {
+    tracing::warn!("provider outage started");
+    sim.faults.set_outage(true);
+    StatusCode::NO_CONTENT
+}
+
+async fn end_outage(State(sim): State<Simulator>) -> StatusCode {
+    tracing::warn!("provider outage ended");
+    sim.faults.set_outage(false);
+    StatusCode::NO_CONTENT
+}
+
+/// `{"out": true}` while the provider is out of service.
+async fn outage(State(sim): State<Simulator>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "out": sim.faults.in_outage() }))
 }
 
 async fn clear(State(sim): State<Simulator>) -> StatusCode {

@@ -1,6 +1,10 @@
-//! Faults armed for the next N charges.
+//! Faults armed for the next N charges, and the outage switch: while the
+//! provider is out, every charge and every lookup answers `503`, as a real
+//! provider's API does during an incident (charges already in flight still
+//! finish).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +38,7 @@ fn one() -> u32 {
 pub struct Faults {
     // A std mutex: held for a vector pop, never across an await.
     armed: Mutex<Vec<FaultSpec>>,
+    out: AtomicBool,
 }
 
 impl Faults {
@@ -50,6 +55,16 @@ impl Faults {
 
     pub fn clear(&self) {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Starts (`true`) or ends (`false`) an outage.
+    pub fn set_outage(&self, out: bool) {
+        self.out.store(out, Ordering::SeqCst);
+    }
+
+    /// Whether the provider is out now.
+    pub fn in_outage(&self) -> bool {
+        self.out.load(Ordering::SeqCst)
     }
 
     /// The fault for the charge being made now, if any.

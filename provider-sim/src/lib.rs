@@ -9,7 +9,8 @@
 //!   charges twice and replays its first answer; a different body under the
 //!   same key is rejected. Optionally journaled to a file, so a restarted
 //!   simulator remembers its charges like a real provider.
-//! - [`faults`]: faults armed at run time for the next N charges.
+//! - [`faults`]: faults armed at run time for the next N charges, and the
+//!   outage switch.
 //! - [`api`]: the HTTP surface.
 //!
 //! # HTTP
@@ -21,6 +22,7 @@
 //! | `GET /charges` | the whole ledger |
 //! | `POST /faults` `{"mode", "count", "ms"?}` / `DELETE /faults` | arm / clear faults |
 //! | `GET /faults` | the faults still armed (each charge consumes one) |
+//! | `POST /outage` / `DELETE /outage` / `GET /outage` | start / end / read an outage: every charge and lookup answers `503` meanwhile |
 //!
 //! Fault modes: `latency` (answer after `ms`), `error_before_charge` (503,
 //! nothing charged), `timeout_after_charge` (charge recorded, no answer ever:

@@ -21,7 +21,7 @@ use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
 use crate::regions::RegionHealth;
 use crate::state::{RouterState, SharedState};
-use crate::{admin, forward, health, ops};
+use crate::{admin, console, forward, health, ops};
 
 /// A bound router, not serving yet.
 #[derive(Debug)]
@@ -154,6 +154,7 @@ pub fn public_router(state: SharedState) -> Router {
 pub fn admin_router(state: SharedState) -> Router {
     let routes = Router::new()
         .merge(admin::router())
+        .merge(console::router())
         .merge(ops::metrics(&state))
         .merge(ops::health(&state));
     observe::outermost(routes, observing()).with_state(state)

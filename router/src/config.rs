@@ -1,6 +1,7 @@
 //! The router's validated configuration.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use once_edge::{AdminToken, ServerLimits, TenantLimits};
@@ -57,6 +58,13 @@ pub struct RouterConfig {
     /// Longest wait for a node's answer to a forwarded request.
     pub node_timeout: Duration,
     pub drain_timeout: Duration,
+    /// Each region's node admin listeners (`--node-admins`): where the
+    /// console reads stuck records and the audit trail and sends resolve
+    /// actions. `None`: the console shows neither.
+    pub node_admins: Option<NodeDirectory>,
+    /// Where failover drills write their reports (`--drill-reports`), for
+    /// the console's list of recent drills.
+    pub drill_reports: Option<PathBuf>,
 }
 
 /// When a region counts as down, and as back.
@@ -105,6 +113,8 @@ impl RouterConfig {
             body_limit: 64 * 1024,
             node_timeout: Duration::from_secs(25),
             drain_timeout: Duration::from_secs(10),
+            node_admins: None,
+            drill_reports: None,
         }
     }
 

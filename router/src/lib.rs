@@ -20,6 +20,9 @@
 //! - [`failover`]: moving tenants — failover and failback by epoch CAS.
 //! - [`admin`]: operator failover, failback, the placement table and the
 //!   simulated partition switch.
+//! - [`console`]: the operator console at `/console` (admin listener):
+//!   regions in the failover state machine, store members, tenants, stuck
+//!   records with the resolve action, drill reports.
 //! - [`partition`]: regions a drill has cut off from this router (their
 //!   nodes count as unreachable for forwarding and health checks).
 //! - [`ops`], [`metrics`]: health/readiness/metrics endpoints, Prometheus
@@ -54,6 +57,7 @@
 pub mod admin;
 pub mod app;
 pub mod config;
+pub mod console;
 pub mod failover;
 pub mod forward;
 pub mod headers;

@@ -49,6 +49,15 @@ impl RegionState {
     }
 }
 
+/// One region as this router's health checks count it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionCheck {
+    pub region: String,
+    pub up: bool,
+    pub consecutive_failures: u32,
+    pub consecutive_successes: u32,
+}
+
 /// Health of every region named in `--nodes`.
 #[derive(Debug)]
 pub struct RegionHealth {
@@ -119,6 +128,19 @@ impl RegionHealth {
             .iter()
             .filter(|(_, s)| s.down)
             .map(|(r, _)| r.clone())
+            .collect()
+    }
+
+    /// Every region's counters, for the console.
+    pub fn checks(&self) -> Vec<RegionCheck> {
+        self.lock()
+            .iter()
+            .map(|(r, s)| RegionCheck {
+                region: r.clone(),
+                up: !s.down,
+                consecutive_failures: s.consecutive_failures,
+                consecutive_successes: s.consecutive_successes,
+            })
             .collect()
     }
 

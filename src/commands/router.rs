@@ -75,6 +75,15 @@ pub struct RouterArgs {
     /// How long in-flight requests may finish after SIGTERM.
     #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
+    /// Node admin listeners of every region, `REGION=URL,…`: the console
+    /// lists stuck records and the audit trail from them and sends resolve
+    /// actions to them (with the admin token).
+    #[arg(long, env = "ONCE_NODE_ADMINS", value_delimiter = ',')]
+    pub node_admins: Vec<String>,
+    /// Directory whose `*/report.json` are failover drill reports, listed
+    /// by the console.
+    #[arg(long, env = "ONCE_DRILL_REPORTS")]
+    pub drill_reports: Option<PathBuf>,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
@@ -109,6 +118,12 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
     config.body_limit = args.body_limit;
     config.node_timeout = args.node_timeout;
     config.drain_timeout = args.drain_timeout;
+    config.node_admins = if args.node_admins.iter().all(|e| e.trim().is_empty()) {
+        None
+    } else {
+        Some(NodeDirectory::parse(&args.node_admins)?)
+    };
+    config.drill_reports = args.drill_reports.clone();
     config.validate()?;
     Ok(config)
 }
@@ -137,6 +152,8 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
                 "placementRefresh": humantime::format_duration(config.placement_refresh).to_string(),
                 "autoFailover": config.auto_failover,
                 "adminEndpoints": config.admin_token.is_some(),
+                "nodeAdmins": config.node_admins.as_ref().map(NodeDirectory::describe),
+                "drillReports": config.drill_reports,
                 "wanLatencyMs": config.wan_latency.as_millis() as u64,
                 "bodyLimit": config.body_limit,
                 "nodeTimeout": humantime::format_duration(config.node_timeout).to_string(),

@@ -19,8 +19,8 @@ use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::Payment;
 use crate::sql::Materialized;
 use crate::store::{
-    Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim, Recovery,
-    RequestPath, Resolution, StoreError, Sweeper,
+    AuditEntry, Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim,
+    Recovery, RequestPath, Resolution, StoreError, Sweeper,
 };
 
 /// Where raft-store is and who this node is to it.
@@ -506,6 +506,12 @@ impl Operators for RaftStore {
                 self.local.record_resolution(owner, audit).await
             }
         }
+    }
+
+    /// Audit entries live in the regional database of the node that
+    /// resolved (they are not replicated): this region's trail.
+    async fn resolutions(&self, limit: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        self.local.resolutions(limit).await
     }
 }
 

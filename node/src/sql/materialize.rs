@@ -9,7 +9,7 @@ use super::{payments, records};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::Record;
 use crate::payments::model::{NewPayment, Payment};
-use crate::store::Resolution;
+use crate::store::{AuditEntry, Resolution};
 use crate::store::{Finish, StoreError};
 use once_db::Database;
 
@@ -69,6 +69,11 @@ impl Materialized {
     ) -> Result<(), StoreError> {
         let _writer = self.db.writer().await;
         records::insert_resolution(&self.db.pool, owner, audit).await
+    }
+
+    /// The audit trail kept in this region's database, newest first.
+    pub async fn resolutions(&self, limit: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        records::recent_resolutions(&self.db.pool, limit).await
     }
 
     pub async fn payment(

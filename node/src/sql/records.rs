@@ -7,7 +7,7 @@ use sqlx::{Any, Executor, Row};
 
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
-use crate::store::{Claim, Finish, StoreError};
+use crate::store::{AuditEntry, Claim, Finish, StoreError};
 
 const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
      status, step, fence, locked_until, payment_id, provider_key, response_status, response_headers, \
@@ -435,6 +435,36 @@ pub async fn insert_resolution<'e>(
     .await
     .map_err(unavailable)?;
     Ok(())
+}
+
+/// The newest `limit` audit entries.
+pub async fn recent_resolutions<'e>(
+    db: impl Executor<'e, Database = Any>,
+    limit: i64,
+) -> Result<Vec<AuditEntry>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT tenant_id, principal_id, idempotency_key, payment_id, outcome, reason, actor, resolved_at \
+         FROM record_resolutions ORDER BY resolved_at DESC, id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await
+    .map_err(unavailable)?;
+    rows.iter()
+        .map(|row| {
+            Ok(AuditEntry {
+                tenant: row.try_get("tenant_id")?,
+                principal: row.try_get("principal_id")?,
+                key: row.try_get("idempotency_key")?,
+                payment_id: row.try_get("payment_id")?,
+                outcome: row.try_get("outcome")?,
+                reason: row.try_get("reason")?,
+                actor: row.try_get("actor")?,
+                resolved_at: row.try_get("resolved_at")?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(unavailable)
 }
 
 pub async fn oldest_unfinished<'e>(

@@ -14,8 +14,8 @@ use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{NewPayment, Payment};
 use crate::store::{
-    Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim, Recovery,
-    RequestPath, Resolution, StoreError, Sweeper,
+    AuditEntry, Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim,
+    Recovery, RequestPath, Resolution, StoreError, Sweeper,
 };
 use once_db::{Database, Dialect};
 
@@ -344,6 +344,10 @@ impl Operators for SqlStore {
         }
         records::insert_resolution(&mut *tx, owner, audit).await?;
         tx.commit().await.map_err(unavailable)
+    }
+
+    async fn resolutions(&self, limit: i64) -> Result<Vec<AuditEntry>, StoreError> {
+        records::recent_resolutions(&self.db.pool, limit).await
     }
 }
 
