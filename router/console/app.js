@@ -297,6 +297,12 @@ function start() {
     $("token").value = "";
     refresh();
   });
+  // A console URL with a token, opened in a tab already on the console,
+  // changes only the fragment: no page load.
+  window.addEventListener("hashchange", () => {
+    takeTokenFromFragment();
+    refresh();
+  });
   $("resolve").addEventListener("submit", submitResolve);
   $("resolve-cancel").addEventListener("click", () => {
     $("resolve").hidden = true;

@@ -7,7 +7,7 @@
 //!
 //! | route | |
 //! |---|---|
-//! | `GET /console`, `/console/app.js`, `/console/app.css` | the page; assets compiled into the binary |
+//! | `GET /console`, `/console/app.js`, `/console/app.css`, `/console/favicon.svg` | the page; assets compiled into the binary |
 //! | `GET /console/api/state` | everything the page shows ([`snapshot::ConsoleState`]) |
 //! | `POST /console/api/resolve` | `{region, tenant, principal, key, outcome, reason, actor}` → the node's resolve |
 //!
@@ -44,6 +44,7 @@ use records::ResolveAction;
 const PAGE: &str = include_str!("../console/index.html");
 const SCRIPT: &str = include_str!("../console/app.js");
 const STYLE: &str = include_str!("../console/app.css");
+const ICON: &str = include_str!("../console/favicon.svg");
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                       connect-src 'self'; img-src 'self'; base-uri 'none'; \
@@ -54,6 +55,7 @@ pub fn router() -> Router<SharedState> {
         .route("/console", get(page))
         .route("/console/app.js", get(script))
         .route("/console/app.css", get(style))
+        .route("/console/favicon.svg", get(icon))
         .route("/console/api/state", get(state))
         .route("/console/api/resolve", post(resolve))
 }
@@ -92,6 +94,10 @@ async fn script(State(state): State<SharedState>) -> Response {
 
 async fn style(State(state): State<SharedState>) -> Response {
     asset(&state, "text/css; charset=utf-8", STYLE)
+}
+
+async fn icon(State(state): State<SharedState>) -> Response {
+    asset(&state, "image/svg+xml", ICON)
 }
 
 async fn state(_: Operator, State(state): State<SharedState>) -> Response {

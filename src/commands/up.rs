@@ -267,6 +267,12 @@ impl Plan {
             self.layout.store_endpoints_from(home).join(","),
             "--nodes".into(),
             self.layout.nodes(),
+            "--node-admins".into(),
+            self.layout.node_admins(),
+            // Drills write next to cluster.json by default: the console
+            // lists them.
+            "--drill-reports".into(),
+            self.dir.display().to_string(),
         ];
         args.extend(self.latency());
         ChildProcess::spawn(
@@ -420,6 +426,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     };
 
     let router_url = format!("http://{}", args.listen);
+    let console_url = format!("http://{}/console", layout.router_admin);
     let cluster_path = args.dir.join("cluster.json");
     let running = Arc::new(tokio::sync::Mutex::new(running));
     let control_url = control::serve(control::Control {
@@ -431,7 +438,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let running_now = running.lock().await;
     let cluster = json!({
         "control": { "url": control_url },
-        "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "pid": running_now.router.as_ref().map(ChildProcess::pid) },
+        "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
         "admin_token": admin_token,
         "wan_latency_ms": args.wan_latency,
@@ -449,62 +456,79 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     // Every tenant's API key and the admin token are in it.
     write_private(&cluster_path, &serde_json::to_vec_pretty(&cluster)?)?;
 
-    print_welcome(
-        &args,
-        &router_url,
-        &provider_url,
-        &admin_token,
-        &keys,
-        &homes,
-        &cluster_path,
-    );
+    Welcome {
+        router_url: &router_url,
+        console_url: &console_url,
+        provider_url: &provider_url,
+        admin_token: &admin_token,
+        keys: &keys,
+        homes: &homes,
+        cluster_path: &cluster_path,
+    }
+    .print(&args);
     shutdown.requested().await;
     println!("stopping every process of the cluster …");
     std::mem::take(&mut *running.lock().await).stop().await;
     Ok(())
 }
 
-fn print_welcome(
-    args: &UpArgs,
-    router_url: &str,
-    provider_url: &str,
-    admin_token: &str,
-    keys: &[(String, String)],
-    homes: &[(String, String)],
-    cluster_path: &Path,
-) {
-    let regions = match args.regions {
-        1 => "1 region".to_owned(),
-        n => format!("{n} regions"),
-    };
-    println!(
-        "once is up: {router_url}  ({regions}, data in {})",
-        args.dir.display()
-    );
-    for ((t, k), (_, home)) in keys.iter().zip(homes) {
-        println!("  tenant {t:<8} home {home:<9} API key {k}");
-    }
-    println!("  provider simulator {provider_url}  (ledger: GET {provider_url}/charges)");
-    println!("  admin token {admin_token}");
-    println!("  cluster description: {}", cluster_path.display());
-    println!("  logs: {}", args.dir.join("logs").display());
-    println!();
-    let (tenant, key) = &keys[0];
-    println!("Create a payment as {tenant} (run it twice: the second answer is a replay):");
-    println!(
-        "  curl -si {router_url}/payments -H 'Authorization: Bearer {key}' -H 'Idempotency-Key: order-1' \\\n    \
+/// What `once up` prints once the cluster answers.
+struct Welcome<'a> {
+    router_url: &'a str,
+    console_url: &'a str,
+    provider_url: &'a str,
+    admin_token: &'a str,
+    keys: &'a [(String, String)],
+    homes: &'a [(String, String)],
+    cluster_path: &'a Path,
+}
+
+impl Welcome<'_> {
+    fn print(&self, args: &UpArgs) {
+        let Self {
+            router_url,
+            console_url,
+            provider_url,
+            admin_token,
+            keys,
+            homes,
+            cluster_path,
+        } = *self;
+        let regions = match args.regions {
+            1 => "1 region".to_owned(),
+            n => format!("{n} regions"),
+        };
+        println!(
+            "once is up: {router_url}  ({regions}, data in {})",
+            args.dir.display()
+        );
+        for ((t, k), (_, home)) in keys.iter().zip(homes) {
+            println!("  tenant {t:<8} home {home:<9} API key {k}");
+        }
+        println!("  provider simulator {provider_url}  (ledger: GET {provider_url}/charges)");
+        println!("  admin token {admin_token}");
+        // The token rides in the fragment: browsers never send it anywhere.
+        println!("  console {console_url}#token={admin_token}");
+        println!("  cluster description: {}", cluster_path.display());
+        println!("  logs: {}", args.dir.join("logs").display());
+        println!();
+        let (tenant, key) = &keys[0];
+        println!("Create a payment as {tenant} (run it twice: the second answer is a replay):");
+        println!(
+            "  curl -si {router_url}/payments -H 'Authorization: Bearer {key}' -H 'Idempotency-Key: order-1' \\\n    \
          -H 'Content-Type: application/json' \\\n    \
          -d '{{\"accountId\":\"acc_1\",\"amount\":\"10.00\",\"currency\":\"EUR\",\"merchantReference\":\"order-1\"}}'"
-    );
-    println!(
-        "Rehearse losing a region: once drill failover --cluster {} --region {}",
-        cluster_path.display(),
-        homes.first().map_or("eu-west", |(_, h)| h.as_str())
-    );
-    println!(
-        "Ctrl-C stops it; `once up --dir {}` resumes from the same data.",
-        args.dir.display()
-    );
+        );
+        println!(
+            "Rehearse losing a region: once drill failover --cluster {} --region {}",
+            cluster_path.display(),
+            homes.first().map_or("eu-west", |(_, h)| h.as_str())
+        );
+        println!(
+            "Ctrl-C stops it; `once up --dir {}` resumes from the same data.",
+            args.dir.display()
+        );
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! on SQLite and on PostgreSQL.
 
 mod concurrency;
+mod console;
 mod contract;
 mod crash;
 mod deploy;

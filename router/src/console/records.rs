@@ -42,7 +42,8 @@ pub struct StuckRecord {
     pub takeovers: i32,
     pub created_at: i64,
     pub updated_at: i64,
-    /// The region whose node listed it: where a resolve action goes.
+    /// Where a resolve action goes: the region that created it if it has a
+    /// node admin listener, else the region whose node listed it.
     #[serde(default)]
     pub via: String,
 }
@@ -177,6 +178,13 @@ pub async fn operator_view(state: &RouterState, admins: &NodeDirectory) -> Opera
                 view.resolutions.extend(trail);
             }
             Err(e) => view.unreachable.push(format!("{region}: {e:#}")),
+        }
+    }
+    // A resolve goes to the region that created the record, where its
+    // payment row is, when that region has a listener.
+    for record in &mut view.stuck {
+        if admins.contains(&record.region) {
+            record.via.clone_from(&record.region);
         }
     }
     view.stuck.sort_by_key(|r| r.created_at);

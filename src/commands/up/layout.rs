@@ -267,6 +267,15 @@ impl Layout {
             .collect::<Vec<_>>()
             .join(",")
     }
+
+    /// The router's `--node-admins`: each region's node admin listener.
+    pub fn node_admins(&self) -> String {
+        self.regions
+            .iter()
+            .map(|r| format!("{}=http://{}", r.name, r.node_admin))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
 }
 
 #[cfg(test)]
