@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::client_log::{Attempt, ClientLog, EpochMillis};
 use crate::report::Report;
@@ -20,7 +21,9 @@ use crate::report::Report;
 pub const THROUGHPUT_SVG: &str = "throughput.svg";
 pub const LATENCY_SVG: &str = "latency.svg";
 
-const SIZE: (u32, u32) = (960, 420);
+const SIZE: (u32, u32) = (1160, 440);
+/// The legend's width, right of the plot: room for the longest error class.
+const LEGEND_WIDTH: u32 = 420;
 
 /// One drawn chart: the SVG document and the file it is written to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,7 +254,8 @@ pub fn render(report: &Report, log: &ClientLog) -> anyhow::Result<Vec<Chart>> {
 }
 
 /// One chart as an SVG document: the curves over drill time, the intervals
-/// shaded behind them, the moments as vertical lines, and a legend.
+/// shaded behind them, the moments as vertical lines, and a legend to the
+/// right of the plot (inside it, it would hide the data).
 fn draw(
     caption: &str,
     y_desc: &str,
@@ -264,11 +268,13 @@ fn draw(
         .fold(markers.last(), f64::max)
         .max(1.0);
     let y_max = points().map(|p| p.1).fold(1.0, f64::max) * 1.1;
+    let mut legend = Vec::new();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
+        let (plot, legend_area) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+        let mut chart = ChartBuilder::on(&plot)
             .caption(caption, ("sans-serif", 24))
             .margin(12)
             .x_label_area_size(40)
@@ -285,43 +291,51 @@ fn draw(
         let shades = [RGBColor(255, 160, 0), RGBColor(0, 160, 220)];
         for (interval, color) in markers.intervals.iter().zip(shades) {
             let fill = color.mix(0.18).filled();
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(interval.from, 0.0), (interval.to, y_max)],
-                    fill,
-                )))?
-                .label(interval.what)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], fill));
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(interval.from, 0.0), (interval.to, y_max)],
+                fill,
+            )))?;
+            legend.push((interval.what, Swatch::Shade(fill)));
         }
         for (i, curve) in curves.iter().enumerate() {
             let style = Palette99::pick(i).stroke_width(2);
-            chart
-                .draw_series(LineSeries::new(curve.points.iter().copied(), style))?
-                .label(curve.label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(LineSeries::new(curve.points.iter().copied(), style))?;
+            legend.push((curve.label.as_str(), Swatch::Line(style)));
         }
         for moment in &markers.moments {
             let style = moment_color(moment.what).stroke_width(2);
-            chart
-                .draw_series(DashedLineSeries::new(
-                    [(moment.at, 0.0), (moment.at, y_max)],
-                    6,
-                    4,
-                    style,
-                ))?
-                .label(moment.what)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(DashedLineSeries::new(
+                [(moment.at, 0.0), (moment.at, y_max)],
+                6,
+                4,
+                style,
+            ))?;
+            legend.push((moment.what, Swatch::Line(style)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .draw()?;
+        let font =
+            TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        for (i, (label, swatch)) in legend.iter().enumerate() {
+            let y = 48 + 22 * i as i32;
+            match *swatch {
+                Swatch::Line(style) => {
+                    legend_area.draw(&PathElement::new(vec![(0, y), (24, y)], style))?
+                }
+                Swatch::Shade(style) => {
+                    legend_area.draw(&Rectangle::new([(0, y - 6), (24, y + 6)], style))?
+                }
+            }
+            legend_area.draw(&Text::new(*label, (32, y), font.clone()))?;
+        }
         root.present()?;
     }
     Ok(svg)
+}
+
+/// How a legend entry shows what it names.
+#[derive(Debug, Clone, Copy)]
+enum Swatch {
+    Line(ShapeStyle),
+    Shade(ShapeStyle),
 }
 
 fn moment_color(what: &str) -> RGBColor {
@@ -329,7 +343,7 @@ fn moment_color(what: &str) -> RGBColor {
         "fault" => RGBColor(200, 0, 0),
         "load ended" => RGBColor(60, 60, 60),
         "failback requested" => RGBColor(120, 0, 160),
-        _ => RGBColor(0, 130, 60),
+        _ => RGBColor(0, 140, 140),
     }
 }
 
