@@ -19,7 +19,8 @@
 //!   gather: client log + payments (every region's DB) + provider ledger
 //!           + raft-store records (from the leader)
 //!    ▼
-//!   check (pure) ──► report.json / report.md / evidence.json
+//!   check (pure) ──► report.json / report.md / report.html
+//!                    + throughput.svg / latency.svg / evidence.json
 //! ```
 //!
 //! # Layout
@@ -37,10 +38,17 @@
 //! - [`gather`]: reading the evidence from a live cluster, read-only.
 //! - [`check`]: the invariant checks, pure functions.
 //! - [`report`]: the timeline and the report files.
+//! - [`document`]: the report as a document, rendered to Markdown and to a
+//!   self-contained HTML page.
+//! - [`charts`]: per-second series from the client log (successes, errors
+//!   by answer, p50/p99 latency), drawn as SVG with the fault, failback,
+//!   load end, detection and recovery marked.
 
+pub mod charts;
 pub mod check;
 pub mod client_log;
 pub mod cluster;
+pub mod document;
 pub mod evidence;
 pub mod failback;
 pub mod fault;
@@ -212,7 +220,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         }
         (report, events)
     };
-    timeline.record("load started");
+    let load_started_at = timeline.record("load started");
     let ((), (fault_report, fault_events)) = tokio::join!(load, fault_schedule);
     for (at, what) in fault_events {
         timeline.record_at(at, what);
@@ -327,6 +335,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         region: region.name.clone(),
         duration_seconds: duration.as_secs(),
         rate: args.rate,
+        load_started_at: Some(load_started_at),
         measurements: measure::measure(
             &evidence.log,
             fault_report.at,

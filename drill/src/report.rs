@@ -1,17 +1,20 @@
-//! The drill's report: `report.json` (machine-readable) and `report.md` (a
-//! timeline, the measured times and the checks for people), plus the raw
-//! evidence (`evidence.json`: client log, payments, ledger, store records)
-//! so a violation can be investigated after the cluster is gone.
+//! The drill's report: `report.json` (machine-readable), `report.md` and
+//! `report.html` (a timeline, charts over drill time, the measured times and
+//! the checks for people; the same [`Document`] rendered twice), the charts'
+//! SVG files, plus the raw evidence (`evidence.json`: client log, payments,
+//! ledger, store records) so a violation can be investigated after the
+//! cluster is gone.
 
-use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::charts::{self, Chart};
 use crate::check::CheckResult;
 use crate::client_log::{EpochMillis, now_ms};
+use crate::document::{Block, Document, Item, Line};
 use crate::evidence::Evidence;
 use crate::failback::FailbackResult;
 use crate::fault::FaultMode;
@@ -100,6 +103,10 @@ pub struct Report {
     pub region: String,
     pub duration_seconds: u64,
     pub rate: u32,
+    /// When the load started: the origin of the charts' time axis. Absent
+    /// from reports written before it was recorded.
+    #[serde(default)]
+    pub load_started_at: Option<EpochMillis>,
     pub timeline: Timeline,
     pub fault: FaultReport,
     pub measurements: Measurements,
@@ -111,166 +118,233 @@ pub struct Report {
 }
 
 impl Report {
-    /// Writes `report.json`, `report.md` and `evidence.json` into `dir`.
+    /// Writes `report.json`, `report.md`, `report.html`, the charts
+    /// (`throughput.svg`, `latency.svg`, drawn from `evidence`'s client log)
+    /// and `evidence.json` into `dir`.
     pub fn write(&self, dir: &Path, evidence: &Evidence) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let write = |name: &str, bytes: Vec<u8>| {
+        let write = |name: &str, bytes: &[u8]| {
             let path = dir.join(name);
             std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))
         };
-        write("report.json", serde_json::to_vec_pretty(self)?)?;
-        write("report.md", self.markdown().into_bytes())?;
-        write("evidence.json", serde_json::to_vec_pretty(evidence)?)?;
+        write("report.json", &serde_json::to_vec_pretty(self)?)?;
+        let charts = charts::render(self, &evidence.log).context("drawing the charts")?;
+        for chart in &charts {
+            write(chart.file_name, chart.svg.as_bytes())?;
+        }
+        let document = self.document(charts);
+        write("report.md", document.markdown().as_bytes())?;
+        write("report.html", document.html().as_bytes())?;
+        write("evidence.json", &serde_json::to_vec_pretty(evidence)?)?;
         Ok(())
     }
 
-    /// The report for people.
-    pub fn markdown(&self) -> String {
-        let mut md = String::new();
+    /// The report for people, with `charts` after the timeline.
+    pub fn document(&self, charts: Vec<Chart>) -> Document {
         let verdict = if self.invariants_held {
             "every invariant held"
         } else {
             "INVARIANTS BROKEN"
         };
-        let _ = writeln!(
-            md,
-            "# Failover drill: region {}, {} — {verdict}\n",
+        let mut doc = Document::new(format!(
+            "Failover drill: region {}, {} — {verdict}",
             self.region,
             match self.fault.mode {
                 FaultMode::Kill => "kill",
                 FaultMode::Partition => "partition",
             }
-        );
-        let _ = writeln!(
-            md,
-            "Cluster `{}`, {} s at {} payments/s.\n",
-            self.cluster, self.duration_seconds, self.rate
-        );
+        ));
+        doc.push(Block::Paragraph(
+            Line::default()
+                .text("Cluster ")
+                .code(&self.cluster)
+                .text(format!(
+                    ", {} s at {} payments/s.",
+                    self.duration_seconds, self.rate
+                )),
+        ));
         if !self.fault.injected {
-            let _ = writeln!(
-                md,
-                "**The fault was not injected**: {}. The checks below cover the load, not a failover.\n",
-                self.fault.error.as_deref().unwrap_or("unknown reason")
-            );
+            doc.push(Block::Paragraph(
+                Line::default()
+                    .strong("The fault was not injected")
+                    .text(format!(
+                        ": {}. The checks below cover the load, not a failover.",
+                        self.fault.error.as_deref().unwrap_or("unknown reason")
+                    )),
+            ));
         } else if let Some(e) = &self.fault.error {
-            let _ = writeln!(md, "**The fault did not go entirely as planned**: {e}.\n");
+            doc.push(Block::Paragraph(
+                Line::default()
+                    .strong("The fault did not go entirely as planned")
+                    .text(format!(": {e}.")),
+            ));
         }
-        let _ = writeln!(md, "## Timeline\n");
+        doc.push(Block::Heading("Timeline".into()));
         let start = self.timeline.0.first().map_or(0, |e| e.at);
-        for event in &self.timeline.0 {
-            let offset = event.at.saturating_sub(start) as f64 / 1000.0;
-            let _ = writeln!(md, "- `+{offset:7.3}s` {} — {}", event.time, event.what);
-        }
+        doc.push(Block::List(
+            self.timeline
+                .0
+                .iter()
+                .map(|event| {
+                    let offset = event.at.saturating_sub(start) as f64 / 1000.0;
+                    Line::default()
+                        .code(format!("+{offset:7.3}s"))
+                        .text(format!(" {} — {}", event.time, event.what))
+                        .into()
+                })
+                .collect(),
+        ));
+        doc.push(Block::Heading("Charts".into()));
+        doc.push(Block::Paragraph(
+            "Seconds since the load started; every attempt of the drill counted in the second \
+             it was answered. Lines mark the fault, failback and the end of the load; shaded \
+             spans run from the fault to the slowest detection and recovery."
+                .into(),
+        ));
+        doc.blocks.extend(charts.into_iter().map(Block::Chart));
+
         let m = &self.measurements;
         let ms = |v: Option<u64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v} ms"));
-        let _ = writeln!(md, "\n## Measured\n");
+        doc.push(Block::Heading("Measured".into()));
         if m.fault_at.is_none() {
-            let _ = writeln!(
-                md,
-                "No fault, so no detection or recovery times; the load's numbers follow.\n"
-            );
+            doc.push(Block::Paragraph(
+                "No fault, so no detection or recovery times; the load's numbers follow.".into(),
+            ));
         }
-        let _ = writeln!(
-            md,
-            "Times and rates are the load's (attempts answered by its end), not the failback's or the final replays'.\n"
-        );
-        let _ = writeln!(
-            md,
-            "| tenant | detection | time to recover |\n|---|---|---|"
-        );
-        for t in &m.tenants {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} |",
-                t.tenant,
-                ms(t.detection_ms),
-                ms(t.recovery_ms)
-            );
-        }
-        let _ = writeln!(
-            md,
-            "| **max** | {} | {} |\n",
-            ms(m.max_detection_ms),
-            ms(m.max_recovery_ms)
-        );
+        doc.push(Block::Paragraph(
+            "Times and rates are the load's (attempts answered by its end), not the failback's or the final replays'."
+                .into(),
+        ));
+        let mut rows: Vec<Vec<Line>> = m
+            .tenants
+            .iter()
+            .map(|t| {
+                vec![
+                    t.tenant.as_str().into(),
+                    ms(t.detection_ms).into(),
+                    ms(t.recovery_ms).into(),
+                ]
+            })
+            .collect();
+        rows.push(vec![
+            Line::default().strong("max"),
+            ms(m.max_detection_ms).into(),
+            ms(m.max_recovery_ms).into(),
+        ]);
+        doc.push(Block::Table {
+            head: vec![
+                "tenant".into(),
+                "detection".into(),
+                "time to recover".into(),
+            ],
+            rows,
+        });
         if !m.never_recovered.is_empty() {
-            let _ = writeln!(
-                md,
-                "Never recovered during the drill: {}\n",
-                m.never_recovered.join(", ")
-            );
+            doc.push(Block::Paragraph(
+                format!(
+                    "Never recovered during the drill: {}",
+                    m.never_recovered.join(", ")
+                )
+                .into(),
+            ));
         }
-        let _ = writeln!(
-            md,
-            "{} operations ({} answered, {} unanswered), {} attempts; {:.1} successes/s, {:.1} attempts/s.\n",
-            m.operations,
-            m.answered,
-            m.unanswered,
-            m.attempts,
-            m.successes_per_second,
-            m.attempts_per_second
-        );
-        let _ = writeln!(
-            md,
-            "Client-visible errors (some are the expected answers to planted requests):\n"
-        );
-        let _ = writeln!(md, "| answer | attempts |\n|---|---|");
-        for (class, n) in &m.errors {
-            let _ = writeln!(md, "| {class} | {n} |");
-        }
+        doc.push(Block::Paragraph(
+            format!(
+                "{} operations ({} answered, {} unanswered), {} attempts; {:.1} successes/s, {:.1} attempts/s.",
+                m.operations,
+                m.answered,
+                m.unanswered,
+                m.attempts,
+                m.successes_per_second,
+                m.attempts_per_second
+            )
+            .into(),
+        ));
+        doc.push(Block::Paragraph(
+            "Client-visible errors (some are the expected answers to planted requests):".into(),
+        ));
+        doc.push(Block::Table {
+            head: vec!["answer".into(), "attempts".into()],
+            rows: m
+                .errors
+                .iter()
+                .map(|(class, n)| vec![class.as_str().into(), n.to_string().into()])
+                .collect(),
+        });
         if let Some(f) = &self.failback {
-            let _ = writeln!(md, "\n## Failback\n");
-            let _ = writeln!(
-                md,
-                "Router answered {}; {}.",
-                f.router_status
-                    .map_or_else(|| "nothing".to_owned(), |s| s.to_string()),
-                match f.home_again_at {
-                    Some(at) => format!(
-                        "tenants served by {} again after {} ms",
-                        self.region,
-                        at.saturating_sub(f.requested_at)
-                    ),
-                    None => format!("still not home: {}", f.not_home.join(", ")),
-                }
-            );
+            doc.push(Block::Heading("Failback".into()));
+            doc.push(Block::Paragraph(
+                format!(
+                    "Router answered {}; {}.",
+                    f.router_status
+                        .map_or_else(|| "nothing".to_owned(), |s| s.to_string()),
+                    match f.home_again_at {
+                        Some(at) => format!(
+                            "tenants served by {} again after {} ms",
+                            self.region,
+                            at.saturating_sub(f.requested_at)
+                        ),
+                        None => format!("still not home: {}", f.not_home.join(", ")),
+                    }
+                )
+                .into(),
+            ));
         }
-        let _ = writeln!(md, "\n## Checks\n");
-        for check in &self.checks {
-            let mark = if check.passed { "pass" } else { "FAIL" };
-            let _ = writeln!(
-                md,
-                "- **{mark}** {} ({}) — {}",
-                check.name,
-                check.invariant,
-                check.notes.join("; ")
-            );
-            for v in check.violations.iter().take(20) {
-                let _ = writeln!(md, "  - {}: `{}`", v.what, v.evidence);
-            }
-            if check.violations.len() > 20 {
-                let _ = writeln!(
-                    md,
-                    "  - … {} more in report.json",
-                    check.violations.len() - 20
-                );
-            }
-        }
+        doc.push(Block::Heading("Checks".into()));
+        doc.push(Block::List(
+            self.checks
+                .iter()
+                .map(|check| {
+                    let mark = if check.passed { "pass" } else { "FAIL" };
+                    let mut nested: Vec<Line> = check
+                        .violations
+                        .iter()
+                        .take(20)
+                        .map(|v| {
+                            Line::default()
+                                .text(format!("{}: ", v.what))
+                                .code(v.evidence.to_string())
+                        })
+                        .collect();
+                    if check.violations.len() > 20 {
+                        nested.push(
+                            format!("… {} more in report.json", check.violations.len() - 20).into(),
+                        );
+                    }
+                    Item {
+                        line: Line::default().strong(mark).text(format!(
+                            " {} ({}) — {}",
+                            check.name,
+                            check.invariant,
+                            check.notes.join("; ")
+                        )),
+                        nested,
+                    }
+                })
+                .collect(),
+        ));
         let e = &self.evidence;
-        let _ = writeln!(
-            md,
-            "\nEvidence: payment rows by region {:?}, {} ledger entries, {} store records{}.",
-            e.payment_rows_by_region,
-            e.ledger_entries,
-            e.store_records
-                .map_or_else(|| "no".to_owned(), |n| n.to_string()),
-            e.store_member
-                .as_ref()
-                .map_or_else(String::new, |m| format!(" (from {m})"))
-        );
-        for gap in &e.gaps {
-            let _ = writeln!(md, "- could not read {gap}");
+        doc.push(Block::Paragraph(
+            format!(
+                "Evidence: payment rows by region {:?}, {} ledger entries, {} store records{}.",
+                e.payment_rows_by_region,
+                e.ledger_entries,
+                e.store_records
+                    .map_or_else(|| "no".to_owned(), |n| n.to_string()),
+                e.store_member
+                    .as_ref()
+                    .map_or_else(String::new, |m| format!(" (from {m})"))
+            )
+            .into(),
+        ));
+        if !e.gaps.is_empty() {
+            doc.push(Block::List(
+                e.gaps
+                    .iter()
+                    .map(|gap| Line::from(format!("could not read {gap}")).into())
+                    .collect(),
+            ));
         }
-        md
+        doc
     }
 }

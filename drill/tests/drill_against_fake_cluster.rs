@@ -458,7 +458,37 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
         serde_json::from_slice(&std::fs::read(outcome.report_dir.join("report.json")).unwrap())
             .unwrap();
     assert_eq!(json["invariants_held"], true);
+    assert!(json["load_started_at"].as_u64().is_some(), "{json:#}");
     assert!(outcome.report_dir.join("evidence.json").exists());
+
+    // The charts: SVG files beside the report, linked from report.md right
+    // after the timeline, and inline in the self-contained report.html.
+    for chart in ["throughput.svg", "latency.svg"] {
+        let svg = std::fs::read_to_string(outcome.report_dir.join(chart)).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}: {svg}");
+        assert!(svg.trim_end().ends_with("</svg>"), "{chart}: {svg}");
+        assert!(svg.contains("load ended"), "{chart}: {svg}");
+        assert!(md.contains(&format!("]({chart})")), "{md}");
+    }
+    let charts_at = md.find("## Charts").expect("a Charts section");
+    assert!(md.find("## Timeline").unwrap() < charts_at, "{md}");
+    assert!(charts_at < md.find("## Measured").unwrap(), "{md}");
+    assert!(md.contains("![Answers per second"), "{md}");
+    let html = std::fs::read_to_string(outcome.report_dir.join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert_eq!(html.matches("<svg").count(), 2, "{html}");
+    for section in ["Timeline", "Charts", "Measured", "Failback", "Checks"] {
+        assert!(html.contains(&format!("<h2>{section}</h2>")), "{html}");
+    }
+    assert!(
+        html.contains("<strong>The fault was not injected</strong>"),
+        "{html}"
+    );
+    assert!(
+        !html.contains("<script") && !html.contains("src=\""),
+        "{html}"
+    );
+    assert!(html.contains("503 SERVICE_UNAVAILABLE"), "{html}");
 }
 
 #[tokio::test]
