@@ -115,6 +115,36 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
         "the region's tenants are served at home again: {}",
         json["failback"]
     );
+    // The pictures: both charts mark the fault, the failback and the
+    // detection and recovery spans, in their files and inline in the page.
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for chart in ["throughput.svg", "latency.svg"] {
+        let svg = std::fs::read_to_string(out.join(chart)).unwrap();
+        for marker in [
+            "fault",
+            "detection (max)",
+            "recovery (max)",
+            "failback requested",
+            "home again",
+        ] {
+            assert!(svg.contains(marker), "{chart} marks {marker}");
+        }
+        assert!(html.contains(svg.trim()), "report.html inlines {chart}");
+    }
+}
+
+/// The console's state, as the page reads it, with the admin token.
+async fn console_state(cluster: &serde_json::Value) -> serde_json::Value {
+    let admin = cluster["router"]["admin_url"].as_str().unwrap();
+    let token = cluster["admin_token"].as_str().unwrap();
+    let response = reqwest::Client::new()
+        .get(format!("{admin}/console/api/state"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,6 +205,18 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     // Kill the router's region under load: no invariant breaks.
     let victim = tenants[0]["home_region"].as_str().unwrap();
     drill_holds(&dir, victim, "kill").await;
+
+    // The console lists both drills, newest first, with their timelines.
+    let state = console_state(&up.cluster).await;
+    let drills = state["drills"].as_array().expect("drills listed");
+    let names: Vec<&str> = drills.iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["drill-kill", "drill-partition"], "{state}");
+    for drill in drills {
+        assert_eq!(drill["invariants_held"], true, "{drill}");
+        assert!(drill["timeline"].as_array().unwrap().len() > 3, "{drill}");
+    }
+    assert_eq!(drills[0]["region"], victim);
+    assert_eq!(drills[0]["fault"]["mode"], "kill");
 
     // SIGTERM stops every child; nothing is left running — the restarted
     // region's new processes included.
