@@ -369,6 +369,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         .with_context(|| format!("resolving {}", args.dir.display()))?;
     let layout =
         Layout::load_or_create(&args.dir, usize::from(args.regions), &[args.listen.port()])?;
+    layout.ensure_free(args.listen)?;
     let keys = demo_keys(&args.dir)?;
     let admin_token = demo_admin_token(&args.dir)?;
 

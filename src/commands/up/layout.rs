@@ -268,6 +268,34 @@ impl Layout {
             .join(",")
     }
 
+    /// Every address a child of this layout listens on.
+    pub fn addresses(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.router_admin)
+            .chain(self.regions.iter().flat_map(|r| {
+                [
+                    r.store_raft,
+                    r.store_api,
+                    r.node,
+                    r.store_admin,
+                    r.node_admin,
+                ]
+            }))
+            .collect()
+    }
+
+    /// Fails, naming the address, if anything already listens where a
+    /// child of this layout (or the router, on `listen`) will: a child that
+    /// cannot bind exits, and a readiness probe would otherwise be
+    /// answered by the stranger holding its port.
+    pub fn ensure_free(&self, listen: SocketAddr) -> anyhow::Result<()> {
+        for address in std::iter::once(listen).chain(self.addresses()) {
+            std::net::TcpListener::bind(address).with_context(|| {
+                format!("{address} is in use: another process listens where once up would")
+            })?;
+        }
+        Ok(())
+    }
+
     /// The router's `--node-admins`: each region's node admin listener.
     pub fn node_admins(&self) -> String {
         self.regions
@@ -284,19 +312,28 @@ mod tests {
 
     impl Layout {
         fn ports(&self) -> Vec<u16> {
-            std::iter::once(self.router_admin.port())
-                .chain(self.regions.iter().flat_map(|r| {
-                    [
-                        r.store_raft,
-                        r.store_api,
-                        r.node,
-                        r.store_admin,
-                        r.node_admin,
-                    ]
-                    .map(|a| a.port())
-                }))
-                .collect()
+            self.addresses().iter().map(SocketAddr::port).collect()
         }
+    }
+
+    #[test]
+    fn a_port_someone_else_holds_is_named_before_anything_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::load_or_create(dir.path(), 2, &[]).unwrap();
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listen = free.local_addr().unwrap();
+        drop(free);
+        layout.ensure_free(listen).unwrap();
+        let stranger = std::net::TcpListener::bind(layout.regions[1].node).unwrap();
+        let error = format!("{:#}", layout.ensure_free(listen).unwrap_err());
+        assert!(
+            error.contains(&layout.regions[1].node.to_string()),
+            "{error}"
+        );
+        drop(stranger);
+        let router = std::net::TcpListener::bind(listen).unwrap();
+        assert!(layout.ensure_free(listen).is_err());
+        drop(router);
     }
 
     #[test]
