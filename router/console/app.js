@@ -169,6 +169,10 @@ function drawOperators(operators) {
       return tr;
     }),
   );
+  if (!operators.resolutions.length) {
+    $("resolutions").replaceChildren(el("li", "No resolution yet.", "muted"));
+    return;
+  }
   $("resolutions").replaceChildren(
     ...operators.resolutions.map((a) => {
       const li = el(
