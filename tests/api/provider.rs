@@ -424,6 +424,39 @@ async fn operators_resolve_unknown_outcomes_with_an_audit_trail(backend: Backend
 
     assert_eq!(db.count("SELECT COUNT(*) FROM record_resolutions WHERE actor = 'alice' AND outcome = 'charged' AND reason <> ''").await, 1);
     assert_eq!(db.count("SELECT COUNT(*) FROM record_resolutions WHERE actor = 'bob' AND outcome = 'not-charged'").await, 1);
+    // The audit trail as the console reads it: newest first, with the token only.
+    let http = reqwest::Client::new();
+    let trail_url = format!("{}/admin/resolutions?limit=10", node.admin_url);
+    let refused = http.get(&trail_url).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    let trail: Vec<serde_json::Value> = http
+        .get(&trail_url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seen: Vec<(&str, &str, &str)> = trail
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap(),
+                e["outcome"].as_str().unwrap(),
+                e["key"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("bob", "not-charged", "k-op-not-charged"),
+            ("alice", "charged", "k-op-charged")
+        ]
+    );
+    assert_eq!(trail[1]["reason"], "seen in the provider dashboard");
+    assert!(trail[1]["paymentId"].as_str().unwrap().starts_with("pay_"));
 
     // The provider is back; the clients retry.
     let sim = ProviderSim::start_on(&sim.addr()).await;
