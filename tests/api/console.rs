@@ -319,6 +319,7 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
     // A region killed outright shows as down within seconds.
     let victim = cluster["regions"][2].clone();
     let region = victim["name"].as_str().unwrap();
+    let killed_at = std::time::Instant::now();
     for role in ["node", "store"] {
         let pid = victim[role]["pid"].as_i64().unwrap() as i32;
         nix::sys::signal::kill(
@@ -339,7 +340,10 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
             .then_some(phase)
     })
     .await;
-    assert!(!phase.is_empty());
+    eprintln!(
+        "console shows {region} {phase} {} ms after SIGKILL",
+        killed_at.elapsed().as_millis()
+    );
     eventually(wait, || async {
         (count(&browser, "#members tr[data-state='unreachable']").await == 1).then_some(())
     })
