@@ -16,6 +16,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::client_log::{Attempt, ClientLog, EpochMillis};
+use crate::document::Chart;
 use crate::report::Report;
 
 pub const THROUGHPUT_SVG: &str = "throughput.svg";
@@ -24,14 +25,6 @@ pub const LATENCY_SVG: &str = "latency.svg";
 const SIZE: (u32, u32) = (1160, 440);
 /// The legend's width, right of the plot: room for the longest error class.
 const LEGEND_WIDTH: u32 = 420;
-
-/// One drawn chart: the SVG document and the file it is written to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chart {
-    pub file_name: &'static str,
-    pub title: &'static str,
-    pub svg: String,
-}
 
 /// The 50th and 99th percentile latency of one second's attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

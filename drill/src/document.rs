@@ -6,7 +6,13 @@
 
 use std::fmt::Write as _;
 
-use crate::charts::Chart;
+/// One drawn chart: the SVG document and the file it is written to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chart {
+    pub file_name: &'static str,
+    pub title: &'static str,
+    pub svg: String,
+}
 
 /// A run of text with one emphasis.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,7 +37,8 @@
 //! - [`evidence`]: what the checker reads, as plain data.
 //! - [`gather`]: reading the evidence from a live cluster, read-only.
 //! - [`check`]: the invariant checks, pure functions.
-//! - [`report`]: the timeline and the report files.
+//! - [`report`]: the timeline and the report's content.
+//! - [`files`]: the report's files (JSON, Markdown, HTML, SVG, evidence).
 //! - [`document`]: the report as a document, rendered to Markdown and to a
 //!   self-contained HTML page.
 //! - [`charts`]: per-second series from the client log (successes, errors
@@ -52,6 +53,7 @@ pub mod document;
 pub mod evidence;
 pub mod failback;
 pub mod fault;
+pub mod files;
 pub mod final_replay;
 pub mod gather;
 pub mod load;
@@ -349,9 +351,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         invariants_held: failed_checks.is_empty(),
         checks,
     };
-    report
-        .write(&out, &evidence)
-        .context("writing the drill report")?;
+    files::write(&report, &out, &evidence).context("writing the drill report")?;
     Ok(DrillOutcome {
         report_dir: out,
         invariants_held: report.invariants_held,

@@ -5,16 +5,13 @@
 //! ledger, store records) so a violation can be investigated after the
 //! cluster is gone.
 
-use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::charts::{self, Chart};
 use crate::check::CheckResult;
 use crate::client_log::{EpochMillis, now_ms};
-use crate::document::{Block, Document, Item, Line};
+use crate::document::{Block, Chart, Document, Item, Line};
 use crate::evidence::Evidence;
 use crate::failback::FailbackResult;
 use crate::fault::FaultMode;
@@ -118,27 +115,6 @@ pub struct Report {
 }
 
 impl Report {
-    /// Writes `report.json`, `report.md`, `report.html`, the charts
-    /// (`throughput.svg`, `latency.svg`, drawn from `evidence`'s client log)
-    /// and `evidence.json` into `dir`.
-    pub fn write(&self, dir: &Path, evidence: &Evidence) -> anyhow::Result<()> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let write = |name: &str, bytes: &[u8]| {
-            let path = dir.join(name);
-            std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))
-        };
-        write("report.json", &serde_json::to_vec_pretty(self)?)?;
-        let charts = charts::render(self, &evidence.log).context("drawing the charts")?;
-        for chart in &charts {
-            write(chart.file_name, chart.svg.as_bytes())?;
-        }
-        let document = self.document(charts);
-        write("report.md", document.markdown().as_bytes())?;
-        write("report.html", document.html().as_bytes())?;
-        write("evidence.json", &serde_json::to_vec_pretty(evidence)?)?;
-        Ok(())
-    }
-
     /// The report for people, with `charts` after the timeline.
     pub fn document(&self, charts: Vec<Chart>) -> Document {
         let verdict = if self.invariants_held {
