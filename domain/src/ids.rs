@@ -33,14 +33,24 @@ string_id!(
 );
 
 impl PaymentId {
+    const PREFIX: &str = "pay_";
+    /// A simple-format UUID: 32 hex digits.
+    const HEX_LEN: usize = 32;
+
     pub fn generate() -> Self {
-        Self(format!("pay_{}", uuid::Uuid::now_v7().simple()))
+        Self(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().simple()))
     }
 
     /// Accepts what `generate` makes; anything else cannot name a payment.
     pub fn parse(s: &str) -> Option<Self> {
-        let hex = s.strip_prefix("pay_")?;
-        (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Self(s.to_owned()))
+        let hex = s.strip_prefix(Self::PREFIX)?;
+        (hex.len() == Self::HEX_LEN && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| Self(s.to_owned()))
+    }
+
+    /// What `parse` accepts, as an anchored regular expression for the API document.
+    pub fn pattern() -> String {
+        format!("^{}[0-9A-Fa-f]{{{}}}$", Self::PREFIX, Self::HEX_LEN)
     }
 
     /// Rebuilds an id read back from our own database, unchecked (the node's
@@ -65,5 +75,31 @@ mod tests {
         assert_eq!(PaymentId::parse(id.as_str()), Some(id.clone()));
         assert!(id.provider_key().starts_with("provider_payment_pay_"));
         assert_eq!(PaymentId::parse("pay_../etc"), None);
+    }
+
+    #[test]
+    fn the_documented_pattern_accepts_exactly_what_parse_accepts() {
+        let pattern = regex::Regex::new(&PaymentId::pattern()).unwrap();
+        let id = PaymentId::generate().to_string();
+        let samples = [
+            id.clone(),
+            id.to_uppercase().replacen("PAY_", "pay_", 1),
+            id.to_uppercase(),
+            id[..id.len() - 1].to_owned(),
+            format!("{id}0"),
+            format!("{id}\n"),
+            id.replacen('0', "g", 1),
+            id.replacen("pay_", "pa_", 1),
+            format!("pay_{}", "f".repeat(32)),
+            "pay_".to_owned(),
+            String::new(),
+        ];
+        for sample in samples {
+            assert_eq!(
+                pattern.is_match(&sample),
+                PaymentId::parse(&sample).is_some(),
+                "{sample:?}"
+            );
+        }
     }
 }

@@ -46,6 +46,31 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code. The node's API document test checks this against the
+    /// enum's derived schema, so a new code cannot be left out.
+    pub const ALL: [ErrorCode; 20] = [
+        Self::IdempotencyKeyRequired,
+        Self::IdempotencyKeyInvalid,
+        Self::IdempotencyKeyReusedWithDifferentRequest,
+        Self::IdempotencyRequestInProgress,
+        Self::DuplicateMerchantReference,
+        Self::ValidationFailed,
+        Self::InsufficientFunds,
+        Self::Unauthorized,
+        Self::PayloadTooLarge,
+        Self::PaymentNotFound,
+        Self::NotFound,
+        Self::ServiceUnavailable,
+        Self::InternalError,
+        Self::MisdirectedRequest,
+        Self::RegionNotHealthy,
+        Self::RateLimited,
+        Self::ServiceOverloaded,
+        Self::RequestTimeout,
+        Self::InvalidPath,
+        Self::MethodNotAllowed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
@@ -77,18 +102,22 @@ impl ErrorCode {
 /// The JSON body of every error answer.
 #[derive(Debug, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ErrorBody {
     pub error_code: ErrorCode,
     pub message: String,
-    /// Only on `DUPLICATE_MERCHANT_REFERENCE`: the payment that already holds the reference.
+    /// On `DUPLICATE_MERCHANT_REFERENCE`, the payment that already holds the
+    /// reference; on `INSUFFICIENT_FUNDS`, the declined payment.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub payment_id: Option<String>,
     /// Only on `MISDIRECTED_REQUEST`: the tenant's home region now.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub home_region: Option<String>,
     /// Only on `MISDIRECTED_REQUEST`: the placement epoch that made it home.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(nullable = false))]
     pub placement_epoch: Option<u64>,
 }
 
@@ -157,6 +186,83 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// One error of every variant, with representative details: what the API
+    /// document shows as each answer's examples, and what tests walk to see
+    /// every code answered.
+    pub fn examples() -> Vec<ApiError> {
+        let examples = vec![
+            Self::KeyRequired,
+            Self::KeyInvalid("Idempotency-Key must not be empty".into()),
+            Self::KeyReusedWithDifferentRequest,
+            Self::InProgress {
+                retry_after: Duration::from_secs(2),
+            },
+            Self::DuplicateMerchantReference {
+                payment_id: "pay_019ad9b0c6a97e43b8d33a0b4f6c2e11".into(),
+            },
+            Self::MalformedJson("body must be a JSON object".into()),
+            Self::InvalidCommand("amount: amount must be greater than zero".into()),
+            Self::Unauthorized,
+            Self::PayloadTooLarge { limit: 16 * 1024 },
+            Self::PaymentNotFound,
+            Self::NotFound,
+            Self::MethodNotAllowed,
+            Self::Unavailable(anyhow::anyhow!("database unreachable")),
+            Self::Internal(anyhow::anyhow!("a broken invariant")),
+            Self::Misdirected {
+                home: "us-east".into(),
+                epoch: 7,
+            },
+            Self::RegionNotHealthy {
+                region: "us-east".into(),
+            },
+            Self::RateLimited {
+                retry_after: Duration::from_secs(1),
+            },
+            Self::TenantBusy {
+                retry_after: Duration::from_secs(1),
+            },
+            Self::Overloaded {
+                retry_after: Duration::from_secs(1),
+            },
+            Self::DeadlineExceeded {
+                deadline: Duration::from_secs(30),
+            },
+            Self::BodyTimeout {
+                timeout: Duration::from_secs(10),
+            },
+            Self::InvalidPath,
+        ];
+        // No wildcard: a new variant does not compile until it is listed above.
+        for example in &examples {
+            match example {
+                Self::KeyRequired
+                | Self::KeyInvalid(_)
+                | Self::KeyReusedWithDifferentRequest
+                | Self::InProgress { .. }
+                | Self::DuplicateMerchantReference { .. }
+                | Self::MalformedJson(_)
+                | Self::InvalidCommand(_)
+                | Self::Unauthorized
+                | Self::PayloadTooLarge { .. }
+                | Self::PaymentNotFound
+                | Self::NotFound
+                | Self::MethodNotAllowed
+                | Self::Unavailable(_)
+                | Self::Internal(_)
+                | Self::Misdirected { .. }
+                | Self::RegionNotHealthy { .. }
+                | Self::RateLimited { .. }
+                | Self::TenantBusy { .. }
+                | Self::Overloaded { .. }
+                | Self::DeadlineExceeded { .. }
+                | Self::BodyTimeout { .. }
+                | Self::InvalidPath => {}
+            }
+        }
+        examples
+    }
+
     pub fn status_code(&self) -> StatusCode {
         match self {
             Self::KeyRequired | Self::KeyInvalid(_) | Self::MalformedJson(_) => {
@@ -281,6 +387,24 @@ pub fn retry_after_secs(after: Duration) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_examples_answer_every_code() {
+        let answered: std::collections::HashSet<ErrorCode> =
+            ApiError::examples().iter().map(ApiError::code).collect();
+        for code in ErrorCode::ALL {
+            if code != ErrorCode::InsufficientFunds {
+                assert!(
+                    answered.contains(&code),
+                    "no ApiError answers {}",
+                    code.as_str()
+                );
+            }
+        }
+        // The one code that is not an ApiError: a provider's decline, stored
+        // and replayed as the operation's answer (node payments::response).
+        assert!(!answered.contains(&ErrorCode::InsufficientFunds));
+    }
 
     #[test]
     fn edge_refusals_carry_retry_after_and_stable_codes() {

@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use axum::{Json, Router};
-use utoipa::OpenApi;
 
 use crate::error::ApiError;
-use crate::openapi::ApiDoc;
+use crate::openapi;
 use crate::state::AppState;
 
 /// `/healthz`; `/readyz`: migrations ran (the node does not bind before
@@ -33,7 +32,7 @@ pub fn health(state: &AppState) -> Router<AppState> {
 pub fn openapi() -> Router<AppState> {
     Router::new().route(
         "/openapi.json",
-        axum::routing::get(|| async { Json(ApiDoc::openapi()) }),
+        axum::routing::get(|| async { Json(openapi::document()) }),
     )
 }
 

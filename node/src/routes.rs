@@ -3,6 +3,7 @@
 //! a response; the contract itself lives in [`crate::engine::execute`].
 
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -12,20 +13,17 @@ use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::auth::Caller;
-use crate::domain::{IdempotencyKey, PaymentId};
+use crate::domain::PaymentId;
 use crate::engine::execute::{Answer, CreatePaymentRequest, create_payment};
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::http::TraceContext;
 use crate::metrics::Outcome;
+use crate::payments::answers::{CreateAnswers, FetchAnswers};
 use crate::payments::command::CreatePayment;
-use crate::payments::response::{self, PendingBody};
+use crate::payments::headers::{CreateHeaders, api_version, idempotency_key};
+use crate::payments::response;
+use crate::payments::response::schema::PaymentPath;
 use crate::state::AppState;
-
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-pub const API_VERSION: &str = "api-version";
-/// The API version assumed when a request names none.
-pub const DEFAULT_API_VERSION: &str = "2026-11-01";
-const SUPPORTED_API_VERSIONS: &[&str] = &[DEFAULT_API_VERSION];
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -33,49 +31,15 @@ pub fn router() -> Router<AppState> {
         .route("/payments/{id}", get(fetch))
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> {
-    let raw = headers.get(IDEMPOTENCY_KEY).ok_or(ApiError::KeyRequired)?;
-    IdempotencyKey::parse(raw.as_bytes()).map_err(|e| ApiError::KeyInvalid(e.to_string()))
-}
-
-fn api_version(headers: &HeaderMap) -> Result<String, ApiError> {
-    match headers.get(API_VERSION) {
-        None => Ok(DEFAULT_API_VERSION.to_owned()),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .filter(|v| SUPPORTED_API_VERSIONS.contains(v))
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                ApiError::MalformedJson(format!(
-                    "Api-Version must be one of {SUPPORTED_API_VERSIONS:?}"
-                ))
-            }),
-    }
-}
-
 /// Create a payment, exactly once per `Idempotency-Key`.
 #[utoipa::path(
     post,
     path = "/payments",
+    operation_id = "createPayment",
     tag = "payments",
     request_body(content = crate::payments::command::PaymentRequest, content_type = "application/json"),
-    params(
-        ("Idempotency-Key" = String, Header, description = "1-255 printable ASCII characters naming this operation; retries reuse it"),
-        ("Api-Version" = Option<String>, Header, description = "API version; defaults to 2026-11-01"),
-    ),
-    responses(
-        (status = 201, description = "Payment created (or replayed, with `Idempotent-Replayed: true`)", body = crate::payments::response::PaymentV2,
-            headers(("Idempotent-Replayed" = String, description = "`true` on a replay"), ("Location" = String))),
-        (status = 202, description = "Outcome being recovered; retry with the same key", body = PendingBody),
-        (status = 400, description = "IDEMPOTENCY_KEY_REQUIRED, IDEMPOTENCY_KEY_INVALID, VALIDATION_FAILED (malformed JSON)", body = ErrorBody),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 402, description = "INSUFFICIENT_FUNDS (replayed on retry)", body = ErrorBody),
-        (status = 409, description = "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST, IDEMPOTENCY_REQUEST_IN_PROGRESS (with Retry-After), DUPLICATE_MERCHANT_REFERENCE (with paymentId)", body = ErrorBody),
-        (status = 413, description = "PAYLOAD_TOO_LARGE", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED: the message names the field", body = ErrorBody),
-        (status = 503, description = "SERVICE_UNAVAILABLE: retry with the same key", body = ErrorBody),
-    ),
+    params(CreateHeaders),
+    responses(CreateAnswers),
     security(("bearer" = []))
 )]
 pub async fn create(
@@ -181,25 +145,26 @@ fn answer_response(answer: Answer) -> Response {
     }
 }
 
-/// Read a payment of the caller's tenant. Another tenant's id is 404.
+/// Read a payment of the caller's tenant. Another tenant's id is 404, and
+/// so is a path segment that cannot be an id (not even UTF-8 once decoded).
 #[utoipa::path(
     get,
     path = "/payments/{id}",
+    operation_id = "getPayment",
     tag = "payments",
-    params(("id" = String, Path, description = "Payment id, `pay_…`")),
-    responses(
-        (status = 200, description = "The payment", body = crate::payments::response::PaymentV2),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 404, description = "PAYMENT_NOT_FOUND", body = ErrorBody),
-    ),
+    params(PaymentPath),
+    responses(FetchAnswers),
     security(("bearer" = []))
 )]
 pub async fn fetch(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let id = PaymentId::parse(&id).ok_or(ApiError::PaymentNotFound)?;
+    let id = id
+        .ok()
+        .and_then(|Path(id)| PaymentId::parse(&id))
+        .ok_or(ApiError::PaymentNotFound)?;
     let payment = state
         .store
         .payments

@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use once_edge::{ApiError, ErrorCode};
+use once_node::domain::{IdempotencyKey, Money, PaymentId};
+use serde_json::json;
+
 use crate::helpers::*;
 use crate::on_every_backend;
 
@@ -25,33 +29,7 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
         assert!(r.headers().contains_key("x-trace-id"));
     }
     let doc: serde_json::Value = json_of(app.client.get(format!("{}/openapi.json", app.url))).await;
-    let params = doc["paths"]["/payments"]["post"]["parameters"]
-        .as_array()
-        .unwrap();
-    assert!(
-        params.iter().any(|p| p["name"] == "Idempotency-Key"
-            && p["in"] == "header"
-            && p["required"] == true)
-    );
-    let codes: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
-    for code in [
-        "IDEMPOTENCY_KEY_REQUIRED",
-        "IDEMPOTENCY_KEY_INVALID",
-        "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST",
-        "IDEMPOTENCY_REQUEST_IN_PROGRESS",
-        "DUPLICATE_MERCHANT_REFERENCE",
-        "VALIDATION_FAILED",
-        "INSUFFICIENT_FUNDS",
-        "UNAUTHORIZED",
-        "PAYLOAD_TOO_LARGE",
-    ] {
-        assert!(codes.contains(&code), "{code} missing from {codes:?}");
-    }
+    document_states_the_contract(&doc);
     let metrics = scrape(&app.client, &app.admin_url).await;
     for series in [
         "idempotency_replay_count_total",
@@ -66,6 +44,151 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
         assert!(metrics.contains(series), "{series} missing from /metrics");
     }
     app.stop().await;
+}
+
+/// What `/openapi.json` must say for a generated client or a fuzzer
+/// (schemathesis in `.ci/run`) to meet the server's real rules.
+fn document_states_the_contract(doc: &serde_json::Value) {
+    let create = &doc["paths"]["/payments"]["post"];
+    let fetch = &doc["paths"]["/payments/{id}"]["get"];
+    let param = |operation: &serde_json::Value, name: &str| {
+        operation["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is a parameter"))
+            .clone()
+    };
+    let key = param(create, "Idempotency-Key");
+    assert_eq!(
+        (&key["in"], &key["required"]),
+        (&json!("header"), &json!(true))
+    );
+    assert_eq!(key["schema"]["pattern"], IdempotencyKey::pattern());
+    assert_eq!(key["schema"]["minLength"], 1);
+    assert_eq!(key["schema"]["maxLength"], IdempotencyKey::MAX_LEN);
+    let version = param(create, "Api-Version");
+    assert_eq!(version["required"], false);
+    assert_eq!(version["schema"]["enum"], json!(["2026-11-01"]));
+    assert_eq!(
+        param(fetch, "id")["schema"]["pattern"],
+        PaymentId::pattern()
+    );
+
+    // The body: every field constrained, the currency/amount pairing per exponent.
+    let body = &doc["components"]["schemas"]["PaymentRequest"]["allOf"];
+    let fields = &body[0]["properties"];
+    assert_eq!(body[0]["additionalProperties"], false);
+    assert_eq!(fields["accountId"]["pattern"], "^[A-Za-z0-9_-]{1,64}$");
+    assert_eq!(fields["merchantReference"]["maxLength"], 128);
+    assert_eq!(
+        fields["channel"]["enum"],
+        json!(["web", "mobile", "pos", null])
+    );
+    let pairs = body[1]["oneOf"].as_array().unwrap();
+    assert_eq!(pairs.len(), Money::exponents().len());
+    let eur = regex::Regex::new(
+        pairs[1]["properties"]["currency"]["pattern"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let cents = regex::Regex::new(
+        pairs[1]["properties"]["amount"]["pattern"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(eur.is_match("EUR") && eur.is_match("eur") && !eur.is_match("JPY"));
+    assert!(cents.is_match("10.00") && !cents.is_match("10.001") && !cents.is_match("0"));
+
+    // One ErrorCode enum: every code, and each one answered somewhere.
+    let codes: Vec<&str> = doc["components"]["schemas"]["ErrorCode"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let every: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(codes, every, "ErrorCode::ALL lists every code, in order");
+    for error in ApiError::examples() {
+        assert!(codes.contains(&error.code().as_str()), "{error:?}");
+    }
+    let mut answered = std::collections::HashSet::new();
+    for operation in [create, fetch] {
+        for (status, response) in operation["responses"].as_object().unwrap() {
+            let schema = &response["content"]["application/json"]["schema"];
+            let narrowed = schema["allOf"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|part| part["properties"]["errorCode"]["enum"].as_array())
+                .flatten();
+            for code in narrowed {
+                answered.insert(code.as_str().unwrap().to_owned());
+            }
+            if status.starts_with('4') && status != "431" || status.starts_with('5') {
+                assert!(
+                    !response["content"]["application/json"]["examples"]
+                        .as_object()
+                        .unwrap()
+                        .is_empty(),
+                    "{status} has examples"
+                );
+            }
+        }
+    }
+    // Answered by the edge to no operation (docs/api.md), or by the router's
+    // operator endpoints only.
+    let elsewhere = ["NOT_FOUND", "METHOD_NOT_ALLOWED", "REGION_NOT_HEALTHY"];
+    for code in codes {
+        assert!(
+            answered.contains(code) || elsewhere.contains(&code),
+            "{code} is in no operation's answers"
+        );
+    }
+    for status in [
+        "201", "202", "400", "401", "402", "409", "413", "422", "429", "503",
+    ] {
+        assert!(
+            create["responses"][status].is_object(),
+            "POST /payments {status}"
+        );
+    }
+    for status in ["200", "401", "404"] {
+        assert!(
+            fetch["responses"][status].is_object(),
+            "GET /payments/{{id}} {status}"
+        );
+    }
+    assert_eq!(
+        create["responses"]["201"]["headers"]["Location"]["required"],
+        true
+    );
+    assert_eq!(
+        create["responses"]["429"]["headers"]["Retry-After"]["required"],
+        true
+    );
+    assert!(create["responses"]["201"]["headers"]["Idempotent-Replayed"].is_object());
+    assert!(create["responses"]["409"]["headers"]["Retry-After"]["required"].is_null());
+
+    // Links from the answers that name a payment to reading it.
+    assert_eq!(fetch["operationId"], "getPayment");
+    for (status, pointer) in [("201", "/id"), ("202", "/paymentId"), ("402", "/paymentId")] {
+        let link = &create["responses"][status]["links"]["GetPaymentById"];
+        assert_eq!(link["operationId"], "getPayment", "{status}");
+        assert_eq!(
+            link["parameters"]["id"],
+            format!("$response.body#{pointer}"),
+            "{status}"
+        );
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    assert_eq!(create["security"], json!([{"bearer": []}]));
 }
 
 async fn sigterm_drains_and_exits_cleanly(backend: Backend) {

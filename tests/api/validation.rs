@@ -166,3 +166,28 @@ async fn authentication_failures_write_nothing(backend: Backend) {
     assert_eq!(good.status, 201);
     app.stop().await;
 }
+
+/// A path segment that cannot name a payment, even one that is not UTF-8
+/// once percent-decoded, is `404 PAYMENT_NOT_FOUND` in the API's error
+/// shape (it was axum's plain-text `400` before the API document was
+/// checked against the server).
+#[tokio::test]
+async fn ids_that_cannot_name_a_payment_are_404_in_the_error_shape() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::spawn(&db).await;
+    let absent = format!("pay_{}", "0".repeat(32));
+    for id in ["%FF", "%C3%28", "not-an-id", absent.as_str()] {
+        let answer = send(
+            app.client
+                .get(format!("{}/payments/{id}", app.url))
+                .bearer_auth(ACME_KEY),
+        )
+        .await;
+        assert_eq!(
+            (answer.status, answer.error_code().as_str()),
+            (404, "PAYMENT_NOT_FOUND"),
+            "id {id}"
+        );
+    }
+    app.stop().await;
+}

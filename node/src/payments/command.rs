@@ -15,25 +15,53 @@ use crate::error::ApiError;
 use crate::idempotency::fingerprint::{self, Fingerprint};
 use crate::idempotency::record::CREATE_PAYMENT;
 
-/// The request body, exactly as clients send it.
+pub mod schema;
+
+/// The body of `POST /payments`. Unknown fields are refused.
+// Its schema in the API document comes from the same constants as the
+// checks below (`payments::schema`), with the currency/amount pairing.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PaymentRequest {
-    /// The payer's account, `[A-Za-z0-9_-]{1,64}`.
-    #[schema(example = "acc_123")]
+    /// The payer's account.
+    #[schema(schema_with = schema::account_id)]
     pub account_id: String,
-    /// A plain decimal string; at most as many decimals as the currency's exponent.
-    #[schema(example = "10.00")]
+    /// A plain decimal string; at most as many decimals as the currency's
+    /// exponent (more only as trailing zeros); greater than zero.
+    #[schema(schema_with = schema::amount)]
     pub amount: String,
     /// ISO 4217 code, case-insensitive.
-    #[schema(example = "EUR")]
+    #[schema(schema_with = schema::currency)]
     pub currency: String,
-    /// The merchant's own reference; unique per account. 1–128 printable characters.
-    #[schema(example = "order-2026-0001")]
+    /// The merchant's own reference; unique per account.
+    #[schema(schema_with = schema::merchant_reference)]
     pub merchant_reference: String,
-    /// `web` (default), `mobile` or `pos`.
-    #[schema(example = "web")]
+    /// `web` when absent or null.
+    #[schema(schema_with = schema::channel)]
     pub channel: Option<String>,
+}
+
+/// `accountId`: at most this many characters of [`is_account_id_char`].
+pub const ACCOUNT_ID_MAX_LEN: usize = 64;
+/// `merchantReference`: at most this many printable ASCII characters.
+pub const MERCHANT_REFERENCE_MAX_LEN: usize = 128;
+
+/// `A-Z`, `a-z`, `0-9`, `_` and `-`: what an account id is made of.
+pub fn is_account_id_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+/// Printable ASCII (0x20-0x7E): what a merchant reference is made of.
+pub fn is_merchant_reference_char(b: u8) -> bool {
+    (0x20..=0x7e).contains(&b)
+}
+
+fn is_account_id(s: &str) -> bool {
+    (1..=ACCOUNT_ID_MAX_LEN).contains(&s.len()) && s.bytes().all(is_account_id_char)
+}
+
+fn is_merchant_reference(s: &str) -> bool {
+    (1..=MERCHANT_REFERENCE_MAX_LEN).contains(&s.len()) && s.bytes().all(is_merchant_reference_char)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +74,7 @@ pub enum Channel {
 
 impl Channel {
     pub const DEFAULT: Channel = Channel::Web;
+    pub const ALL: [Channel; 3] = [Self::Web, Self::Mobile, Self::Pos];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -56,12 +85,7 @@ impl Channel {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "web" => Some(Self::Web),
-            "mobile" => Some(Self::Mobile),
-            "pos" => Some(Self::Pos),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 
@@ -140,26 +164,16 @@ impl TryFrom<PaymentRequest> for CreatePayment {
     type Error = ApiError;
 
     fn try_from(r: PaymentRequest) -> Result<Self, ApiError> {
-        let id_like = |s: &str| {
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        };
-        if r.account_id.is_empty() || r.account_id.len() > 64 || !id_like(&r.account_id) {
+        if !is_account_id(&r.account_id) {
             return Err(invalid(
                 "accountId",
-                "must be 1-64 characters of A-Z, a-z, 0-9, _ or -",
+                format!("must be 1-{ACCOUNT_ID_MAX_LEN} characters of A-Z, a-z, 0-9, _ or -"),
             ));
         }
-        if r.merchant_reference.is_empty()
-            || r.merchant_reference.len() > 128
-            || !r
-                .merchant_reference
-                .bytes()
-                .all(|b| (0x20..=0x7e).contains(&b))
-        {
+        if !is_merchant_reference(&r.merchant_reference) {
             return Err(invalid(
                 "merchantReference",
-                "must be 1-128 printable ASCII characters",
+                format!("must be 1-{MERCHANT_REFERENCE_MAX_LEN} printable ASCII characters"),
             ));
         }
         let amount = Money::parse(&r.amount, &r.currency).map_err(|e| match e {
@@ -168,8 +182,10 @@ impl TryFrom<PaymentRequest> for CreatePayment {
         })?;
         let channel = match r.channel.as_deref() {
             None => Channel::DEFAULT,
-            Some(c) => Channel::parse(c)
-                .ok_or_else(|| invalid("channel", "must be one of web, mobile, pos"))?,
+            Some(c) => Channel::parse(c).ok_or_else(|| {
+                let names: Vec<&str> = Channel::ALL.iter().map(|c| c.as_str()).collect();
+                invalid("channel", format!("must be one of {}", names.join(", ")))
+            })?,
         };
         Ok(Self {
             account_id: r.account_id,
@@ -241,6 +257,47 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().starts_with("currency:"), "{err}");
+    }
+
+    #[test]
+    fn the_documented_patterns_accept_exactly_what_the_checks_accept() {
+        let account = regex::Regex::new(&schema::account_id_pattern()).unwrap();
+        let reference = regex::Regex::new(&schema::merchant_reference_pattern()).unwrap();
+        let mut samples: Vec<String> = [
+            "",
+            "acc_1",
+            "ACC-9",
+            "acc 1",
+            "acc.1",
+            "acc\n",
+            "ä",
+            "order #42 / 2026",
+            " ",
+            "~",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        // Every ASCII character alone and inside an otherwise valid value,
+        // and the lengths around both limits.
+        samples.extend((0..=127u8).flat_map(|b| {
+            let c = char::from(b);
+            [c.to_string(), format!("a{c}z")]
+        }));
+        for len in [63, 64, 65, 127, 128, 129] {
+            samples.push("a".repeat(len));
+        }
+        for sample in &samples {
+            assert_eq!(
+                account.is_match(sample),
+                is_account_id(sample),
+                "accountId {sample:?}"
+            );
+            assert_eq!(
+                reference.is_match(sample),
+                is_merchant_reference(sample),
+                "merchantReference {sample:?}"
+            );
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub enum PaymentStatus {
 }
 
 impl PaymentStatus {
+    pub const ALL: [PaymentStatus; 3] = [Self::Pending, Self::Succeeded, Self::Declined];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",

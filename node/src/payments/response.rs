@@ -17,6 +17,8 @@ use crate::error::{ApiError, ErrorBody, ErrorCode};
 use crate::idempotency::record::StoredResponse;
 use crate::payments::model::Payment;
 
+pub mod schema;
+
 /// The response shapes this build can render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResponseSchema {
@@ -47,52 +49,65 @@ impl ResponseSchema {
 
 /// `POST /payments` 201 and `GET /payments/{id}` 200, schema version 1.
 #[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PaymentV1 {
+    #[schema(schema_with = schema::payment_id)]
     pub id: String,
-    /// `pending`, `succeeded` or `declined`.
+    #[schema(schema_with = schema::payment_status)]
     pub status: String,
     pub account_id: String,
+    #[schema(schema_with = schema::decimal)]
     pub amount: String,
+    #[schema(schema_with = schema::currency_code)]
     pub currency: String,
     pub merchant_reference: String,
+    #[schema(schema_with = schema::response_channel)]
     pub channel: String,
+    #[schema(schema_with = schema::created_at)]
     pub created_at: String,
 }
 
 /// Schema version 2 (current).
 #[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PaymentV2 {
-    /// Always `payment`.
+    #[schema(schema_with = schema::object_payment)]
     pub object: &'static str,
+    #[schema(schema_with = schema::payment_id)]
     pub id: String,
-    /// `pending`, `succeeded` or `declined`.
+    #[schema(schema_with = schema::payment_status)]
     pub status: String,
     pub account_id: String,
     pub amount: AmountV2,
     pub merchant_reference: String,
+    #[schema(schema_with = schema::response_channel)]
     pub channel: String,
     /// The region whose database holds the payment.
     pub region: String,
+    #[schema(schema_with = schema::created_at)]
     pub created_at: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AmountV2 {
     /// Decimal string at the currency's exponent.
+    #[schema(schema_with = schema::decimal)]
     pub value: String,
+    #[schema(schema_with = schema::currency_code)]
     pub currency: String,
+    #[schema(schema_with = schema::minor_units)]
     pub minor_units: i64,
 }
 
 /// `202` answer while an operation's outcome is being recovered.
 #[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PendingBody {
-    /// Always `processing`.
+    #[schema(schema_with = schema::processing)]
     pub status: &'static str,
+    /// The payment, once it exists; retry with the same key for the outcome.
+    #[schema(schema_with = schema::pending_payment_id, required = true)]
     pub payment_id: Option<String>,
     pub message: &'static str,
 }
@@ -171,14 +186,18 @@ pub fn duplicate_reference(existing: &PaymentId, schema: ResponseSchema) -> Stor
 }
 
 pub fn declined(payment: &Payment, code: &str, schema: ResponseSchema) -> StoredResponse {
-    let body = ErrorBody {
+    replayable_error(402, &declined_body(&payment.id, code), schema)
+}
+
+/// The body of a `402`: the provider's decline code in the message.
+pub fn declined_body(payment: &PaymentId, code: &str) -> ErrorBody {
+    ErrorBody {
         error_code: ErrorCode::InsufficientFunds,
         message: format!("the payment was declined by the provider ({code})"),
-        payment_id: Some(payment.id.to_string()),
+        payment_id: Some(payment.to_string()),
         home_region: None,
         placement_epoch: None,
-    };
-    replayable_error(402, &body, schema)
+    }
 }
 
 pub fn pending(payment_id: Option<&str>) -> PendingBody {
