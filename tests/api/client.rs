@@ -206,6 +206,16 @@ async fn served_elsewhere(log: &Log, home: &str) {
     .await;
 }
 
+/// The fault was really in the way: some call needed more than one attempt.
+fn assert_some_call_retried(calls: &[Call], fault: &str) {
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.result.as_ref().is_ok_and(|c| c.attempts > 1)),
+        "no call met {fault} and retried"
+    );
+}
+
 /// Waits until `log` holds at least `n` answered attempts.
 async fn answered(log: &Log, n: usize) {
     eventually(Duration::from_secs(30), || async {
@@ -389,12 +399,7 @@ async fn a_paused_home_node(cluster: &Cluster) {
     served_elsewhere(&log, &home).await;
     drop(paused);
     let calls = calls.await.unwrap();
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.result.as_ref().is_ok_and(|c| c.attempts > 1)),
-        "some call met the paused node and retried"
-    );
+    assert_some_call_retried(&calls, "the paused node");
     cluster.assert_exactly_once(&calls, &log).await;
 }
 
@@ -410,11 +415,6 @@ async fn a_killed_region(cluster: &Cluster) {
     signal(&region["store"]["pid"], Signal::SIGKILL);
     served_elsewhere(&log, &home).await;
     let calls = calls.await.unwrap();
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.result.as_ref().is_ok_and(|c| c.attempts > 1)),
-        "some call met the dead region and retried"
-    );
+    assert_some_call_retried(&calls, "the dead region");
     cluster.assert_exactly_once(&calls, &log).await;
 }
