@@ -2,6 +2,14 @@
 //! `Idempotency-Key` (or, in replay mode, a key that already completed), and
 //! latencies go into an HDR histogram.
 //!
+//! Requests go through `once-client`, the same client the API's users get,
+//! with its retries off by default (`--max-attempts 1`): one request is one
+//! HTTP attempt, so latencies and statuses measure the server, not a retry
+//! policy. With `--max-attempts N` a request is a logical call with up to N
+//! attempts under one key; its latency covers all of them (backoff
+//! included), its status is the final one, and `attempts` in the report
+//! counts every HTTP attempt of the measured requests.
+//!
 //! Two models:
 //! - closed (default): `concurrency` workers send back to back — the
 //!   throughput ceiling;
@@ -13,10 +21,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
+use once_client::{Client, CreatePayment, CreatePaymentErrorKind, IdempotencyKey};
 use serde::Serialize;
+
+/// What a request may take, every attempt included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -49,6 +60,10 @@ pub struct BenchArgs {
     /// Free-form label copied into the JSON report.
     #[arg(long, default_value = "")]
     pub label: String,
+    /// HTTP attempts per request: 1 (default) measures single attempts;
+    /// more lets once-client retry under the same key.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -59,6 +74,9 @@ pub struct Report {
     pub rate: Option<f64>,
     pub seconds: f64,
     pub requests: u64,
+    /// HTTP attempts of the measured requests (= `requests` when
+    /// `max_attempts` is 1).
+    pub attempts: u64,
     pub throughput: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -67,16 +85,21 @@ pub struct Report {
 }
 
 struct Worker {
-    client: reqwest::Client,
-    url: String,
-    auth: String,
+    client: Client,
     mode: Mode,
     id: usize,
 }
 
+/// What one request ended with: its report label (`201`, `503`, …,
+/// `timeout`, `error`) and how many HTTP attempts it took.
+struct Sent {
+    status: String,
+    attempts: u32,
+}
+
 impl Worker {
     /// One request; `seq` makes keys and references unique in `new` mode.
-    async fn send(&self, run: &str, seq: u64) -> Result<u16, reqwest::Error> {
+    async fn send(&self, run: &str, seq: u64) -> Sent {
         let (key, reference) = match self.mode {
             Mode::New => (
                 format!("bench-{run}-{}-{seq}", self.id),
@@ -87,22 +110,28 @@ impl Worker {
                 format!("ref-{run}-replay-{}", self.id),
             ),
         };
-        let body = format!(
-            r#"{{"accountId":"acc_bench_{}","amount":"10.00","currency":"EUR","merchantReference":"{reference}"}}"#,
-            self.id
-        );
-        let response = self
-            .client
-            .post(&self.url)
-            .header("authorization", &self.auth)
-            .header("idempotency-key", key)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await?;
-        let status = response.status().as_u16();
-        response.bytes().await?;
-        Ok(status)
+        let key = IdempotencyKey::parse(key.as_bytes()).expect("bench keys are printable ASCII");
+        let payment =
+            CreatePayment::new(format!("acc_bench_{}", self.id), "10.00", "EUR", reference)
+                .idempotency_key(key);
+        match self.client.create_payment(payment).await {
+            Ok(created) => Sent {
+                status: "201".into(),
+                attempts: created.attempts,
+            },
+            Err(error) => Sent {
+                status: match (&error.status, &error.kind) {
+                    (Some(status), _) => status.to_string(),
+                    (None, CreatePaymentErrorKind::Indeterminate { last_error, .. })
+                        if last_error.is_timeout() =>
+                    {
+                        "timeout".into()
+                    }
+                    (None, _) => "error".into(),
+                },
+                attempts: error.attempts,
+            },
+        }
     }
 }
 
@@ -124,19 +153,19 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
     anyhow::ensure!(args.concurrency > 0, "concurrency must be positive");
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs(30))
+    // The 30 s the bench always gave a request is the client's deadline and
+    // attempt timeout; it retries only when asked to.
+    let client = Client::builder(&args.url, &args.api_key)
+        .user_agent(concat!("once-bench/", env!("CARGO_PKG_VERSION")))
+        .deadline(REQUEST_TIMEOUT)
+        .attempt_timeout(REQUEST_TIMEOUT)
+        .max_attempts(args.max_attempts)
         .build()?;
     let run_id = uuid::Uuid::now_v7().simple().to_string();
-    let url = format!("{}/payments", args.url.trim_end_matches('/'));
     let workers: Vec<Arc<Worker>> = (0..args.concurrency)
         .map(|id| {
             Arc::new(Worker {
                 client: client.clone(),
-                url: url.clone(),
-                auth: format!("Bearer {}", args.api_key),
                 mode: args.mode,
                 id,
             })
@@ -144,11 +173,12 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
         .collect();
     if args.mode == Mode::Replay {
         for w in &workers {
-            let status = w
-                .send(&run_id, 0)
-                .await
-                .context("creating the payment to replay")?;
-            anyhow::ensure!(status == 201, "seeding a replay got HTTP {status}");
+            let seeded = w.send(&run_id, 0).await;
+            anyhow::ensure!(
+                seeded.status == "201",
+                "creating the payment to replay got {}",
+                seeded.status
+            );
         }
     }
 
@@ -167,6 +197,7 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
             let mut histogram =
                 Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
             let mut statuses: BTreeMap<String, u64> = BTreeMap::new();
+            let mut attempts = 0u64;
             // Stagger open-model workers across one interval.
             let offset = interval.map_or(Duration::ZERO, |i| {
                 i.mul_f64(worker.id as f64 / concurrency as f64)
@@ -186,30 +217,28 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
                 if began >= start + warmup + measured {
                     break;
                 }
-                let result = worker.send(&run_id, seq).await;
+                let sent = worker.send(&run_id, seq).await;
                 seq += 1;
                 if began < start + warmup {
                     continue;
                 }
-                let key = match result {
-                    Ok(status) => status.to_string(),
-                    Err(e) if e.is_timeout() => "timeout".into(),
-                    Err(_) => "error".into(),
-                };
-                *statuses.entry(key).or_default() += 1;
+                attempts += u64::from(sent.attempts);
+                *statuses.entry(sent.status).or_default() += 1;
                 let micros = u64::try_from(began.elapsed().as_micros())
                     .unwrap_or(u64::MAX)
                     .max(1);
                 histogram.saturating_record(micros);
             }
-            (histogram, statuses)
+            (histogram, statuses, attempts)
         }));
     }
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut statuses = BTreeMap::new();
+    let mut attempts = 0;
     for task in tasks {
-        let (h, s) = task.await?;
+        let (h, s, a) = task.await?;
         histogram.add(&h)?;
+        attempts += a;
         for (k, v) in s {
             *statuses.entry(k).or_default() += v;
         }
@@ -222,6 +251,7 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
         rate: args.rate,
         seconds,
         requests: histogram.len(),
+        attempts,
         throughput: histogram.len() as f64 / seconds,
         p50_ms: histogram.value_at_quantile(0.50) as f64 / 1000.0,
         p99_ms: histogram.value_at_quantile(0.99) as f64 / 1000.0,
