@@ -1,5 +1,6 @@
-//! The client's settings and [`ClientBuilder`], which checks them once and
-//! builds the HTTP connection pool.
+//! The client's settings and [`ClientBuilder`]; `ClientBuilder::build`
+//! (in `client.rs`, next to what it builds) checks them once and builds
+//! the HTTP connection pool.
 
 use std::fmt;
 use std::sync::Arc;
@@ -8,13 +9,12 @@ use std::time::Duration;
 use url::Url;
 
 use crate::backoff::Backoff;
-use crate::client::Client;
 use crate::observer::Observer;
 
 /// The `Api-Version` sent when the caller names none: the server's default.
 pub const DEFAULT_API_VERSION: &str = "2026-11-01";
 
-/// What one [`Client`] does on every call. Built by [`ClientBuilder`].
+/// What one [`Client`](crate::Client) does on every call. Built by [`ClientBuilder`].
 #[derive(Clone)]
 pub(crate) struct Config {
     /// Base URL of a router (or a node); paths are joined onto it.
@@ -60,12 +60,12 @@ pub enum BuildError {
     Http(#[from] reqwest::Error),
 }
 
-/// Settings of a [`Client`]; see the defaults on each method.
+/// Settings of a [`Client`](crate::Client); see the defaults on each method.
 #[derive(Debug)]
 pub struct ClientBuilder {
-    config: Config,
-    user_agent: String,
-    base_url: String,
+    pub(crate) config: Config,
+    pub(crate) user_agent: String,
+    pub(crate) base_url: String,
 }
 
 impl ClientBuilder {
@@ -131,57 +131,5 @@ impl ClientBuilder {
     pub fn observer(mut self, observer: impl Observer) -> Self {
         self.config.observer = Some(Arc::new(observer));
         self
-    }
-
-    pub fn build(mut self) -> Result<Client, BuildError> {
-        let base_url_error = |reason: String| BuildError::BaseUrl {
-            url: self.base_url.clone(),
-            reason,
-        };
-        let mut url = Url::parse(&self.base_url).map_err(|e| base_url_error(e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
-            return Err(base_url_error("scheme must be http or https".into()));
-        }
-        // `join` keeps a base path only up to its last slash.
-        if !url.path().ends_with('/') {
-            url.set_path(&format!("{}/", url.path()));
-        }
-        self.config.base_url = url;
-        let key = &self.config.api_key;
-        if key.is_empty() || !key.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
-            return Err(BuildError::ApiKey);
-        }
-        if self.config.deadline.is_zero() || self.config.attempt_timeout.is_zero() {
-            return Err(BuildError::Setting(
-                "the deadline and the attempt timeout must be positive",
-            ));
-        }
-        if self.config.max_attempts == Some(0) {
-            return Err(BuildError::Setting("max_attempts must be at least 1"));
-        }
-        let backoff = &self.config.backoff;
-        if !(backoff.multiplier.is_finite() && backoff.multiplier >= 1.0) {
-            return Err(BuildError::Setting(
-                "the backoff multiplier must be a finite number ≥ 1",
-            ));
-        }
-        if backoff.initial > backoff.max {
-            return Err(BuildError::Setting(
-                "the initial backoff must not exceed the maximum",
-            ));
-        }
-        if reqwest::header::HeaderValue::from_str(&self.config.api_version).is_err() {
-            return Err(BuildError::Setting(
-                "the Api-Version must be a valid header value",
-            ));
-        }
-        let http = reqwest::Client::builder()
-            .user_agent(self.user_agent)
-            // A redirect would re-send a payment somewhere the caller did
-            // not name; the API never answers one.
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(self.config.attempt_timeout)
-            .build()?;
-        Ok(Client::new(http, self.config))
     }
 }
