@@ -11,7 +11,7 @@ use crate::payments::response::{AmountV2, PaymentV1, PaymentV2, PendingBody};
 #[derive(OpenApi)]
 #[openapi(
     info(title = "once", description = "Exactly-once payments API. Every error is `{errorCode, message}` with a stable code; see docs/api.md."),
-    paths(crate::routes::create, crate::routes::fetch),
+    paths(crate::routes::create, crate::routes::fetch, crate::lookups::list),
     components(schemas(PaymentRequest, PaymentV1, PaymentV2, AmountV2, PendingBody, ErrorBody, ErrorCode)),
     modifiers(&BearerAuth),
     tags((name = "payments", description = "Create and read payments"))

@@ -29,7 +29,7 @@ const SUPPORTED_API_VERSIONS: &[&str] = &[DEFAULT_API_VERSION];
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/payments", post(create))
+        .route("/payments", post(create).get(crate::lookups::list))
         .route("/payments/{id}", get(fetch))
 }
 

@@ -136,32 +136,42 @@ fn invalid(field: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::InvalidCommand(format!("{field}: {why}"))
 }
 
+/// `accountId` as `POST /payments` accepts it (and `GET /payments` filters
+/// by it): `[A-Za-z0-9_-]{1,64}`.
+pub fn check_account_id(account_id: &str) -> Result<(), ApiError> {
+    let id_like = account_id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if account_id.is_empty() || account_id.len() > 64 || !id_like {
+        return Err(invalid(
+            "accountId",
+            "must be 1-64 characters of A-Z, a-z, 0-9, _ or -",
+        ));
+    }
+    Ok(())
+}
+
+/// `merchantReference` as `POST /payments` accepts it: 1–128 printable
+/// ASCII characters.
+pub fn check_merchant_reference(reference: &str) -> Result<(), ApiError> {
+    if reference.is_empty()
+        || reference.len() > 128
+        || !reference.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    {
+        return Err(invalid(
+            "merchantReference",
+            "must be 1-128 printable ASCII characters",
+        ));
+    }
+    Ok(())
+}
+
 impl TryFrom<PaymentRequest> for CreatePayment {
     type Error = ApiError;
 
     fn try_from(r: PaymentRequest) -> Result<Self, ApiError> {
-        let id_like = |s: &str| {
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        };
-        if r.account_id.is_empty() || r.account_id.len() > 64 || !id_like(&r.account_id) {
-            return Err(invalid(
-                "accountId",
-                "must be 1-64 characters of A-Z, a-z, 0-9, _ or -",
-            ));
-        }
-        if r.merchant_reference.is_empty()
-            || r.merchant_reference.len() > 128
-            || !r
-                .merchant_reference
-                .bytes()
-                .all(|b| (0x20..=0x7e).contains(&b))
-        {
-            return Err(invalid(
-                "merchantReference",
-                "must be 1-128 printable ASCII characters",
-            ));
-        }
+        check_account_id(&r.account_id)?;
+        check_merchant_reference(&r.merchant_reference)?;
         let amount = Money::parse(&r.amount, &r.currency).map_err(|e| match e {
             MoneyError::UnknownCurrency | MoneyError::NotChargeable(_) => invalid("currency", e),
             _ => invalid("amount", e),
