@@ -150,6 +150,21 @@ async fn filters_find_payments_by_merchant_reference_and_account_in_creation_ord
         assert_eq!(original, listed, "{id}");
     }
 
+    // Documented beside POST on the same path, with its own parameters.
+    let doc: serde_json::Value = json_of(app.client.get(format!("{}/openapi.json", app.url))).await;
+    let listing = &doc["paths"]["/payments"]["get"];
+    let params: Vec<&str> = listing["parameters"]
+        .as_array()
+        .expect("GET /payments is documented")
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        params,
+        ["accountId", "merchantReference", "limit", "cursor"]
+    );
+    assert!(doc["paths"]["/payments"]["post"].is_object());
+
     // Pages of two: the same four, in the same order.
     assert_eq!(
         page_through(&app.client, &app.url, ACME_KEY, "", 2, || {}).await,
