@@ -22,6 +22,8 @@
 //!   runs, operators' verdicts on unknown outcomes; its own error type.
 //! - [`routes`]: the public API's handlers (`POST /payments`,
 //!   `GET /payments/{id}`), mapping engine answers and errors to HTTP.
+//! - [`lookups`]: `GET /payments`, a tenant's payments by account or
+//!   merchant reference, in creation order, keyset-paginated.
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
@@ -54,6 +56,7 @@ pub mod engine;
 pub mod error;
 pub mod http;
 pub mod idempotency;
+pub mod lookups;
 pub mod metrics;
 pub mod openapi;
 pub mod ops;

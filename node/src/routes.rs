@@ -27,7 +27,7 @@ use crate::state::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/payments", post(create))
+        .route("/payments", post(create).get(crate::lookups::list))
         .route("/payments/{id}", get(fetch))
 }
 

@@ -15,7 +15,7 @@
 //! | [`Operators`] | `/admin`, `engine::resolve` | list, find, resolve by hand |
 //! | [`Sweeper`] | the replay-window sweeper | expire, purge |
 //! | [`Health`] | `/readyz`, gauges | readiness, oldest unfinished, unknown count |
-//! | [`PaymentReads`] | `GET /payments/{id}`, recovery | the payments repository's reads |
+//! | [`PaymentReads`] | `GET /payments/{id}`, `GET /payments`, recovery | the payments repository's reads |
 //!
 //! A payment is created by its claim and settled by its finish, in the same
 //! write as the record (I1, I3): those writes go through [`RequestPath`],
@@ -303,6 +303,30 @@ pub trait Health: Send + Sync + std::fmt::Debug + 'static {
     async fn unknown_count(&self) -> Result<i64, StoreError>;
 }
 
+/// Which of a tenant's payments a listing wants; conditions combine with
+/// AND, and both are exact matches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PaymentFilter {
+    pub account_id: Option<String>,
+    pub merchant_reference: Option<String>,
+}
+
+/// A payment's place in a listing's order, creation order: `(created_at,
+/// id)` ascending. A page resumes strictly after the position it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPosition {
+    pub created_at: UnixMillis,
+    pub id: PaymentId,
+}
+
+/// One page of a listing, and where the next one starts (`None`: this was
+/// the last page).
+#[derive(Debug, Clone)]
+pub struct PaymentPage {
+    pub payments: Vec<Payment>,
+    pub next: Option<ListPosition>,
+}
+
 /// The payments repository's reads.
 #[async_trait]
 pub trait PaymentReads: Send + Sync + std::fmt::Debug + 'static {
@@ -311,6 +335,19 @@ pub trait PaymentReads: Send + Sync + std::fmt::Debug + 'static {
         tenant: &TenantId,
         id: &PaymentId,
     ) -> Result<Option<Payment>, StoreError>;
+
+    /// Up to `limit` (≥ 1) of `tenant`'s payments matching `filter`, in
+    /// creation order, strictly after `after`. Keyset pagination: a payment
+    /// created while a caller pages through never shifts the ones it has
+    /// not reached yet, so each payment that existed when the listing
+    /// started is seen exactly once. Another tenant's payments never match.
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &PaymentFilter,
+        after: Option<&ListPosition>,
+        limit: u32,
+    ) -> Result<PaymentPage, StoreError>;
 }
 
 /// One store mode, seen through each caller's trait. Cheap to clone.

@@ -217,6 +217,12 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
             })
             .await
         }
+        Read::TenantPayments(query) => {
+            linearizable(state, |sm| {
+                sm.tenant_payments(&query).map(ReadReply::Records)
+            })
+            .await
+        }
         Read::Placement { tenant } => {
             linearizable(state, |sm| sm.placement(&tenant).map(ReadReply::Placement)).await
         }

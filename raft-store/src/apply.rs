@@ -38,13 +38,23 @@ pub(crate) const UNFINISHED: TableDefinition<Bytes, Bytes> = TableDefinition::ne
 /// Payment id → scope (postcard): finds a payment's record, so a region
 /// that never held the payment's row can still answer for it. Kept by
 /// [`Tables::put_record`] and the purge; derived from `RECORDS` alone, so it
-/// can be rebuilt ([`rebuild_payment_index`]).
+/// can be rebuilt ([`rebuild_payment_indexes`]).
 pub(crate) const PAYMENT_IDS: TableDefinition<Bytes, Bytes> = TableDefinition::new("payment_ids");
+
+/// `postcard(tenant) ‖ created_at ‖ payment id` → scope (postcard): each
+/// tenant's payments in creation order, what `GET /payments` lists in every
+/// region ([`tenant_payment_key`]). One entry per record that names a
+/// payment, under the record's current payment and `created_at`: kept by
+/// [`Tables::put_record`] (a key renewed past its window moves its entry
+/// to the new payment) and the purge; derived from `RECORDS` alone, so it
+/// can be rebuilt ([`rebuild_payment_indexes`]).
+pub(crate) const TENANT_PAYMENTS: TableDefinition<Bytes, Bytes> =
+    TableDefinition::new("tenant_payments");
 
 /// Every table a snapshot carries, in a fixed order. New tables go last: a
 /// snapshot from an older build carries a prefix of this list, and the
 /// derived tables it lacks are rebuilt after it is installed.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 8] = [
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 9] = [
     RECORDS,
     BUSINESS_KEYS,
     PLACEMENTS,
@@ -53,21 +63,57 @@ pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 8] = [
     FLOORS,
     UNFINISHED,
     PAYMENT_IDS,
+    TENANT_PAYMENTS,
 ];
 
-/// Fills [`PAYMENT_IDS`] from every record (a state machine written by a
-/// build without the index, or a snapshot from one).
-pub(crate) fn rebuild_payment_index(txn: &redb::WriteTransaction) -> Result<u64, ApplyError> {
+/// The key of a tenant's payment in [`TENANT_PAYMENTS`]. The tenant is
+/// postcard (length-prefixed, so no tenant's prefix starts another's);
+/// `created_at` is 8 bytes big-endian with the sign bit flipped, so bytes
+/// order as the numbers do; the payment id's bytes break ties.
+pub(crate) fn tenant_payment_key(
+    tenant: &str,
+    created_at: Millis,
+    payment_id: &str,
+) -> Result<Vec<u8>, postcard::Error> {
+    let mut key = tenant_payments_prefix(tenant)?;
+    key.extend_from_slice(&((created_at as u64) ^ (1 << 63)).to_be_bytes());
+    key.extend_from_slice(payment_id.as_bytes());
+    Ok(key)
+}
+
+/// Where one tenant's entries in [`TENANT_PAYMENTS`] start.
+pub(crate) fn tenant_payments_prefix(tenant: &str) -> Result<Vec<u8>, postcard::Error> {
+    encode(&tenant)
+}
+
+/// The entry `record` has in [`TENANT_PAYMENTS`], if it names a payment.
+fn tenant_payment_entry(record: &Record) -> Result<Option<Vec<u8>>, postcard::Error> {
+    record
+        .payment_id
+        .as_deref()
+        .map(|id| tenant_payment_key(&record.scope.tenant, record.created_at, id))
+        .transpose()
+}
+
+/// Fills [`PAYMENT_IDS`] and [`TENANT_PAYMENTS`] from every record (a state
+/// machine written by a build without them, or a snapshot from one).
+/// Returns how many records name a payment.
+pub(crate) fn rebuild_payment_indexes(txn: &redb::WriteTransaction) -> Result<u64, ApplyError> {
     let records = txn.open_table(RECORDS)?;
-    let mut index = txn.open_table(PAYMENT_IDS)?;
-    index.retain(|_, _| false)?;
+    let mut ids = txn.open_table(PAYMENT_IDS)?;
+    let mut listing = txn.open_table(TENANT_PAYMENTS)?;
+    ids.retain(|_, _| false)?;
+    listing.retain(|_, _| false)?;
     let mut n = 0;
     for item in records.iter()? {
         let (k, v) = item?;
         let record: Record = decode(v.value())?;
         if let Some(id) = &record.payment_id {
-            index.insert(id.as_bytes(), k.value())?;
+            ids.insert(id.as_bytes(), k.value())?;
             n += 1;
+        }
+        if let Some(entry) = tenant_payment_entry(&record)? {
+            listing.insert(entry.as_slice(), k.value())?;
         }
     }
     Ok(n)
@@ -125,6 +171,7 @@ pub(crate) struct Tables<'txn> {
     pub floors: Table<'txn, Bytes, Bytes>,
     pub unfinished: Table<'txn, Bytes, Bytes>,
     pub payment_ids: Table<'txn, Bytes, Bytes>,
+    pub tenant_payments: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -138,6 +185,7 @@ impl<'txn> Tables<'txn> {
             floors: txn.open_table(FLOORS)?,
             unfinished: txn.open_table(UNFINISHED)?,
             payment_ids: txn.open_table(PAYMENT_IDS)?,
+            tenant_payments: txn.open_table(TENANT_PAYMENTS)?,
         })
     }
 
@@ -157,8 +205,28 @@ impl<'txn> Tables<'txn> {
 
     fn put_record(&mut self, record: &Record) -> Result<(), ApplyError> {
         let key = encode(&record.scope)?;
-        self.records
-            .insert(key.as_slice(), encode(record)?.as_slice())?;
+        let previous: Option<Record> = self
+            .records
+            .insert(key.as_slice(), encode(record)?.as_slice())?
+            .map(|v| decode(v.value()))
+            .transpose()?;
+        // Most writes keep the record's payment and creation time: then the
+        // listing entry stays as it is and no index page is touched.
+        let was_listed = previous
+            .as_ref()
+            .map(tenant_payment_entry)
+            .transpose()?
+            .flatten();
+        let listed = tenant_payment_entry(record)?;
+        if was_listed != listed {
+            if let Some(old) = was_listed {
+                self.tenant_payments.remove(old.as_slice())?;
+            }
+            if let Some(new) = listed {
+                self.tenant_payments
+                    .insert(new.as_slice(), key.as_slice())?;
+            }
+        }
         if record.status.is_unfinished() {
             self.unfinished.insert(key.as_slice(), [].as_slice())?;
         } else {
@@ -565,14 +633,17 @@ impl<'txn> Tables<'txn> {
             let (k, v) = item?;
             let record: Record = decode(v.value())?;
             if record.status == Status::Expired && record.purge_after.is_some_and(|at| at <= now) {
-                due.push((k.value().to_vec(), record.payment_id));
+                due.push((k.value().to_vec(), record));
             }
         }
         let n = due.len() as u64;
-        for (k, payment_id) in due {
+        for (k, record) in due {
             self.records.remove(k.as_slice())?;
-            if let Some(id) = payment_id {
+            if let Some(id) = &record.payment_id {
                 self.payment_ids.remove(id.as_bytes())?;
+            }
+            if let Some(entry) = tenant_payment_entry(&record)? {
+                self.tenant_payments.remove(entry.as_slice())?;
             }
         }
         Ok(Reply::Count(n))

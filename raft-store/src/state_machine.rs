@@ -43,11 +43,11 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::apply::{
-    DATA_TABLES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, Tables, UNFINISHED, decode, encode,
-    rebuild_payment_index,
+    DATA_TABLES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, TENANT_PAYMENTS, Tables, UNFINISHED,
+    decode, encode, rebuild_payment_indexes, tenant_payment_key, tenant_payments_prefix,
 };
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
-use crate::protocol::RecordQuery;
+use crate::protocol::{PaymentListQuery, RecordQuery};
 use crate::types::{
     Entry, LogId, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
     TypeConfig,
@@ -124,11 +124,13 @@ impl StateMachine {
             txn.open_table(table)?;
         }
         txn.open_table(SM_META)?;
-        // State written by a build without the payment index: derive it once.
-        let unindexed =
-            txn.open_table(PAYMENT_IDS)?.is_empty()? && !txn.open_table(RECORDS)?.is_empty()?;
+        // State written by a build without the payment indexes: derive
+        // them once.
+        let unindexed = !txn.open_table(RECORDS)?.is_empty()?
+            && (txn.open_table(PAYMENT_IDS)?.is_empty()?
+                || txn.open_table(TENANT_PAYMENTS)?.is_empty()?);
         if unindexed {
-            rebuild_payment_index(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+            rebuild_payment_indexes(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
         }
         txn.commit()?;
         Ok(Self {
@@ -160,6 +162,52 @@ impl StateMachine {
         // A key renewed past its window names a newer payment now; the old
         // payment's entry points at a record that is no longer its own.
         Ok(record.filter(|r| r.payment_id.as_deref() == Some(id)))
+    }
+
+    /// A page of `query.tenant`'s payments as the records that created
+    /// them, in `(created_at, payment id)` order after `query.after`, from
+    /// one read transaction. A range scan of the tenant's entries in the
+    /// payment index: without filters it reads `limit` entries; with them
+    /// it reads on until `limit` match or the tenant's entries end.
+    pub fn tenant_payments(&self, query: &PaymentListQuery) -> Result<Vec<Record>, StorageError> {
+        use std::ops::Bound;
+        let txn = self.db.begin_read().map_err(io)?;
+        let index = txn.open_table(TENANT_PAYMENTS).map_err(io)?;
+        let records = txn.open_table(RECORDS).map_err(io)?;
+        let prefix = tenant_payments_prefix(&query.tenant).map_err(io)?;
+        let from = match &query.after {
+            Some((at, id)) => tenant_payment_key(&query.tenant, *at, id).map_err(io)?,
+            None => prefix.clone(),
+        };
+        let from = match query.after {
+            Some(_) => Bound::Excluded(from.as_slice()),
+            None => Bound::Included(from.as_slice()),
+        };
+        let range = index.range::<&[u8]>((from, Bound::Unbounded)).map_err(io)?;
+        let mut out = Vec::new();
+        for item in range {
+            if out.len() >= query.limit as usize {
+                break;
+            }
+            let (k, scope) = item.map_err(io)?;
+            let Some(payment_id) = k.value().strip_prefix(prefix.as_slice()) else {
+                break;
+            };
+            let payment_id = &payment_id[8.min(payment_id.len())..];
+            let Some(value) = records.get(scope.value()).map_err(io)? else {
+                continue;
+            };
+            let record: Record = decode(value.value()).map_err(io)?;
+            // The entry is kept in step with the record; checked anyway, as
+            // `record_of_payment` does, so a listing never shows a record
+            // under a payment it no longer names.
+            if record.payment_id.as_deref().map(str::as_bytes) == Some(payment_id)
+                && query.matches(&record)
+            {
+                out.push(record);
+            }
+        }
+        Ok(out)
     }
 
     pub fn placement(&self, tenant: &str) -> Result<Option<Placement>, StorageError> {
@@ -468,7 +516,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             }
             if from_older_build {
-                rebuild_payment_index(&txn).map_err(|e| err(&e))?;
+                rebuild_payment_indexes(&txn).map_err(|e| err(&e))?;
             }
             {
                 let mut t = txn.open_table(SM_META).map_err(|e| err(&e))?;

@@ -3,9 +3,10 @@
 //! placement fencing, owner fencing, takeovers, dedup, expiry, determinism.
 
 use once_raft_store::command::{
-    Batch, BusinessKey, ClientRequest, NewClaim, Op, Reply, Scope, Status, Step, StoredResponse,
-    TakeOverKind,
+    Batch, BusinessKey, ClientRequest, NewClaim, Op, Record, Reply, Scope, Status, Step,
+    StoredResponse, TakeOverKind,
 };
+use once_raft_store::protocol::PaymentListQuery;
 use once_raft_store::state_machine::StateMachine;
 use once_raft_store::types::{Entry, LogId};
 use openraft::storage::RaftStateMachine;
@@ -428,5 +429,144 @@ async fn a_payment_is_found_by_its_id_and_the_index_is_rebuilt_for_state_written
             .unwrap()
             .map(|r| r.scope),
         Some(scope("k1"))
+    );
+}
+
+fn listing(tenant: &str) -> PaymentListQuery {
+    PaymentListQuery {
+        tenant: tenant.into(),
+        limit: 100,
+        ..PaymentListQuery::default()
+    }
+}
+
+fn payment_ids(records: Vec<Record>) -> Vec<String> {
+    records.into_iter().filter_map(|r| r.payment_id).collect()
+}
+
+#[tokio::test]
+async fn a_tenants_payments_are_listed_in_creation_order_after_a_cursor_and_filtered() {
+    let mut h = Harness::new();
+    // Created out of key order: the listing follows creation time.
+    h.run(T0 + 2, Op::Claim(claim("k1", "o1", "eu", 0))).await;
+    h.run(T0, Op::Claim(claim("k2", "o2", "eu", 0))).await;
+    h.run(T0 + 1, Op::Claim(claim("k3", "o1b", "eu", 0))).await;
+    let mut other = claim("k4", "o1", "eu", 0);
+    other.scope.tenant = "globex".into();
+    other.business_key.as_mut().unwrap().tenant = "globex".into();
+    h.run(T0, Op::Claim(other)).await;
+
+    let all = h.sm.tenant_payments(&listing("acme")).unwrap();
+    assert_eq!(payment_ids(all), ["pay_k2", "pay_k3", "pay_k1"]);
+    assert_eq!(
+        payment_ids(h.sm.tenant_payments(&listing("globex")).unwrap()),
+        ["pay_k4"]
+    );
+    let after = PaymentListQuery {
+        after: Some((T0, "pay_k2".into())),
+        limit: 1,
+        ..listing("acme")
+    };
+    assert_eq!(
+        payment_ids(h.sm.tenant_payments(&after).unwrap()),
+        ["pay_k3"]
+    );
+    let by_reference = PaymentListQuery {
+        merchant_reference: Some("o1".into()),
+        ..listing("acme")
+    };
+    assert_eq!(
+        payment_ids(h.sm.tenant_payments(&by_reference).unwrap()),
+        ["pay_k1"]
+    );
+    let other_account = PaymentListQuery {
+        account_id: Some("acc_2".into()),
+        ..listing("acme")
+    };
+    assert!(h.sm.tenant_payments(&other_account).unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_listing_index_follows_renewals_and_purges_and_is_rebuilt_when_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sm.redb");
+    let mut h = Harness::new();
+    h.sm = StateMachine::open(&path).unwrap();
+    for key in ["k1", "k2"] {
+        let Reply::Claimed(r) = h.run(T0, Op::Claim(claim(key, key, "eu", 0))).await else {
+            panic!()
+        };
+        h.run(
+            T0,
+            Op::Complete {
+                scope: r.scope,
+                fence: 1,
+                response: response(),
+                expires_at: T0 + 1_000,
+            },
+        )
+        .await;
+    }
+    assert_eq!(
+        payment_ids(h.sm.tenant_payments(&listing("acme")).unwrap()),
+        ["pay_k1", "pay_k2"]
+    );
+
+    // k1 renewed past its window: its record now names a new payment,
+    // created later; the listing shows that one, once.
+    let mut renewal = claim("k1", "k1-renewed", "eu", 0);
+    renewal.payment_id = Some("pay_k1b".into());
+    let renewed = h
+        .run(
+            T0 + 2_000,
+            Op::TakeOver {
+                scope: scope("k1"),
+                fence: 1,
+                kind: TakeOverKind::Renew,
+                region: "eu".into(),
+                lease_ms: LEASE,
+                renew: Some(renewal),
+            },
+        )
+        .await;
+    assert!(matches!(renewed, Reply::Claimed(_)), "{renewed:?}");
+    assert_eq!(
+        payment_ids(h.sm.tenant_payments(&listing("acme")).unwrap()),
+        ["pay_k2", "pay_k1b"]
+    );
+
+    // k2 expires and is purged: it leaves the listing.
+    h.run(
+        T0 + 2_000,
+        Op::Expire {
+            limit: 10,
+            retention_ms: 1_000,
+        },
+    )
+    .await;
+    assert_eq!(
+        h.run(T0 + 3_000, Op::Purge { limit: 10 }).await,
+        Reply::Count(1)
+    );
+    assert_eq!(
+        payment_ids(h.sm.tenant_payments(&listing("acme")).unwrap()),
+        ["pay_k1b"]
+    );
+
+    // A state machine from a build without the listing index (or one that
+    // installed an older snapshot): derived again from the records.
+    drop(h);
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let index: redb::TableDefinition<&[u8], &[u8]> =
+            redb::TableDefinition::new("tenant_payments");
+        txn.delete_table(index).unwrap();
+        txn.commit().unwrap();
+    }
+    let reopened = StateMachine::open(&path).unwrap();
+    assert_eq!(
+        payment_ids(reopened.tenant_payments(&listing("acme")).unwrap()),
+        ["pay_k1b"]
     );
 }

@@ -48,10 +48,12 @@ pub const X_ONCE_HOME_REGION: HeaderName = HeaderName::from_static("x-once-home-
 /// path the node would route elsewhere (`/metrics`, `/admin/…`) can never
 /// be reached through the router. Paths are canonical by then (the edge
 /// answers `400 INVALID_PATH` to dot segments and encoded dots or slashes),
-/// and a payment id is one segment of the id alphabet.
+/// and a payment id is one segment of the id alphabet. The query string
+/// (`GET /payments`'s filters and cursor) is forwarded as the client sent
+/// it; the node validates it.
 pub fn router() -> Router<SharedState> {
     Router::new()
-        .route("/payments", post(forward))
+        .route("/payments", post(forward).get(forward))
         .route("/payments/{id}", get(forward))
 }
 

@@ -32,8 +32,8 @@ use crate::command::{
     ClientRequest, Millis, NewClaim, Op, Placement, Record, RegionStatus, Reply, Scope,
 };
 use crate::protocol::{
-    Answer, Consistency, READ_PATH, Read, ReadAnswer, ReadReply, RecordQuery, STATUS_PATH, Status,
-    WRITE_PATH, WriteAnswer,
+    Answer, Consistency, PaymentListQuery, READ_PATH, Read, ReadAnswer, ReadReply, RecordQuery,
+    STATUS_PATH, Status, WRITE_PATH, WriteAnswer,
 };
 use crate::wan::{self, CLIENT_REGION_HEADER};
 use crate::wire;
@@ -296,6 +296,20 @@ impl StoreClient {
         };
         match self.read(read).await? {
             ReadReply::Record(r) => Ok(r),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
+    /// A page of one tenant's payments as the records that created them,
+    /// in creation order (linearizable): see [`PaymentListQuery`].
+    pub async fn tenant_payments(
+        &self,
+        query: PaymentListQuery,
+    ) -> Result<Vec<Record>, ClientError> {
+        match self.read(Read::TenantPayments(query)).await? {
+            ReadReply::Records(records) => Ok(records),
             other => Err(ClientError::Unavailable(format!(
                 "unexpected answer {other:?}"
             ))),

@@ -67,6 +67,39 @@ pub enum Read {
         tenant: String,
         payment_id: String,
     },
+    /// One tenant's payments in creation order (linearizable): the records
+    /// that created them, from the per-tenant payment index
+    /// (`Records` answer). What `GET /payments` lists in every region.
+    TenantPayments(PaymentListQuery),
+}
+
+/// Which of a tenant's payments a [`Read::TenantPayments`] wants, in
+/// `(record created_at, payment id)` order. Filters combine with AND and
+/// match the record's business key exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PaymentListQuery {
+    pub tenant: String,
+    pub account_id: Option<String>,
+    pub merchant_reference: Option<String>,
+    /// Only payments strictly after this `(created_at, payment id)`.
+    pub after: Option<(Millis, String)>,
+    /// At most this many records.
+    pub limit: u32,
+}
+
+impl PaymentListQuery {
+    /// Whether `r` (a record of [`Self::tenant`] that created a payment)
+    /// passes the account and merchant reference filters.
+    pub fn matches(&self, r: &Record) -> bool {
+        let key = r.business_key.as_ref();
+        self.account_id
+            .as_ref()
+            .is_none_or(|a| key.is_some_and(|k| &k.account_id == a))
+            && self
+                .merchant_reference
+                .as_ref()
+                .is_none_or(|m| key.is_some_and(|k| &k.merchant_reference == m))
+    }
 }
 
 /// Which records a [`Read::Records`] wants. Filters combine with AND.

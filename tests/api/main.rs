@@ -13,6 +13,7 @@ mod email_sink;
 mod events;
 mod helpers;
 mod isolation;
+mod lookups;
 mod monitoring;
 mod ops;
 mod provider;

@@ -8,7 +8,7 @@ use once_store_client::command::{Placement, Reply};
 use crate::helpers::*;
 
 /// Places `tenant` at `home` (compare-and-set on `expected`); the placement.
-async fn place(
+pub(crate) async fn place(
     store: &StoreClient,
     tenant: &str,
     expected: u64,

@@ -160,22 +160,36 @@ fn invalid(field: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::InvalidCommand(format!("{field}: {why}"))
 }
 
+/// `accountId` as `POST /payments` accepts it (and `GET /payments` filters
+/// by it).
+pub fn check_account_id(account_id: &str) -> Result<(), ApiError> {
+    if is_account_id(account_id) {
+        return Ok(());
+    }
+    Err(invalid(
+        "accountId",
+        format!("must be 1-{ACCOUNT_ID_MAX_LEN} characters of A-Z, a-z, 0-9, _ or -"),
+    ))
+}
+
+/// `merchantReference` as `POST /payments` accepts it (and `GET /payments`
+/// filters by it).
+pub fn check_merchant_reference(reference: &str) -> Result<(), ApiError> {
+    if is_merchant_reference(reference) {
+        return Ok(());
+    }
+    Err(invalid(
+        "merchantReference",
+        format!("must be 1-{MERCHANT_REFERENCE_MAX_LEN} printable ASCII characters"),
+    ))
+}
+
 impl TryFrom<PaymentRequest> for CreatePayment {
     type Error = ApiError;
 
     fn try_from(r: PaymentRequest) -> Result<Self, ApiError> {
-        if !is_account_id(&r.account_id) {
-            return Err(invalid(
-                "accountId",
-                format!("must be 1-{ACCOUNT_ID_MAX_LEN} characters of A-Z, a-z, 0-9, _ or -"),
-            ));
-        }
-        if !is_merchant_reference(&r.merchant_reference) {
-            return Err(invalid(
-                "merchantReference",
-                format!("must be 1-{MERCHANT_REFERENCE_MAX_LEN} printable ASCII characters"),
-            ));
-        }
+        check_account_id(&r.account_id)?;
+        check_merchant_reference(&r.merchant_reference)?;
         let amount = Money::parse(&r.amount, &r.currency).map_err(|e| match e {
             MoneyError::UnknownCurrency | MoneyError::NotChargeable(_) => invalid("currency", e),
             _ => invalid("amount", e),

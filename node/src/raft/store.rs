@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use once_store_client::client::{ClientError, ClientOptions, StoreClient};
 use once_store_client::command::{self as rs, Op, Reply, TakeOverKind};
-use once_store_client::protocol::RecordQuery;
+use once_store_client::protocol::{PaymentListQuery, RecordQuery};
 use tracing::{instrument, warn};
 
 use super::convert::{
@@ -19,8 +19,8 @@ use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::Payment;
 use crate::sql::Materialized;
 use crate::store::{
-    AuditEntry, Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim,
-    Recovery, RequestPath, Resolution, StoreError, Sweeper,
+    AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
+    PaymentPage, PaymentReads, Reclaim, Recovery, RequestPath, Resolution, StoreError, Sweeper,
 };
 
 /// Where raft-store is and who this node is to it.
@@ -605,5 +605,59 @@ impl PaymentReads for RaftStore {
             Some(record) => payment_of_record(&record),
             None => Ok(None),
         }
+    }
+
+    /// From raft-store's records, never the regional database: every
+    /// region holds the same records, so a listing answers the same
+    /// payments in the same order with the same bytes wherever the tenant
+    /// is served from, before and after a failover (a region's database
+    /// holds only the rows of payments made or taken over there). Each
+    /// payment is rendered from its record (`payment_of_record`).
+    ///
+    /// What a listing cannot show: a record purged past its metadata
+    /// retention takes its payment out of the listing, and a key renewed
+    /// past its replay window leaves only its newest payment listed (the
+    /// record carries one payment). `GET /payments/{id}` still finds such a
+    /// payment in a region whose database holds its row. The order is the
+    /// record's `created_at`, which is the payment's creation time for
+    /// every payment created by its claim or by a key's renewal.
+    #[instrument(name = "list the tenant's payments", skip_all, fields(db.system = "raft-store"))]
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &PaymentFilter,
+        after: Option<&ListPosition>,
+        limit: u32,
+    ) -> Result<PaymentPage, StoreError> {
+        let query = PaymentListQuery {
+            tenant: tenant.as_str().to_owned(),
+            account_id: filter.account_id.clone(),
+            merchant_reference: filter.merchant_reference.clone(),
+            after: after.map(|p| (p.created_at.0, p.id.as_str().to_owned())),
+            limit: limit.saturating_add(1),
+        };
+        let mut records = self
+            .client
+            .tenant_payments(query)
+            .await
+            .map_err(store_error)?;
+        let more = records.len() > limit as usize;
+        records.truncate(limit as usize);
+        let next = match records.last() {
+            Some(last) if more => Some(ListPosition {
+                created_at: UnixMillis(last.created_at),
+                id: last
+                    .payment_id
+                    .as_deref()
+                    .and_then(PaymentId::parse)
+                    .ok_or_else(|| StoreError::Corrupt("raft-store record: payment id".into()))?,
+            }),
+            _ => None,
+        };
+        let mut payments = Vec::with_capacity(records.len());
+        for record in &records {
+            payments.extend(payment_of_record(record)?);
+        }
+        Ok(PaymentPage { payments, next })
     }
 }

@@ -6,7 +6,10 @@ use super::records::unavailable;
 use crate::domain::{Money, PaymentId, TenantId, UnixMillis};
 use crate::payments::command::Channel;
 use crate::payments::model::{NewPayment, Payment, PaymentStatus, PaymentUpdate};
-use crate::store::StoreError;
+use crate::store::{ListPosition, PaymentFilter, PaymentPage, StoreError};
+
+const COLUMNS: &str = "id, tenant_id, account_id, merchant_reference, amount_minor, currency, channel, status, \
+     provider_charge_id, decline_code, region, created_at, updated_at";
 
 /// Inserts a pending payment unless its business key
 /// `(tenant, account, merchant reference)` is taken. On PostgreSQL a
@@ -97,22 +100,84 @@ pub async fn select<'e>(
     tenant: &TenantId,
     id: &PaymentId,
 ) -> Result<Option<Payment>, StoreError> {
-    let row = sqlx::query(
-        "SELECT id, tenant_id, account_id, merchant_reference, amount_minor, currency, channel, status, \
-         provider_charge_id, decline_code, region, created_at, updated_at \
-         FROM payments WHERE id = $1 AND tenant_id = $2",
-    )
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM payments WHERE id = $1 AND tenant_id = $2"
+    ))
     .bind(id.as_str())
     .bind(tenant.as_str())
     .fetch_optional(db)
     .await
     .map_err(unavailable)?;
-    let Some(row) = row else { return Ok(None) };
+    row.as_ref().map(payment_of_row).transpose()
+}
+
+/// A page of a tenant's payments in `(created_at, id)` order, strictly
+/// after `after`: a keyset query on `payments_tenant_created` (or
+/// `payments_tenant_account_created` with an account), reading `limit + 1`
+/// rows to learn whether another page follows.
+pub async fn list<'e>(
+    db: impl Executor<'e, Database = Any>,
+    tenant: &TenantId,
+    filter: &PaymentFilter,
+    after: Option<&ListPosition>,
+    limit: u32,
+) -> Result<PaymentPage, StoreError> {
+    // Conditions are added only when present: PostgreSQL cannot type a
+    // parameter that is only ever compared with NULL.
+    let mut sql = format!("SELECT {COLUMNS} FROM payments WHERE tenant_id = $1");
+    let mut n = 1;
+    let mut next_param = || {
+        n += 1;
+        n
+    };
+    if filter.account_id.is_some() {
+        sql.push_str(&format!(" AND account_id = ${}", next_param()));
+    }
+    if filter.merchant_reference.is_some() {
+        sql.push_str(&format!(" AND merchant_reference = ${}", next_param()));
+    }
+    if after.is_some() {
+        let (at, id) = (next_param(), next_param());
+        sql.push_str(&format!(" AND (created_at, id) > (${at}, ${id})"));
+    }
+    sql.push_str(&format!(" ORDER BY created_at, id LIMIT ${}", next_param()));
+    let mut query = sqlx::query(&sql).bind(tenant.as_str());
+    if let Some(account) = &filter.account_id {
+        query = query.bind(account.as_str());
+    }
+    if let Some(reference) = &filter.merchant_reference {
+        query = query.bind(reference.as_str());
+    }
+    if let Some(after) = after {
+        query = query.bind(after.created_at.0).bind(after.id.as_str());
+    }
+    let rows = query
+        .bind(i64::from(limit) + 1)
+        .fetch_all(db)
+        .await
+        .map_err(unavailable)?;
+    let mut payments = rows
+        .iter()
+        .map(payment_of_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let more = payments.len() > limit as usize;
+    payments.truncate(limit as usize);
+    let next = more
+        .then(|| payments.last())
+        .flatten()
+        .map(|last| ListPosition {
+            created_at: last.created_at,
+            id: last.id.clone(),
+        });
+    Ok(PaymentPage { payments, next })
+}
+
+fn payment_of_row(row: &sqlx::any::AnyRow) -> Result<Payment, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("payments.{what}"));
     let s = |c: &str| row.try_get::<String, _>(c).map_err(unavailable);
     let o = |c: &str| row.try_get::<Option<String>, _>(c).map_err(unavailable);
     let i = |c: &str| row.try_get::<i64, _>(c).map_err(unavailable);
-    Ok(Some(Payment {
+    Ok(Payment {
         id: PaymentId::from_trusted(s("id")?),
         tenant: TenantId::parse(&s("tenant_id")?).ok_or_else(|| corrupt("tenant_id"))?,
         account_id: s("account_id")?,
@@ -126,5 +191,5 @@ pub async fn select<'e>(
         region: s("region")?,
         created_at: UnixMillis(i("created_at")?),
         updated_at: UnixMillis(i("updated_at")?),
-    }))
+    })
 }

@@ -14,8 +14,8 @@ use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{NewPayment, Payment};
 use crate::store::{
-    AuditEntry, Claim, ClaimOutcome, Finish, Health, Operators, Owned, PaymentReads, Reclaim,
-    Recovery, RequestPath, Resolution, StoreError, Sweeper,
+    AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
+    PaymentPage, PaymentReads, Reclaim, Recovery, RequestPath, Resolution, StoreError, Sweeper,
 };
 use once_db::{Database, Dialect};
 
@@ -397,5 +397,16 @@ impl PaymentReads for SqlStore {
         id: &PaymentId,
     ) -> Result<Option<Payment>, StoreError> {
         payments::select(&self.db.pool, tenant, id).await
+    }
+
+    #[instrument(name = "list the tenant's payments", skip_all, fields(db.system = %self.db.system()))]
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &PaymentFilter,
+        after: Option<&ListPosition>,
+        limit: u32,
+    ) -> Result<PaymentPage, StoreError> {
+        payments::list(&self.db.pool, tenant, filter, after, limit).await
     }
 }
