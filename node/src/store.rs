@@ -33,6 +33,7 @@ use async_trait::async_trait;
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::fingerprint::Fingerprint;
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
+pub use crate::payments::model::{ListPosition, PaymentFilter, PaymentPage};
 use crate::payments::model::{NewPayment, OutboxEvent, Payment, PaymentUpdate};
 
 #[derive(Debug, thiserror::Error)]
@@ -301,30 +302,6 @@ pub trait Health: Send + Sync + std::fmt::Debug + 'static {
 
     /// How many records wait in `UNKNOWN_REQUIRES_RECOVERY`.
     async fn unknown_count(&self) -> Result<i64, StoreError>;
-}
-
-/// Which of a tenant's payments a listing wants; conditions combine with
-/// AND, and both are exact matches.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PaymentFilter {
-    pub account_id: Option<String>,
-    pub merchant_reference: Option<String>,
-}
-
-/// A payment's place in a listing's order, creation order: `(created_at,
-/// id)` ascending. A page resumes strictly after the position it was given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListPosition {
-    pub created_at: UnixMillis,
-    pub id: PaymentId,
-}
-
-/// One page of a listing, and where the next one starts (`None`: this was
-/// the last page).
-#[derive(Debug, Clone)]
-pub struct PaymentPage {
-    pub payments: Vec<Payment>,
-    pub next: Option<ListPosition>,
 }
 
 /// The payments repository's reads.

@@ -31,9 +31,8 @@ use utoipa::ToSchema;
 use crate::domain::{PaymentId, UnixMillis};
 use crate::error::ApiError;
 use crate::payments::command::{check_account_id, check_merchant_reference};
-use crate::payments::model::Payment;
+use crate::payments::model::{ListPosition, Payment, PaymentFilter};
 use crate::payments::response::{PaymentV2, ResponseSchema, render_payment};
-use crate::store::{ListPosition, PaymentFilter};
 
 /// Payments per page when the caller names no `limit`.
 pub const DEFAULT_LIMIT: u32 = 20;

@@ -98,3 +98,27 @@ pub struct OutboxEvent {
     /// sends it as a message header so consumers join the same trace.
     pub traceparent: Option<String>,
 }
+
+/// Which of a tenant's payments a listing wants; conditions combine with
+/// AND, and both are exact matches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PaymentFilter {
+    pub account_id: Option<String>,
+    pub merchant_reference: Option<String>,
+}
+
+/// A payment's place in a listing's order, creation order: `(created_at,
+/// id)` ascending. A page resumes strictly after the position it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPosition {
+    pub created_at: UnixMillis,
+    pub id: PaymentId,
+}
+
+/// One page of a listing, and where the next one starts (`None`: this was
+/// the last page).
+#[derive(Debug, Clone)]
+pub struct PaymentPage {
+    pub payments: Vec<Payment>,
+    pub next: Option<ListPosition>,
+}
