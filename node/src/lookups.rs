@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use tracing::instrument;
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::ApiError;
 use crate::payments::listing::{ListPayments, render_page};
 use crate::state::AppState;
 
@@ -31,19 +31,10 @@ use crate::state::AppState;
 #[utoipa::path(
     get,
     path = "/payments",
+    operation_id = "listPayments",
     tag = "payments",
-    params(
-        ("accountId" = Option<String>, Query, description = "Only this account's payments (exact; `[A-Za-z0-9_-]{1,64}`)"),
-        ("merchantReference" = Option<String>, Query, description = "Only payments with this merchant reference (exact; 1-128 printable ASCII)"),
-        ("limit" = Option<u32>, Query, description = "Payments per page, 1-100; default 20"),
-        ("cursor" = Option<String>, Query, description = "`nextCursor` of the previous page; opaque"),
-    ),
-    responses(
-        (status = 200, description = "A page of payments, oldest first; `nextCursor` is null on the last page", body = crate::payments::listing::PaymentListV2),
-        (status = 401, description = "UNAUTHORIZED", body = ErrorBody),
-        (status = 422, description = "VALIDATION_FAILED: unknown or repeated parameter, limit outside 1-100, invalid accountId or merchantReference, malformed cursor; the message names the parameter", body = ErrorBody),
-        (status = 503, description = "SERVICE_UNAVAILABLE: retry", body = ErrorBody),
-    ),
+    params(crate::payments::listing::ListParams),
+    responses(crate::payments::answers::ListAnswers),
     security(("bearer" = []))
 )]
 #[instrument(name = "list payments", skip_all)]

@@ -23,13 +23,14 @@ use utoipa::{Modify, OpenApi};
 use crate::error::{ErrorBody, ErrorCode};
 use crate::payments::answers::ALWAYS_SENT;
 use crate::payments::command::PaymentRequest;
+use crate::payments::listing::PaymentListV2;
 use crate::payments::response::{AmountV2, PaymentV1, PaymentV2, PendingBody};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "once", description = "Exactly-once payments API. Every error is `{errorCode, message}` with a stable code from `ErrorCode`; see docs/api.md. Every route also answers `404 NOT_FOUND` to an unknown path and `405 METHOD_NOT_ALLOWED` (with `Allow`) to a method it does not take."),
     paths(crate::routes::create, crate::routes::fetch, crate::lookups::list),
-    components(schemas(PaymentRequest, PaymentV1, PaymentV2, AmountV2, PendingBody, ErrorBody, ErrorCode)),
+    components(schemas(PaymentRequest, PaymentV1, PaymentV2, AmountV2, PendingBody, PaymentListV2, ErrorBody, ErrorCode)),
     modifiers(&BearerAuth, &ExactRequestBody),
     tags((name = "payments", description = "Create and read payments"))
 )]

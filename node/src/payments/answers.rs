@@ -1,4 +1,5 @@
-//! Every answer of `POST /payments` and `GET /payments/{id}` as the API
+//! Every answer of `POST /payments`, `GET /payments/{id}` and `GET
+//! /payments` as the API
 //! document states it: each status with its error codes (grouped from
 //! [`ApiError::examples`], so status, code, body and headers are what
 //! [`ApiError::into_response`] really makes), its headers, its examples and,
@@ -62,6 +63,30 @@ const FETCH_REFUSALS: &[ErrorCode] = &[
     ErrorCode::ServiceUnavailable,
     ErrorCode::ServiceOverloaded,
 ];
+
+/// What `GET /payments` refuses with: a query the listing does not take
+/// (`VALIDATION_FAILED`, naming the parameter) and the edge's refusals.
+const LIST_REFUSALS: &[ErrorCode] = &[
+    ErrorCode::ValidationFailed,
+    ErrorCode::Unauthorized,
+    ErrorCode::RateLimited,
+    ErrorCode::InternalError,
+    ErrorCode::ServiceUnavailable,
+    ErrorCode::ServiceOverloaded,
+];
+
+/// The answers of `GET /payments`.
+#[derive(Debug)]
+pub struct ListAnswers;
+
+impl utoipa::IntoResponses for ListAnswers {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let mut answers = refusals(LIST_REFUSALS, &[]);
+        answers.insert("200".into(), page().into());
+        answers.insert("431".into(), headers_too_large().into());
+        answers
+    }
+}
 
 /// The answers of `POST /payments`.
 #[derive(Debug)]
@@ -264,6 +289,35 @@ fn read() -> Response {
                     "payment".into(),
                     example_of(PaymentStatus::Succeeded, ResponseSchema::V2),
                 )],
+            ),
+        );
+    with_region_header(with_trace_headers(answer, true)).build()
+}
+
+fn page() -> Response {
+    let payment = example_of(PaymentStatus::Succeeded, ResponseSchema::V2);
+    let answer = ResponseBuilder::new()
+        .description(
+            "A page of the tenant's payments in creation order, each exactly as \
+             `GET /payments/{id}` renders it; `nextCursor` is `null` on the last page.",
+        )
+        .content(
+            "application/json",
+            json_content(
+                Ref::from_schema_name("PaymentListV2"),
+                [
+                    (
+                        "a page with more to come".into(),
+                        serde_json::json!({
+                            "data": [payment],
+                            "nextCursor": "1796069196803.pay_019ad9b0c6a97e43b8d33a0b4f6c2e11",
+                        }),
+                    ),
+                    (
+                        "the last page".into(),
+                        serde_json::json!({ "data": [], "nextCursor": null }),
+                    ),
+                ],
             ),
         );
     with_region_header(with_trace_headers(answer, true)).build()

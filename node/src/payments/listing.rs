@@ -10,23 +10,25 @@
 //!
 //! # The cursor
 //!
-//! `base64url(version ‖ created_at ‖ payment id)`, unpadded: version `1`
-//! (one byte), `created_at` as epoch milliseconds (8 bytes, big-endian,
-//! two's complement), then the payment id's UTF-8 bytes. Callers treat it
-//! as opaque; the version byte lets the encoding change without breaking
-//! cursors already handed out (an unknown version is refused, never
-//! guessed at). It carries a position, not the filters: a cursor is
-//! meaningful with any filter, and resumes after the same place.
+//! `<created_at>.<payment id>`: the last shown payment's creation time in
+//! epoch milliseconds (1–15 digits) and its id (`pay_` + 32 hex digits),
+//! exactly the pattern [`cursor_pattern`] the API document states. Callers
+//! pass `nextCursor` back as it is and build nothing from it. Every string
+//! of that shape is a valid position (a position between two payments is
+//! still a place to resume after), so the document and the server agree on
+//! what is accepted; the tenant comes from the API key, never from the
+//! cursor. It carries a position, not the filters: a cursor is meaningful
+//! with any filter, and resumes after the same place.
 //!
 //! Every failure is `422 VALIDATION_FAILED` with a message naming the
 //! parameter: an unknown or repeated parameter, a limit outside 1–100, an
 //! `accountId` or `merchantReference` that `POST /payments` would refuse,
 //! a cursor that does not decode.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
 use utoipa::ToSchema;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{ObjectBuilder, Required, Type};
 
 use crate::domain::{PaymentId, UnixMillis};
 use crate::error::ApiError;
@@ -39,7 +41,9 @@ pub const DEFAULT_LIMIT: u32 = 20;
 /// The largest `limit` a caller may ask for.
 pub const MAX_LIMIT: u32 = 100;
 
-const CURSOR_V1: u8 = 1;
+/// Digits of a cursor's creation time: epoch milliseconds up to the year
+/// 33658, well inside an `i64`.
+const CURSOR_MAX_DIGITS: usize = 15;
 
 /// A valid listing query.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,33 +109,85 @@ impl ListPayments {
     }
 }
 
-/// The opaque cursor that resumes a listing after `position`.
+/// The cursor that resumes a listing after `position`.
 pub fn encode_cursor(position: &ListPosition) -> String {
-    let mut bytes = Vec::with_capacity(9 + position.id.as_str().len());
-    bytes.push(CURSOR_V1);
-    bytes.extend_from_slice(&position.created_at.0.to_be_bytes());
-    bytes.extend_from_slice(position.id.as_str().as_bytes());
-    URL_SAFE_NO_PAD.encode(bytes)
+    format!("{}.{}", position.created_at.0, position.id)
 }
 
-/// The position a cursor from [`encode_cursor`] names.
+/// What every cursor looks like (and every string that looks like one is
+/// a position the server resumes after).
+pub fn cursor_pattern() -> String {
+    let id = PaymentId::pattern();
+    let id = id.trim_start_matches('^').trim_end_matches('$');
+    format!("^[0-9]{{1,{CURSOR_MAX_DIGITS}}}\\.{id}$")
+}
+
+/// The position a cursor names.
 pub fn decode_cursor(cursor: &str) -> Result<ListPosition, ApiError> {
     let malformed = || invalid("cursor", "is not a cursor from a previous page");
-    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| malformed())?;
-    let (&version, rest) = bytes.split_first().ok_or_else(malformed)?;
-    if version != CURSOR_V1 || rest.len() < 8 {
+    let (at, id) = cursor.split_once('.').ok_or_else(malformed)?;
+    if at.is_empty() || at.len() > CURSOR_MAX_DIGITS || !at.bytes().all(|b| b.is_ascii_digit()) {
         return Err(malformed());
     }
-    let (at, id) = rest.split_at(8);
-    let created_at = i64::from_be_bytes(at.try_into().map_err(|_| malformed())?);
-    let id = std::str::from_utf8(id)
-        .ok()
-        .and_then(PaymentId::parse)
-        .ok_or_else(malformed)?;
+    let created_at = at.parse::<i64>().map_err(|_| malformed())?;
+    let id = PaymentId::parse(id).ok_or_else(malformed)?;
     Ok(ListPosition {
         created_at: UnixMillis(created_at),
         id,
     })
+}
+
+/// The document's query parameters of `GET /payments`, from the constants
+/// the checks above use.
+#[derive(Debug)]
+pub struct ListParams;
+
+impl utoipa::IntoParams for ListParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        use crate::payments::command::schema;
+        let query = |name: &str, description: &str, schema: utoipa::openapi::Object| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Query)
+                .required(Required::False)
+                .description(Some(description))
+                .schema(Some(schema))
+                .build()
+        };
+        vec![
+            query(
+                "accountId",
+                "Only this account's payments (exact match).",
+                schema::account_id(),
+            ),
+            query(
+                "merchantReference",
+                "Only the payment with this merchant reference (exact match).",
+                schema::merchant_reference(),
+            ),
+            query(
+                "limit",
+                "Payments per page.",
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(MAX_LIMIT))
+                    .default(Some(DEFAULT_LIMIT.into()))
+                    .build(),
+            ),
+            query(
+                "cursor",
+                "`nextCursor` of the previous page, passed back as it is.",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(cursor_pattern()))
+                    .examples([serde_json::json!(
+                        "1796158455660.pay_019ad9c2b7e47d43a5b1f0c2d4e6f8a0"
+                    )])
+                    .build(),
+            ),
+        ]
+    }
 }
 
 /// `GET /payments` 200, as documented (the body itself is assembled from
@@ -162,7 +218,7 @@ pub fn render_page(
     }
     body.extend_from_slice(b"],\"nextCursor\":");
     match next {
-        // Base64url needs no JSON escaping.
+        // Digits, a dot and an id: nothing to escape.
         Some(position) => {
             body.push(b'"');
             body.extend_from_slice(encode_cursor(position).as_bytes());
@@ -190,8 +246,28 @@ mod tests {
         };
         let cursor = encode_cursor(&position);
         assert_eq!(decode_cursor(&cursor).unwrap(), position);
-        for bad in ["", "!!", "AQ", "AgAAAAAAAAAAcGF5X3g", &cursor[1..]] {
+        let pattern = regex::Regex::new(&cursor_pattern()).unwrap();
+        assert!(pattern.is_match(&cursor), "{cursor}");
+        let id = position.id.as_str();
+        for bad in [
+            "",
+            "!!",
+            "1767225600123",
+            &format!("1767225600123{id}"),
+            &format!(".{id}"),
+            &format!("-1.{id}"),
+            &format!("1234567890123456.{id}"),
+            &format!("1.{}", &id[..id.len() - 1]),
+            &format!("1.{id}x"),
+            &cursor[1..cursor.len() - 1],
+        ] {
             assert!(decode_cursor(bad).is_err(), "{bad:?}");
+            assert!(!pattern.is_match(bad), "the document refuses {bad:?} too");
+        }
+        // Any string of the documented shape is a position.
+        for good in [format!("0.{id}"), format!("999999999999999.{id}")] {
+            assert!(pattern.is_match(&good));
+            assert!(decode_cursor(&good).is_ok(), "{good}");
         }
     }
 
