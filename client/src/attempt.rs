@@ -31,6 +31,9 @@ pub(crate) struct Request {
     /// Serialized once: every attempt sends these bytes.
     pub body: Option<Bytes>,
     pub trace: TraceParent,
+    /// An end earlier than the client's deadline per call, if the caller
+    /// set one.
+    pub until: Option<tokio::time::Instant>,
 }
 
 /// A whole answer: status line, the headers the client reads, body.
@@ -119,6 +122,7 @@ pub(crate) async fn send(
             region: result.as_ref().ok().and_then(|a| a.region.clone()),
             replayed: result.as_ref().is_ok_and(|a| a.replayed),
             retry_after: result.as_ref().ok().and_then(|a| a.retry_after),
+            body: result.as_ref().ok().map(|a| a.body.clone()),
         });
     }
     result

@@ -41,6 +41,9 @@ pub struct Attempt {
     pub replayed: bool,
     /// The answer's `Retry-After`.
     pub retry_after: Option<Duration>,
+    /// The answer's body exactly as received; `None` when no whole answer
+    /// came.
+    pub body: Option<bytes::Bytes>,
 }
 
 /// Told about every attempt. Implemented for any `Fn(&Attempt)`.

@@ -75,7 +75,8 @@ pub(crate) async fn until_final<T>(
     mut judge: impl FnMut(&Answer) -> Verdict<T>,
 ) -> Ended<T> {
     let config = client.config();
-    let deadline = Instant::now() + config.deadline;
+    let own = Instant::now() + config.deadline;
+    let deadline = request.until.map_or(own, |until| until.min(own));
     let mut attempts = 0;
     loop {
         attempts += 1;

@@ -55,6 +55,7 @@ impl Client {
                 .traceparent
                 .clone()
                 .unwrap_or_else(TraceParent::generate),
+            until: payment.until,
         };
         // The payment a `202` named, kept for an `Indeterminate` ending.
         let mut pending_payment = None;

@@ -27,6 +27,7 @@ impl Client {
             idempotency_key: None,
             body: None,
             trace: TraceParent::generate(),
+            until: None,
         };
         let ended = retry::until_final(self, &request, judge).await;
         match ended.result {

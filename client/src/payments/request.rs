@@ -35,6 +35,8 @@ pub struct CreatePayment {
     pub idempotency_key: Option<IdempotencyKey>,
     /// `None`: the client starts a trace for this call.
     pub traceparent: Option<TraceParent>,
+    /// `None`: the call ends at the client's deadline per call.
+    pub until: Option<tokio::time::Instant>,
 }
 
 /// The JSON body, in the API's field names.
@@ -64,6 +66,7 @@ impl CreatePayment {
             channel: None,
             idempotency_key: None,
             traceparent: None,
+            until: None,
         }
     }
 
@@ -86,9 +89,18 @@ impl CreatePayment {
         self
     }
 
-    /// The body's bytes, serialized once per call: every attempt sends
-    /// exactly these, so a retry can never differ from the first attempt.
-    pub(crate) fn body(&self) -> Bytes {
+    /// End the call by `deadline` at the latest (the client's own deadline
+    /// per call still applies): a load generator or a drill that must stop
+    /// at a fixed moment gives every call the same end.
+    pub fn until(mut self, deadline: tokio::time::Instant) -> Self {
+        self.until = Some(deadline);
+        self
+    }
+
+    /// The body's bytes, exactly as every attempt of the call sends them
+    /// (serialized once per call, so a retry can never differ from the
+    /// first attempt): what a caller that audits its own traffic hashes.
+    pub fn body(&self) -> Bytes {
         let body = Body {
             account_id: &self.account_id,
             amount: &self.amount,

@@ -220,6 +220,45 @@ async fn a_hanging_server_ends_indeterminate_with_the_key_and_the_key_later_gets
 }
 
 #[tokio::test]
+async fn a_call_given_an_earlier_end_stops_there_and_the_observer_sees_every_body() {
+    let api = FakeApi::start([
+        Step::error(503, "SERVICE_UNAVAILABLE"),
+        Step::answer(201, payment("pay_1", "order-1")),
+    ])
+    .await;
+    let (client, attempts) = recorded(fast(&api.url).deadline(Duration::from_secs(30)));
+    let payment = order();
+    let sent = payment.body();
+    client.create_payment(payment).await.unwrap();
+    let received = api.received();
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 2);
+    for (attempt, request) in attempts.iter().zip(&received) {
+        assert_eq!(request.body, sent, "body() is what every attempt sends");
+        let body = attempt.body.as_ref().expect("an answer came");
+        assert!(!body.is_empty());
+    }
+    assert!(
+        String::from_utf8_lossy(attempts[1].body.as_ref().unwrap()).contains("pay_1"),
+        "the observer gets the answer's bytes"
+    );
+
+    // A hanging server, a 30 s client deadline, a call that must end in 500 ms.
+    api.then([Step::Hang]);
+    let started = Instant::now();
+    let error = client
+        .create_payment(order().until(tokio::time::Instant::now() + Duration::from_millis(500)))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(error.is_indeterminate(), "{error}");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(900),
+        "ends at the call's own end: {took:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_retry_after_past_the_deadline_ends_the_call_at_once() {
     let api =
         FakeApi::start([Step::error(503, "SERVICE_OVERLOADED").header("retry-after", "10")]).await;
