@@ -1,5 +1,6 @@
 //! Load through the router: paced logical payments spread over every tenant,
-//! each sent by a retrying client until it has a final answer, plus the
+//! each sent by `once-client` (the client the API's callers use) until it
+//! has a final answer, plus the
 //! traffic whose correct answer the checker knows in advance — replays of
 //! acknowledged keys, a key reused with a different body, and duplicates of
 //! one merchant reference sent under different keys.
@@ -17,11 +18,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use once_client::{
+    Attempt as ClientAttempt, Backoff, Client, CreatePayment, IdempotencyKey, Observer,
+};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::client_log::{Attempt, Intent, Operation, SharedLog, body_hash, now_ms};
+use crate::client_log::{Attempt, EpochMillis, Intent, Operation, SharedLog, body_hash};
 use crate::cluster::Tenant;
 
 /// Size of a group of duplicates sent under different keys.
@@ -121,15 +128,15 @@ impl OperationFactory {
         amount_minor: u64,
     ) -> Operation {
         let account_id = account_of(tenant);
-        // serde_json writes object keys sorted, so equal commands are equal
-        // bytes; the string is kept and every attempt sends exactly it.
-        let body = json!({
-            "accountId": account_id,
-            "amount": format!("{}.{:02}", amount_minor / 100, amount_minor % 100),
-            "currency": "EUR",
-            "merchantReference": merchant_reference,
-        })
-        .to_string();
+        // The body exactly as the client sends it: every attempt of the
+        // operation sends these bytes, and the checker hashes them.
+        let request = CreatePayment::new(
+            account_id.clone(),
+            format!("{}.{:02}", amount_minor / 100, amount_minor % 100),
+            "EUR",
+            merchant_reference.clone(),
+        );
+        let body = String::from_utf8_lossy(&request.body()).into_owned();
         Operation {
             id,
             intent,
@@ -165,26 +172,110 @@ pub fn account_of(tenant: &str) -> String {
     format!("acc_drill_{clean}")
 }
 
-/// Sends operations through the router and logs every attempt.
+/// Sends operations through the router with `once-client`, the client the
+/// API's callers use (one key and one body per call, retried until final,
+/// `202` polled by re-sending), and logs every attempt it reports.
 #[derive(Debug, Clone)]
 pub struct PaymentClient {
-    http: reqwest::Client,
     router_url: String,
     log: Arc<SharedLog>,
-    /// Longest wait a `Retry-After` may impose.
-    retry_after_cap: Duration,
+    /// One client per API key: a client authenticates as one tenant.
+    clients: Arc<Mutex<HashMap<String, Client>>>,
+    calls: Arc<Calls>,
+}
+
+/// The operation each idempotency key is being sent for right now. A key's
+/// operations (a payment, its replay, its mismatched body) go one after
+/// another from one task, never at once, so the key names the operation.
+#[derive(Debug, Default)]
+struct Calls(Mutex<HashMap<String, Call>>);
+
+#[derive(Debug)]
+struct Call {
+    op: u64,
+    tenant: String,
+    body_sha256: String,
+    /// The call's latest attempt, as logged.
+    last: Option<Attempt>,
+}
+
+impl Calls {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Call>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the client reports, in the drill's log.
+#[derive(Debug)]
+struct Logger {
+    log: Arc<SharedLog>,
+    calls: Arc<Calls>,
+}
+
+impl Observer for Logger {
+    fn attempt(&self, reported: &ClientAttempt) {
+        let Some(key) = &reported.idempotency_key else {
+            return;
+        };
+        let mut calls = self.calls.lock();
+        let Some(call) = calls.get_mut(key.as_str()) else {
+            return;
+        };
+        let attempt = Attempt {
+            op: call.op,
+            tenant: call.tenant.clone(),
+            key: key.as_str().to_owned(),
+            body_sha256: call.body_sha256.clone(),
+            sent_at: epoch_ms(reported.sent_at),
+            answered_at: epoch_ms(reported.answered_at),
+            status: reported.status,
+            error_code: reported.error_code.clone(),
+            transport_error: reported.transport_error.clone(),
+            response_body: reported
+                .body
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            region: reported.region.clone(),
+            replayed: reported.replayed,
+        };
+        self.log.add_attempt(attempt.clone());
+        call.last = Some(attempt);
+    }
+}
+
+fn epoch_ms(at: SystemTime) -> EpochMillis {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The client's request for `op`: its key, and the fields of its body (the
+/// factory made the body with the client's own serialization, so the
+/// bytes sent are the operation's).
+fn request_of(op: &Operation) -> anyhow::Result<CreatePayment> {
+    let body: serde_json::Value = serde_json::from_str(&op.body)?;
+    let field = |name: &str| {
+        body[name]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow::anyhow!("operation {} has no {name}", op.id))
+    };
+    let key = IdempotencyKey::parse(op.key.as_bytes())?;
+    Ok(CreatePayment::new(
+        field("accountId")?,
+        field("amount")?,
+        field("currency")?,
+        field("merchantReference")?,
+    )
+    .idempotency_key(key))
 }
 
 impl PaymentClient {
-    pub fn new(router_url: &str, log: Arc<SharedLog>) -> reqwest::Result<Self> {
+    pub fn new(router_url: &str, log: Arc<SharedLog>) -> anyhow::Result<Self> {
         Ok(Self {
-            http: reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(1))
-                .timeout(Duration::from_secs(10))
-                .build()?,
             router_url: router_url.trim_end_matches('/').to_owned(),
             log,
-            retry_after_cap: Duration::from_secs(2),
+            clients: Arc::default(),
+            calls: Arc::default(),
         })
     }
 
@@ -192,99 +283,60 @@ impl PaymentClient {
         &self.log
     }
 
+    fn client_for(&self, api_key: &str) -> anyhow::Result<Client> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.get(api_key) {
+            return Ok(client.clone());
+        }
+        let client = Client::builder(&self.router_url, api_key)
+            // Calls end at the drill's own deadline (`until`), not before.
+            .deadline(Duration::from_secs(3600))
+            .attempt_timeout(Duration::from_secs(10))
+            .backoff(Backoff {
+                initial: Duration::from_millis(50),
+                max: Duration::from_secs(1),
+                multiplier: 2.0,
+            })
+            .observer(Logger {
+                log: self.log.clone(),
+                calls: self.calls.clone(),
+            })
+            .build()?;
+        clients.insert(api_key.to_owned(), client.clone());
+        Ok(client)
+    }
+
     /// Sends `op` as `api_key`, retrying the same key and bytes, until a
-    /// final answer or `deadline`; returns the final answer.
+    /// final answer or `deadline`; returns the final answer (`None`: none
+    /// came in time, or the operation could not be sent at all, which is
+    /// logged).
     pub async fn send(&self, op: &Operation, api_key: &str, deadline: Instant) -> Option<Attempt> {
         self.log.add_operation(op.clone());
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let (attempt, retry_after) = self.attempt(op, api_key).await;
-            let is_final = attempt.is_final();
-            self.log.add_attempt(attempt.clone());
-            if is_final {
-                return Some(attempt);
-            }
-            let pause = retry_after.map_or(backoff, |r| r.min(self.retry_after_cap));
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            if Instant::now() + pause >= deadline {
+        let prepared = self
+            .client_for(api_key)
+            .and_then(|client| Ok((client, request_of(op)?)));
+        let (client, request) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                tracing::error!(op = op.id, error = %format!("{e:#}"), "operation not sent");
                 return None;
             }
-            // A retry backoff, not a stand-in for a condition.
-            tokio::time::sleep(pause).await;
-        }
-    }
-
-    async fn attempt(&self, op: &Operation, api_key: &str) -> (Attempt, Option<Duration>) {
-        let sent_at = now_ms();
-        let result = self
-            .http
-            .post(format!("{}/payments", self.router_url))
-            .bearer_auth(api_key)
-            .header("Idempotency-Key", &op.key)
-            .header("Content-Type", "application/json")
-            .body(op.body.clone())
-            .send()
-            .await;
-        let mut attempt = Attempt {
-            op: op.id,
-            tenant: op.tenant.clone(),
-            key: op.key.clone(),
-            body_sha256: op.body_sha256.clone(),
-            sent_at,
-            answered_at: sent_at,
-            status: None,
-            error_code: None,
-            transport_error: None,
-            response_body: None,
-            region: None,
-            replayed: false,
         };
-        let response = match result {
-            Ok(r) => r,
-            Err(e) => {
-                attempt.answered_at = now_ms();
-                attempt.transport_error = Some(error_chain(&e));
-                return (attempt, None);
-            }
-        };
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        let retry_after = header("retry-after")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        attempt.region = header("x-once-region");
-        attempt.replayed = header("idempotent-replayed").as_deref() == Some("true");
-        let status = response.status().as_u16();
-        match response.text().await {
-            Ok(body) => {
-                attempt.status = Some(status);
-                attempt.error_code = serde_json::from_str::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|b| b["errorCode"].as_str().map(str::to_owned));
-                attempt.response_body = Some(body);
-            }
-            // The answer was cut off: as good as none.
-            Err(e) => attempt.transport_error = Some(error_chain(&e)),
-        }
-        attempt.answered_at = now_ms();
-        (attempt, retry_after)
+        debug_assert_eq!(request.body(), op.body.as_bytes(), "the factory's bytes");
+        self.calls.lock().insert(
+            op.key.clone(),
+            Call {
+                op: op.id,
+                tenant: op.tenant.clone(),
+                body_sha256: op.body_sha256.clone(),
+                last: None,
+            },
+        );
+        // Every outcome is in the log; the last attempt says which.
+        let _ = client.create_payment(request.until(deadline)).await;
+        let call = self.calls.lock().remove(&op.key)?;
+        call.last.filter(Attempt::is_final)
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// How the load runs.
