@@ -115,6 +115,15 @@ pub struct ListPosition {
     pub id: PaymentId,
 }
 
+/// Cuts `items`, fetched with one more than `limit`, to the page; whether
+/// that extra one showed a next page follows. Both store modes fetch a page
+/// this way.
+pub fn cut_page<T>(items: &mut Vec<T>, limit: u32) -> bool {
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    more
+}
+
 /// One page of a listing, and where the next one starts (`None`: this was
 /// the last page).
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use super::convert::{
 use super::placement::{Belief, PlacementBeliefs};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
-use crate::payments::model::Payment;
+use crate::payments::model::{Payment, cut_page};
 use crate::sql::Materialized;
 use crate::store::{
     AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
@@ -641,8 +641,7 @@ impl PaymentReads for RaftStore {
             .tenant_payments(query)
             .await
             .map_err(store_error)?;
-        let more = records.len() > limit as usize;
-        records.truncate(limit as usize);
+        let more = cut_page(&mut records, limit);
         let next = match records.last() {
             Some(last) if more => Some(ListPosition {
                 created_at: UnixMillis(last.created_at),

@@ -5,7 +5,7 @@ use sqlx::{Any, Executor, Row};
 use super::records::unavailable;
 use crate::domain::{Money, PaymentId, TenantId, UnixMillis};
 use crate::payments::command::Channel;
-use crate::payments::model::{NewPayment, Payment, PaymentStatus, PaymentUpdate};
+use crate::payments::model::{NewPayment, Payment, PaymentStatus, PaymentUpdate, cut_page};
 use crate::store::{ListPosition, PaymentFilter, PaymentPage, StoreError};
 
 const COLUMNS: &str = "id, tenant_id, account_id, merchant_reference, amount_minor, currency, channel, status, \
@@ -160,9 +160,7 @@ pub async fn list<'e>(
         .iter()
         .map(payment_of_row)
         .collect::<Result<Vec<_>, _>>()?;
-    let more = payments.len() > limit as usize;
-    payments.truncate(limit as usize);
-    let next = more
+    let next = cut_page(&mut payments, limit)
         .then(|| payments.last())
         .flatten()
         .map(|last| ListPosition {

@@ -104,15 +104,19 @@ fn endpoint(base: &str, segments: &[&str]) -> anyhow::Result<reqwest::Url> {
     Ok(url)
 }
 
+/// The admin token the node admin listeners take (the router's own).
+fn admin_bearer(state: &RouterState) -> &str {
+    state.config.admin_token.as_ref().map_or("", |t| t.expose())
+}
+
 async fn get_json<T: serde::de::DeserializeOwned>(
     state: &RouterState,
     url: reqwest::Url,
 ) -> anyhow::Result<T> {
-    let token = state.config.admin_token.as_ref().map_or("", |t| t.expose());
     let response = state
         .http
         .get(url)
-        .bearer_auth(token)
+        .bearer_auth(admin_bearer(state))
         .timeout(READ_TIMEOUT)
         .send()
         .await?
@@ -214,11 +218,10 @@ pub async fn resolve(
             "resolve",
         ],
     )?;
-    let token = state.config.admin_token.as_ref().map_or("", |t| t.expose());
     let response = state
         .http
         .post(url)
-        .bearer_auth(token)
+        .bearer_auth(admin_bearer(state))
         .timeout(Duration::from_secs(10))
         .json(&serde_json::json!({
             "outcome": action.outcome,

@@ -84,11 +84,9 @@ async fn members(state: &RouterState) -> Vec<MemberView> {
         .iter()
         .enumerate()
         .map(|(i, endpoint)| async move {
-            let read = tokio::time::timeout(STORE_TIMEOUT, state.store.status_of(i)).await;
-            let (status, error) = match read {
-                Ok(Ok(status)) => (Some(status), None),
-                Ok(Err(e)) => (None, Some(e.to_string())),
-                Err(_) => (None, Some("no answer within 2 s".to_owned())),
+            let (status, error) = match store_read(state.store.status_of(i)).await {
+                Ok(status) => (Some(status), None),
+                Err(e) => (None, Some(e)),
             };
             MemberView {
                 endpoint: endpoint.clone(),
@@ -105,11 +103,20 @@ async fn members(state: &RouterState) -> Vec<MemberView> {
     join_all(reads).await
 }
 
+/// A store read bounded by [`STORE_TIMEOUT`]; the error as the page shows it.
+async fn store_read<T, E: std::fmt::Display>(
+    read: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(STORE_TIMEOUT, read).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {STORE_TIMEOUT:?}")),
+    }
+}
+
 async fn published(state: &RouterState) -> (BTreeMap<String, RegionStatus>, Option<String>) {
-    match tokio::time::timeout(STORE_TIMEOUT, state.store.regions()).await {
-        Ok(Ok(regions)) => (regions.into_iter().collect(), None),
-        Ok(Err(e)) => (BTreeMap::new(), Some(e.to_string())),
-        Err(_) => (BTreeMap::new(), Some("no answer within 2 s".to_owned())),
+    match store_read(state.store.regions()).await {
+        Ok(regions) => (regions.into_iter().collect(), None),
+        Err(e) => (BTreeMap::new(), Some(e)),
     }
 }
 
