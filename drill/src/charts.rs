@@ -220,8 +220,17 @@ pub fn render(report: &Report, log: &ClientLog) -> anyhow::Result<Vec<Chart>> {
             .min()
             .unwrap_or(report.measurements.load_ended_at)
     });
+    render_with(log, origin, &Markers::of(report, origin))
+}
+
+/// Draws the throughput and latency charts of `log` from `origin`, with
+/// `markers` on both (the chaos drill marks each fault).
+pub fn render_with(
+    log: &ClientLog,
+    origin: EpochMillis,
+    markers: &Markers,
+) -> anyhow::Result<Vec<Chart>> {
     let series = PerSecond::of(&log.attempts, origin);
-    let markers = Markers::of(report, origin);
     Ok(vec![
         Chart {
             file_name: THROUGHPUT_SVG,
@@ -230,7 +239,7 @@ pub fn render(report: &Report, log: &ClientLog) -> anyhow::Result<Vec<Chart>> {
                 "Answers per second",
                 "attempts / s",
                 &throughput_curves(&series),
-                &markers,
+                markers,
             )?,
         },
         Chart {
@@ -240,7 +249,7 @@ pub fn render(report: &Report, log: &ClientLog) -> anyhow::Result<Vec<Chart>> {
                 "Latency (answered − sent)",
                 "ms",
                 &latency_curves(&series),
-                &markers,
+                markers,
             )?,
         },
     ])
@@ -281,14 +290,35 @@ fn draw(
             .label_style(("sans-serif", 15))
             .light_line_style(WHITE.mix(0.0))
             .draw()?;
-        let shades = [RGBColor(255, 160, 0), RGBColor(0, 160, 220)];
-        for (interval, color) in markers.intervals.iter().zip(shades) {
-            let fill = color.mix(0.18).filled();
+        // One shade per kind of interval (the failover drill's detection
+        // and recovery; the chaos drill's nemeses), one legend entry each.
+        let shades = [
+            RGBColor(255, 160, 0),
+            RGBColor(0, 160, 220),
+            RGBColor(220, 40, 60),
+            RGBColor(120, 80, 200),
+            RGBColor(40, 170, 90),
+            RGBColor(150, 110, 60),
+            RGBColor(230, 90, 200),
+            RGBColor(110, 110, 110),
+        ];
+        let mut kinds: Vec<&str> = Vec::new();
+        for interval in &markers.intervals {
+            let kind = match kinds.iter().position(|k| *k == interval.what) {
+                Some(i) => i,
+                None => {
+                    kinds.push(interval.what);
+                    kinds.len() - 1
+                }
+            };
+            let fill = shades[kind % shades.len()].mix(0.18).filled();
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(interval.from, 0.0), (interval.to, y_max)],
                 fill,
             )))?;
-            legend.push((interval.what, Swatch::Shade(fill)));
+            if !legend.iter().any(|(label, _)| *label == interval.what) {
+                legend.push((interval.what, Swatch::Shade(fill)));
+            }
         }
         for (i, curve) in curves.iter().enumerate() {
             let style = Palette99::pick(i).stroke_width(2);

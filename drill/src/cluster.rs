@@ -27,6 +27,8 @@ pub struct Cluster {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub url: String,
+    #[serde(default)]
+    pub pid: Option<i32>,
     /// Its admin listener (`/admin/*`, metrics), when it has one of its own.
     #[serde(default)]
     pub admin_url: Option<String>,
@@ -76,6 +78,12 @@ pub struct StoreMember {
     pub admin_url: Option<String>,
     #[serde(default)]
     pub pid: Option<i32>,
+    /// Its Raft node id, and the address its peers reach it at (what a
+    /// member is added back with after it was removed).
+    #[serde(default)]
+    pub id: Option<u64>,
+    #[serde(default)]
+    pub raft_addr: Option<String>,
 }
 
 impl StoreMember {

@@ -127,6 +127,26 @@ impl HttpSwitch {
         }
     }
 
+    /// A store member that refuses whatever `region` sends it (Raft RPC
+    /// and clients declaring it) while its own traffic there still flows:
+    /// one half of a link cut.
+    pub fn store_member_refusing(
+        admin_url: &str,
+        admin_token: &str,
+        region: &str,
+        http: reqwest::Client,
+    ) -> Self {
+        let base = admin_url.trim_end_matches('/');
+        Self {
+            what: format!("store member {base}{PARTITION_PATH} (refuses {region}, one way)"),
+            url: format!("{base}{PARTITION_PATH}"),
+            bearer: Some(admin_token.to_owned()),
+            cut: json!({ "refuse_from": [region] }),
+            heal: json!({ "refuse_from": [] }),
+            http,
+        }
+    }
+
     /// The router: `region`'s nodes are unreachable from it (or, when it
     /// runs in `region`, every other region's).
     pub fn router_cutting(

@@ -41,14 +41,18 @@
 //! - [`files`]: the report's files (JSON, Markdown, HTML, SVG, evidence).
 //! - [`document`]: the report as a document, rendered to Markdown and to a
 //!   self-contained HTML page.
+//! - [`chaos`]: `once drill chaos`, mixed faults from seeded nemeses under
+//!   the same load, checked for every invariant and for linearizability.
 //! - [`charts`]: per-second series from the client log (successes, errors
 //!   by answer, p50/p99 latency), drawn as SVG with the fault, failback,
 //!   load end, detection and recovery marked.
 
+pub mod chaos;
 pub mod charts;
 pub mod check;
 pub mod client_log;
 pub mod cluster;
+pub mod control;
 pub mod document;
 pub mod evidence;
 pub mod failback;
@@ -56,6 +60,7 @@ pub mod fault;
 pub mod files;
 pub mod final_replay;
 pub mod gather;
+pub mod linearizability;
 pub mod load;
 pub mod measure;
 pub mod report;

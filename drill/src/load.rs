@@ -355,16 +355,55 @@ pub struct LoadPlan {
 /// Runs `plan` against the router; returns once every operation has a
 /// final answer or ran out of time. Attempts are in `client`'s log.
 pub async fn run_load(plan: &LoadPlan, client: &PaymentClient, factory: &Arc<OperationFactory>) {
-    let start = Instant::now();
-    let pacing_end = start + plan.duration;
+    let pacing_end = Instant::now() + plan.duration;
     let deadline = pacing_end + plan.grace;
+    run_paced(
+        plan,
+        client,
+        factory,
+        tokio::time::sleep_until(pacing_end),
+        |_| deadline,
+        Some(pacing_end),
+    )
+    .await;
+}
+
+/// Like [`run_load`], but the pacing goes on until `stop` resolves (the
+/// chaos drill stops it when its schedule is done); each operation may
+/// retry for `plan.duration + plan.grace` from its start.
+pub async fn run_load_until(
+    plan: &LoadPlan,
+    client: &PaymentClient,
+    factory: &Arc<OperationFactory>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let allowed = plan.duration + plan.grace;
+    run_paced(plan, client, factory, stop, |now| now + allowed, None).await;
+}
+
+/// The pacer: one logical operation per tick until `stop`, each with the
+/// deadline `deadline_of` its start; replays are due `replay_after` an
+/// acknowledgement, but no later than `pacing_end` when it is known.
+async fn run_paced(
+    plan: &LoadPlan,
+    client: &PaymentClient,
+    factory: &Arc<OperationFactory>,
+    stop: impl std::future::Future<Output = ()>,
+    deadline_of: impl Fn(Instant) -> Instant,
+    pacing_end: Option<Instant>,
+) {
     let period = Duration::from_secs_f64(1.0 / f64::from(plan.rate.max(1)));
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tasks = JoinSet::new();
     let mut tick: u64 = 0;
-    while Instant::now() < pacing_end {
-        ticks.tick().await;
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            _ = ticks.tick() => {}
+        }
+        let deadline = deadline_of(Instant::now());
         let tenant = plan.tenants[(tick % plan.tenants.len() as u64) as usize].clone();
         tick += 1;
         if tick % DUPLICATE_GROUP_EVERY == 0 {
@@ -384,7 +423,10 @@ pub async fn run_load(plan: &LoadPlan, client: &PaymentClient, factory: &Arc<Ope
             }
             // Scheduled, not waited on: the replay is meant to come later,
             // and at the latest when the pacing ends.
-            let due = (Instant::now() + replay_after).min(pacing_end.max(Instant::now()));
+            let mut due = Instant::now() + replay_after;
+            if let Some(end) = pacing_end {
+                due = due.min(end.max(Instant::now()));
+            }
             tokio::time::sleep_until(due).await;
             client
                 .send(&factory.replay(&op), &tenant.api_key, deadline)

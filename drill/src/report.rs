@@ -267,60 +267,70 @@ impl Report {
             ));
         }
         doc.push(Block::Heading("Checks".into()));
-        doc.push(Block::List(
-            self.checks
-                .iter()
-                .map(|check| {
-                    let mark = if check.passed { "pass" } else { "FAIL" };
-                    let mut nested: Vec<Line> = check
-                        .violations
-                        .iter()
-                        .take(20)
-                        .map(|v| {
-                            Line::default()
-                                .text(format!("{}: ", v.what))
-                                .code(v.evidence.to_string())
-                        })
-                        .collect();
-                    if check.violations.len() > 20 {
-                        nested.push(
-                            format!("… {} more in report.json", check.violations.len() - 20).into(),
-                        );
-                    }
-                    Item {
-                        line: Line::default().strong(mark).text(format!(
-                            " {} ({}) — {}",
-                            check.name,
-                            check.invariant,
-                            check.notes.join("; ")
-                        )),
-                        nested,
-                    }
-                })
-                .collect(),
-        ));
-        let e = &self.evidence;
-        doc.push(Block::Paragraph(
-            format!(
-                "Evidence: payment rows by region {:?}, {} ledger entries, {} store records{}.",
-                e.payment_rows_by_region,
-                e.ledger_entries,
-                e.store_records
-                    .map_or_else(|| "no".to_owned(), |n| n.to_string()),
-                e.store_member
-                    .as_ref()
-                    .map_or_else(String::new, |m| format!(" (from {m})"))
-            )
-            .into(),
-        ));
-        if !e.gaps.is_empty() {
-            doc.push(Block::List(
-                e.gaps
-                    .iter()
-                    .map(|gap| Line::from(format!("could not read {gap}")).into())
-                    .collect(),
-            ));
-        }
+        doc.push(checks_block(&self.checks));
+        doc.blocks.extend(evidence_blocks(&self.evidence));
         doc
     }
+}
+
+/// Every check, passed or failed, with up to 20 violations each.
+pub fn checks_block(checks: &[CheckResult]) -> Block {
+    Block::List(
+        checks
+            .iter()
+            .map(|check| {
+                let mark = if check.passed { "pass" } else { "FAIL" };
+                let mut nested: Vec<Line> = check
+                    .violations
+                    .iter()
+                    .take(20)
+                    .map(|v| {
+                        Line::default()
+                            .text(format!("{}: ", v.what))
+                            .code(v.evidence.to_string())
+                    })
+                    .collect();
+                if check.violations.len() > 20 {
+                    nested.push(
+                        format!("… {} more in report.json", check.violations.len() - 20).into(),
+                    );
+                }
+                Item {
+                    line: Line::default().strong(mark).text(format!(
+                        " {} ({}) — {}",
+                        check.name,
+                        check.invariant,
+                        check.notes.join("; ")
+                    )),
+                    nested,
+                }
+            })
+            .collect(),
+    )
+}
+
+/// What the checker read, and what it could not.
+pub fn evidence_blocks(e: &EvidenceSummary) -> Vec<Block> {
+    let mut blocks = vec![Block::Paragraph(
+        format!(
+            "Evidence: payment rows by region {:?}, {} ledger entries, {} store records{}.",
+            e.payment_rows_by_region,
+            e.ledger_entries,
+            e.store_records
+                .map_or_else(|| "no".to_owned(), |n| n.to_string()),
+            e.store_member
+                .as_ref()
+                .map_or_else(String::new, |m| format!(" (from {m})"))
+        )
+        .into(),
+    )];
+    if !e.gaps.is_empty() {
+        blocks.push(Block::List(
+            e.gaps
+                .iter()
+                .map(|gap| Line::from(format!("could not read {gap}")).into())
+                .collect(),
+        ));
+    }
+    blocks
 }

@@ -1,0 +1,268 @@
+//! The chaos run's report: `report.json` (everything, machine-readable),
+//! `report.md` and `report.html` (the same [`Document`]: the verdict, the
+//! seed and the command that repeats the run, the schedule of faults with
+//! what was done and seen, answers by code, the linearizability verdict
+//! with the smallest failing sub-history of each violation, every invariant
+//! check), the two charts with each fault shaded, and `evidence.json`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use crate::chaos::nemesis::Nemesis;
+use crate::chaos::record::FaultRecord;
+use crate::charts::{self, Interval, Markers, Moment};
+use crate::check::CheckResult;
+use crate::client_log::{ClientLog, EpochMillis};
+use crate::document::{Block, Chart, Document, Item, Line};
+use crate::evidence::Evidence;
+use crate::linearizability::Linearizability;
+use crate::report::{EvidenceSummary, Timeline, checks_block, evidence_blocks};
+
+/// How often each nemesis struck, and how often it was seen taking effect.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NemesisCount {
+    pub injected: usize,
+    pub took_effect: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChaosReport {
+    pub cluster: String,
+    pub seed: u64,
+    pub nemeses: Vec<Nemesis>,
+    pub duration_seconds: u64,
+    pub rate: u32,
+    /// The command that repeats this run's schedule.
+    pub command: String,
+    pub load_started_at: EpochMillis,
+    pub load_ended_at: EpochMillis,
+    pub timeline: Timeline,
+    pub faults: Vec<FaultRecord>,
+    pub by_nemesis: BTreeMap<Nemesis, NemesisCount>,
+    /// Logical operations and HTTP attempts the clients made.
+    pub operations: usize,
+    pub attempts: usize,
+    /// Attempts by answer (`201`, `409 IDEMPOTENCY_REQUEST_IN_PROGRESS`,
+    /// `no answer`, …).
+    pub answers: BTreeMap<String, usize>,
+    pub linearizability: Linearizability,
+    pub evidence: EvidenceSummary,
+    pub checks: Vec<CheckResult>,
+    /// Every check passed, linearizability included.
+    pub invariants_held: bool,
+}
+
+impl ChaosReport {
+    pub fn count(faults: &[FaultRecord]) -> BTreeMap<Nemesis, NemesisCount> {
+        let mut counts: BTreeMap<Nemesis, NemesisCount> = BTreeMap::new();
+        for fault in faults {
+            let count = counts.entry(fault.nemesis).or_default();
+            count.injected += 1;
+            count.took_effect += usize::from(fault.took_effect);
+        }
+        counts
+    }
+
+    pub fn answers(log: &ClientLog) -> BTreeMap<String, usize> {
+        let mut answers = BTreeMap::new();
+        for attempt in &log.attempts {
+            *answers.entry(attempt.error_class()).or_insert(0) += 1;
+        }
+        answers
+    }
+
+    /// Each fault shaded from its start to its healing, the end of the
+    /// load marked.
+    fn markers(&self) -> Markers {
+        let seconds = |at: EpochMillis| at.saturating_sub(self.load_started_at) as f64 / 1000.0;
+        Markers {
+            moments: vec![Moment {
+                at: seconds(self.load_ended_at),
+                what: "load ended",
+            }],
+            intervals: self
+                .faults
+                .iter()
+                .map(|f| Interval {
+                    from: seconds(f.started_at),
+                    to: seconds(f.healed_at.unwrap_or(f.started_at).max(f.started_at)),
+                    what: f.nemesis.name(),
+                })
+                .collect(),
+        }
+    }
+
+    pub fn document(&self, charts: Vec<Chart>) -> Document {
+        let verdict = if self.invariants_held {
+            "no violation"
+        } else {
+            "VIOLATIONS FOUND"
+        };
+        let mut doc = Document::new(format!("Chaos drill, seed {}: {verdict}", self.seed));
+        doc.push(Block::Paragraph(
+            Line::default()
+                .text(format!(
+                    "{} s of load at {}/s with nemeses {}; {} faults; {} operations, {} attempts. Repeat with ",
+                    self.duration_seconds,
+                    self.rate,
+                    self.nemeses
+                        .iter()
+                        .map(|n| n.name())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    self.faults.len(),
+                    self.operations,
+                    self.attempts
+                ))
+                .code(self.command.clone())
+                .text("."),
+        ));
+        doc.push(Block::Heading("Faults by nemesis".into()));
+        doc.push(Block::Table {
+            head: vec![
+                "nemesis".into(),
+                "injected".into(),
+                "seen taking effect".into(),
+            ],
+            rows: self
+                .by_nemesis
+                .iter()
+                .map(|(n, c)| {
+                    vec![
+                        n.name().into(),
+                        c.injected.to_string().into(),
+                        c.took_effect.to_string().into(),
+                    ]
+                })
+                .collect(),
+        });
+        doc.push(Block::Heading("Schedule".into()));
+        doc.push(Block::List(
+            self.faults
+                .iter()
+                .map(|f| {
+                    let time = |at: EpochMillis| {
+                        format!(
+                            "+{:.1} s",
+                            at.saturating_sub(self.load_started_at) as f64 / 1000.0
+                        )
+                    };
+                    let mut nested: Vec<Line> = Vec::new();
+                    nested.extend(
+                        f.done
+                            .iter()
+                            .map(|n| format!("{} did: {}", time(n.at), n.what).into()),
+                    );
+                    nested.extend(f.seen.iter().map(|n| {
+                        Line::default()
+                            .text(format!("{} ", time(n.at)))
+                            .strong("saw")
+                            .text(format!(": {}", n.what))
+                    }));
+                    nested.extend(
+                        f.errors
+                            .iter()
+                            .map(|e| Line::default().strong("error").text(format!(": {e}"))),
+                    );
+                    Item {
+                        line: Line::default().strong(f.nemesis.name()).text(format!(
+                            " {} — {}, healed {}, healthy again {}{}",
+                            time(f.started_at),
+                            f.description,
+                            f.healed_at.map_or("never".to_owned(), time),
+                            f.recovered_at.map_or("not seen".to_owned(), time),
+                            if f.took_effect {
+                                ""
+                            } else {
+                                " — NOT SEEN TAKING EFFECT"
+                            }
+                        )),
+                        nested,
+                    }
+                })
+                .collect(),
+        ));
+        doc.push(Block::Heading("Charts".into()));
+        doc.blocks.extend(charts.into_iter().map(Block::Chart));
+        doc.push(Block::Heading("Answers".into()));
+        doc.push(Block::Table {
+            head: vec!["answer".into(), "attempts".into()],
+            rows: self
+                .answers
+                .iter()
+                .map(|(k, v)| vec![k.clone().into(), v.to_string().into()])
+                .collect(),
+        });
+        doc.push(Block::Heading("Linearizability".into()));
+        let l = &self.linearizability;
+        doc.push(Block::Paragraph(
+            format!(
+                "{} scoped keys, {} attempts ({} indeterminate) checked against the idempotency contract's sequential model: {} violations, {} undecided.",
+                l.keys,
+                l.attempts,
+                l.indeterminate,
+                l.violations.len(),
+                l.undecided.len()
+            )
+            .into(),
+        ));
+        if !l.violations.is_empty() {
+            doc.push(Block::List(
+                l.violations
+                    .iter()
+                    .take(20)
+                    .map(|v| Item {
+                        line: Line::default()
+                            .strong(format!("{} / {}", v.tenant, v.key))
+                            .text(format!(": {}", v.why)),
+                        nested: v
+                            .history
+                            .iter()
+                            .map(|h| {
+                                Line::default().code(format!(
+                                    "op {} sent {} answered {:?}: {}",
+                                    h.op, h.sent_at, h.answered_at, h.outcome
+                                ))
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            ));
+        }
+        doc.push(Block::Heading("Checks".into()));
+        doc.push(checks_block(&self.checks));
+        doc.blocks.extend(evidence_blocks(&self.evidence));
+        doc.push(Block::Heading("Timeline".into()));
+        doc.push(Block::List(
+            self.timeline
+                .0
+                .iter()
+                .map(|e| Line::from(format!("{} {}", e.time, e.what)).into())
+                .collect(),
+        ));
+        doc
+    }
+
+    /// Writes every file of the report into `dir`.
+    pub fn write(&self, dir: &Path, evidence: &Evidence) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))
+        };
+        write("report.json", &serde_json::to_vec_pretty(self)?)?;
+        let charts = charts::render_with(&evidence.log, self.load_started_at, &self.markers())
+            .context("drawing the charts")?;
+        for chart in &charts {
+            write(chart.file_name, chart.svg.as_bytes())?;
+        }
+        let document = self.document(charts);
+        write("report.md", document.markdown().as_bytes())?;
+        write("report.html", document.html().as_bytes())?;
+        write("evidence.json", &serde_json::to_vec_pretty(evidence)?)?;
+        Ok(())
+    }
+}
