@@ -1,6 +1,8 @@
 //! The invariant checker: pure functions from [`Evidence`] to named checks,
 //! each with the violations it found and the evidence for each. Nothing here
-//! does I/O, so every check is unit-tested against planted violations.
+//! does I/O, so every check is unit-tested against planted violations. A
+//! check's [`CheckResult`] and its [`Violation`]s are [`crate::verdict`]'s,
+//! re-exported here.
 //!
 //! | check | invariant | looks at |
 //! |---|---|---|
@@ -12,44 +14,16 @@
 //! | [`faithful_replay`] | I2 | every stored answer (`201`, `402`, `409 DUPLICATE_MERCHANT_REFERENCE`) under one key, replays, stored responses |
 //! | [`loud_mismatch`] | I3 | the reused-key-different-body operations |
 //! | [`keyless_duplicates_at_most_one_payment`] | I1 (case 6) | duplicate groups vs payments |
+//! | [`linearizable`] | I1, I2, I3 | every attempt of the client log, each scoped key's history on its own ([`crate::linearizability`]) |
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::client_log::{Attempt, DUPLICATE_REFERENCE, Intent, KEY_REUSED};
 use crate::evidence::{BusinessKey, Evidence, PaymentRow, StoreRecord, payment_of_provider_key};
-
-/// One thing that should not have happened, and what shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Violation {
-    pub what: String,
-    pub evidence: serde_json::Value,
-}
-
-/// The result of one check.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CheckResult {
-    pub name: String,
-    pub invariant: String,
-    pub passed: bool,
-    pub violations: Vec<Violation>,
-    /// What the check looked at, and what it could not decide.
-    pub notes: Vec<String>,
-}
-
-impl CheckResult {
-    fn new(name: &str, invariant: &str, violations: Vec<Violation>, notes: Vec<String>) -> Self {
-        Self {
-            name: name.to_owned(),
-            invariant: invariant.to_owned(),
-            passed: violations.is_empty(),
-            violations,
-            notes,
-        }
-    }
-}
+use crate::linearizability;
+pub use crate::verdict::{CheckResult, Violation};
 
 fn violation(what: impl Into<String>, evidence: serde_json::Value) -> Violation {
     Violation {
@@ -69,6 +43,7 @@ pub fn check_all(evidence: &Evidence) -> Vec<CheckResult> {
         faithful_replay(evidence),
         loud_mismatch(evidence),
         keyless_duplicates_at_most_one_payment(evidence),
+        linearizable(evidence),
     ]
 }
 
@@ -636,4 +611,20 @@ pub fn keyless_duplicates_at_most_one_payment(evidence: &Evidence) -> CheckResul
         violations,
         vec![format!("{} duplicate groups", groups.len())],
     )
+}
+
+/// I1–I3 together, as the clients saw them: each scoped key's attempts can
+/// be put in one order that respects real time (an attempt answered before
+/// another was sent comes first) and is a legal run of the idempotency
+/// contract: one execution, every replay its answer byte for byte, a
+/// mismatch only once another body executed. An attempt without a
+/// determinate answer (none, 5xx, 421, 202, in progress) may have taken
+/// effect at any point after it was sent, or never, whichever explains the
+/// rest. Unlike [`faithful_replay`], which compares answers, this catches
+/// answers that came too early: a replay answered before its execution
+/// could have happened, or a mismatch before any body was executed. A key
+/// whose history is too large to decide within the search's budget is
+/// noted, not condemned.
+pub fn linearizable(evidence: &Evidence) -> CheckResult {
+    linearizability::check(&evidence.log).as_check()
 }

@@ -37,6 +37,10 @@
 //! - [`evidence`]: what the checker reads, as plain data.
 //! - [`gather`]: reading the evidence from a live cluster, read-only.
 //! - [`check`]: the invariant checks, pure functions.
+//! - [`verdict`]: what one check concluded: its violations and notes.
+//! - [`linearizability`]: each scoped key's attempts checked for a legal
+//!   order under the idempotency contract (Wing–Gong search), a failing
+//!   key shrunk to its smallest failing history.
 //! - [`report`]: the timeline and the report's content.
 //! - [`files`]: the report's files (JSON, Markdown, HTML, SVG, evidence).
 //! - [`document`]: the report as a document, rendered to Markdown and to a
@@ -64,6 +68,7 @@ pub mod linearizability;
 pub mod load;
 pub mod measure;
 pub mod report;
+pub mod verdict;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

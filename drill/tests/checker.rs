@@ -227,7 +227,7 @@ fn failed(results: &[CheckResult]) -> Vec<&str> {
 fn a_clean_drill_passes_every_check() {
     let results = check::check_all(&clean());
     assert_eq!(failed(&results), Vec::<&str>::new(), "{results:#?}");
-    assert_eq!(results.len(), 8);
+    assert_eq!(results.len(), 9);
 }
 
 #[test]
@@ -640,5 +640,24 @@ fn an_unreadable_database_fails_the_drill_even_when_nothing_else_is_wrong() {
             .what
             .contains("region us-east's database"),
         "{complete:#?}"
+    );
+}
+
+#[test]
+fn a_replay_answered_before_its_payment_was_sent_is_caught_as_not_linearizable() {
+    let mut evidence = clean();
+    // The replay of k1 (op 2) answered before op 1 was first sent: no
+    // execution could have come before it.
+    let replay = attempt_of(&mut evidence, 2);
+    replay.sent_at = 50;
+    replay.answered_at = 60;
+    let results = check::check_all(&evidence);
+    assert_eq!(failed(&results), ["linearizable"], "{results:#?}");
+    let linearizable = results.last().unwrap();
+    assert!(
+        linearizable.violations[0].what.starts_with(
+            "key k1 of tenant acme: a replay answered before any execution of the key could have happened"
+        ),
+        "{linearizable:#?}"
     );
 }
