@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A chaos run as RELIABILITY.md records it: a fresh `once up` (three regions,
+# embedded storage) in a temporary directory, `once drill chaos` against it
+# with every nemesis, then the report copied out and the cluster stopped.
+# Usage: tools/chaos.sh SECONDS SEED [OUT (default reliability/chaos-SEED)] [RATE (default 20)]
+# Needs a release build: cargo build --release --bin once
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
+SECONDS_TOTAL="${1:?seconds}"
+SEED="${2:?seed}"
+OUT="${3:-reliability/chaos-$SEED}"
+RATE="${4:-20}"
+DIR=$(mktemp -d)
+UP_PID=
+cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+RUST_LOG=error "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" >"$DIR/up.out" 2>&1 &
+UP_PID=$!
+for _ in $(seq 1 600); do grep -q '^once is up' "$DIR/up.out" 2>/dev/null && break; sleep 0.2; done
+grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
+
+echo "# $(nproc) cores; once up --regions 3; once drill chaos --duration $SECONDS_TOTAL --seed $SEED --rate $RATE; binary $ONCE"
+status=0
+RUST_LOG=warn "$ONCE" drill chaos --cluster "$DIR/up/cluster.json" --duration "$SECONDS_TOTAL" \
+  --seed "$SEED" --rate "$RATE" --out "$DIR/report" || status=$?
+mkdir -p "$OUT"
+# The evidence (every attempt, payment and record) stays out: it is large.
+cp "$DIR/report/report.md" "$DIR/report/report.json" "$DIR/report/"*.svg "$OUT/" 2>/dev/null || true
+python3 - "$OUT/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"seed {r['seed']}: {r['duration_seconds']} s, {len(r['faults'])} faults, "
+      f"{r['operations']} operations, {r['attempts']} attempts")
+for n, c in r['by_nemesis'].items():
+    print(f"  {n}: {c['injected']} injected, {c['took_effect']} seen taking effect")
+l = r['linearizability']
+print(f"linearizability: {l['keys']} keys, {l['attempts']} attempts ({l['indeterminate']} indeterminate), "
+      f"{len(l['violations'])} violations, {len(l.get('undecided', []))} undecided")
+print("checks: " + ", ".join(f"{c['name']}={'pass' if c['passed'] else 'FAIL'}" for c in r['checks']))
+print("invariants held" if r['invariants_held'] else "VIOLATIONS FOUND")
+PY
+exit $status
