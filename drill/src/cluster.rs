@@ -17,8 +17,9 @@ pub struct Cluster {
     pub admin_token: String,
     pub tenants: Vec<Tenant>,
     pub regions: Vec<Region>,
-    /// `once up`'s control endpoint (restarts a killed region's processes);
-    /// absent for clusters `once up` did not start.
+    /// `once up`'s control endpoint (restarts a killed region's processes,
+    /// or one process: see [`crate::control`]); absent for clusters `once
+    /// up` did not start.
     #[serde(default)]
     pub control: Option<Endpoint>,
 }
@@ -32,6 +33,10 @@ pub struct Endpoint {
     /// Its admin listener (`/admin/*`, metrics), when it has one of its own.
     #[serde(default)]
     pub admin_url: Option<String>,
+    /// Its pid, for a process `once up` runs (the router); absent for the
+    /// provider simulator, which runs inside `once up`.
+    #[serde(default)]
+    pub pid: Option<i32>,
 }
 
 impl Endpoint {
@@ -167,7 +172,7 @@ mod tests {
 
     #[test]
     fn the_documented_shape_parses_and_unknown_fields_are_ignored() {
-        let json = r#"{ "router": {"url": "http://127.0.0.1:8080"},
+        let json = r#"{ "router": {"url": "http://127.0.0.1:8080", "pid": 120},
           "provider": {"url": "http://127.0.0.1:8099"},
           "admin_token": "t", "future": 1,
           "tenants": [{"id": "acme", "api_key": "k", "home_region": "eu-west", "extra": true}],
@@ -177,6 +182,8 @@ mod tests {
                       {"name": "us-east", "node": {"url": "http://m"}, "database_url": "/tmp/us.db"}] }"#;
         let cluster: Cluster = serde_json::from_str(json).unwrap();
         assert_eq!(cluster.tenants[0].home_region, "eu-west");
+        assert_eq!(cluster.router.pid, Some(120));
+        assert_eq!(cluster.provider.pid, None);
         assert_eq!(cluster.regions[0].store.as_ref().unwrap().pid, Some(124));
         assert_eq!(cluster.regions[1].store, None);
         assert_eq!(cluster.tenants_homed_in("eu-west").len(), 1);

@@ -26,26 +26,6 @@ pub struct FailbackResult {
     pub not_home: Vec<String>,
 }
 
-/// Asks `once up`'s control endpoint to start the region's killed processes
-/// again; answers once they serve (the endpoint waits for readiness).
-pub async fn restart_region(control_url: &str, region: &str) -> anyhow::Result<String> {
-    let response = reqwest::Client::new()
-        .post(format!(
-            "{}/regions/{region}/restart",
-            control_url.trim_end_matches('/')
-        ))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await?;
-    let status = response.status();
-    let body = response.text().await?;
-    anyhow::ensure!(
-        status.is_success(),
-        "control endpoint answered {status}: {body}"
-    );
-    Ok(body)
-}
-
 /// Waits until raft-store shows `region` healthy again (the routers write
 /// that after their success threshold). A failback before that would race
 /// the routers' own health state: a router that still counts the region as

@@ -31,6 +31,8 @@
 //! - [`fault`]: kill, and partition behind [`fault::PartitionSwitch`]es
 //!   (the region's store member isolated, the other members and the router
 //!   cutting the region).
+//! - [`control`]: `once up`'s control endpoint, restarting a region's
+//!   processes or one process (gracefully or not, clock-skewed, wiped).
 //! - [`failback`]: asking the router to fail back and waiting for it.
 //! - [`final_replay`]: every stored answer asked for again after the fault.
 //! - [`measure`]: detection, recovery, errors, throughput from the log.
@@ -245,10 +247,17 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         // whichever are gone).
         if args.mode == FaultMode::Kill && fault_report.injected {
             let what = match &cluster.control {
-                Some(control) => match failback::restart_region(&control.url, &region.name).await {
-                    Ok(answer) => format!("region {} restarted: {answer}", region.name),
-                    Err(e) => format!("restarting region {} FAILED: {e:#}", region.name),
-                },
+                Some(control) => {
+                    let restarted = async {
+                        control::Control::new(&control.url)?
+                            .restart_region(&region.name)
+                            .await
+                    };
+                    match restarted.await {
+                        Ok(answer) => format!("region {} restarted: {answer}", region.name),
+                        Err(e) => format!("restarting region {} FAILED: {e:#}", region.name),
+                    }
+                }
                 None => format!(
                     "region {} was killed and the cluster has no control endpoint to restart it",
                     region.name

@@ -22,11 +22,12 @@
 //! rolling upgrade must wait for before it restarts the next one.
 //!
 //! `GET|POST /admin/partition` shows or sets this member's partition state
-//! ([`crate::wan`]): `{"isolated": bool, "cut_regions": [..]}`, each field
-//! optional on `POST`. While isolated, requests of clients that declare
-//! another region (`X-Once-Client-Region`) are refused; while a region is
-//! cut, requests of clients that declare it are refused. Requests that
-//! declare no region are always served.
+//! ([`crate::wan`]): `{"isolated": bool, "cut_regions": [..], "refuse_from":
+//! [..]}`, each field optional on `POST`. While isolated, requests of
+//! clients that declare another region (`X-Once-Client-Region`) are
+//! refused; while a region is cut or refused, requests of clients that
+//! declare it are refused. Requests that declare no region are always
+//! served.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -148,7 +149,7 @@ async fn partition(State(state): State<Arc<ApiState>>) -> Response {
 }
 
 /// Isolates this member's region from the others, cuts some other regions
-/// off from it, or heals either.
+/// off from it (both ways, or only their requests to it), or heals any.
 async fn set_partition(
     State(state): State<Arc<ApiState>>,
     Json(request): Json<SetPartition>,
@@ -158,6 +159,7 @@ async fn set_partition(
             tracing::warn!(
                 isolated = now.isolated,
                 cut_regions = ?now.cut_regions,
+                refuse_from = ?now.refuse_from,
                 region = %now.region,
                 "simulated partition changed"
             );

@@ -134,8 +134,11 @@
 //! (`X-Once-Client-Region`) are refused as never sent.
 //! `POST /admin/partition {"cut_regions": ["eu-west"]}` is the same seen
 //! from the other side: this member neither sends to nor accepts Raft RPCs
-//! from eu-west's members, and refuses clients declaring eu-west. A
-//! partition of one region is both (the drill's `--mode partition`):
+//! from eu-west's members, and refuses clients declaring eu-west.
+//! `{"refuse_from": ["eu-west"]}` is half of that, a one-way cut: this
+//! member refuses eu-west's Raft RPCs and clients but still sends to
+//! eu-west. A partition of one region is isolation plus cuts (the drill's
+//! `--mode partition`):
 //!
 //! ```text
 //!  eu-west member: isolated            us-east, ap-south members: cut_regions [eu-west]

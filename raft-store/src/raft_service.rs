@@ -4,7 +4,8 @@
 //!
 //! While this member is isolated ([`crate::wan`]), RPCs from another region
 //! are refused before they reach raft, and so are RPCs from a region cut off
-//! from it, with an answer the sender maps to `Unreachable`.
+//! from it or refused one way, with an answer the sender maps to
+//! `Unreachable`.
 
 use std::sync::Arc;
 

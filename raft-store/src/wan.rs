@@ -14,13 +14,20 @@
 //!   partitioning region R isolates R's member and cuts R at every other
 //!   member, so the cut holds from both sides whichever side sends first.
 //!   Processes keep running; only the links between regions are cut.
+//! - **one-way partition**: a member told to refuse some other regions
+//!   (`refuse_from`) refuses Raft RPC and clients declaring them, as for a
+//!   cut, but still sends to them. Traffic flows one way: requests this
+//!   member starts reach the refused region (and their answers come back
+//!   on the same exchange); requests that region starts do not reach it.
 //!
 //! ```text
 //!   member 1 (eu-west) ── Raft RPC + X-Once-Region: eu-west ──► member 2 (us-east)
 //!        │ sleep(latency) before sending             │ isolated and eu-west ≠ us-east,
-//!        │ isolated, or us-east cut?                 │ or eu-west in cut_regions?
-//!        │   → Unreachable, nothing sent             └─► 503 + X-Once-Partitioned
-//!        ▼                                               (the sender maps it to Unreachable)
+//!        │ isolated, or us-east cut?                 │ or eu-west in cut_regions
+//!        │   → Unreachable, nothing sent             │ or in refuse_from?
+//!        │ (us-east in refuse_from: sent all the     └─► 503 + X-Once-Partitioned
+//!        │  same; only member 2's requests to            (the sender maps it to Unreachable)
+//!        ▼  member 1 are refused)
 //! ```
 //!
 //! The decisions ([`SimulatedWan::delay_to`], [`SimulatedWan::may_send_to`],
@@ -79,7 +86,7 @@ pub enum PartitionError {
         "region {0:?} is this member's own region: a member cannot be cut off from itself (use \"isolated\" to cut it off from the others)"
     )]
     OwnRegion(String),
-    #[error("a cut region must have a name")]
+    #[error("a cut or refused region must have a name")]
     EmptyRegion,
 }
 
@@ -91,10 +98,20 @@ pub struct SimulatedWan {
     /// Read on every RPC and flipped by an operator; an atomic, since no
     /// other state has to change with it.
     isolated: AtomicBool,
-    /// Other regions cut off from this member. Read on every RPC, written
-    /// only by an operator: a std `RwLock`, never held across an await, so
-    /// readers never wait on each other.
-    cut_regions: RwLock<BTreeSet<String>>,
+    /// Other regions cut off from this member, both ways or one way. Read
+    /// on every RPC, written only by an operator: a std `RwLock`, never
+    /// held across an await, so readers never wait on each other. One lock
+    /// for both sets, so a change of both is seen whole.
+    cuts: RwLock<Cuts>,
+}
+
+/// The regions a member does not talk to, apart from its isolation.
+#[derive(Debug, Default)]
+struct Cuts {
+    /// Neither sent to nor accepted from.
+    both_ways: BTreeSet<String>,
+    /// Accepted from no more, still sent to.
+    refused: BTreeSet<String>,
 }
 
 impl SimulatedWan {
@@ -102,7 +119,7 @@ impl SimulatedWan {
         Self {
             config,
             isolated: AtomicBool::new(false),
-            cut_regions: RwLock::new(BTreeSet::new()),
+            cuts: RwLock::new(Cuts::default()),
         }
     }
 
@@ -139,6 +156,7 @@ impl SimulatedWan {
 
     /// Whether an RPC to `peer` may be sent now: not while this member is
     /// isolated and the peer is remote, nor while the peer's region is cut.
+    /// A region this member only refuses (`refuse_from`) is still sent to.
     pub fn may_send_to(&self, peer: NodeId) -> bool {
         if self.is_isolated() && self.is_remote(peer) {
             return false;
@@ -146,16 +164,20 @@ impl SimulatedWan {
         !self.is_cut(&self.region_of(peer))
     }
 
-    /// Whether a request from `region` is accepted now. `None` is a sender
-    /// that does not say: for Raft RPC every member says, so it counts as
-    /// another region; for the client API it is served (see
-    /// [`Self::accepts_client`]).
+    /// Whether a request from `region` is accepted now: not across this
+    /// member's isolation, nor from a region cut (`cut_regions`) or refused
+    /// (`refuse_from`). `None` is a sender that does not say: for Raft RPC
+    /// every member says, so it counts as another region; for the client
+    /// API it is served (see [`Self::accepts_client`]).
     pub fn accepts(&self, region: Option<&str>) -> bool {
         let own = region == Some(self.config.region.as_str());
         if self.is_isolated() {
             return own;
         }
-        region.is_none_or(|r| !self.is_cut(r))
+        region.is_none_or(|r| {
+            let cuts = self.read_cuts();
+            !cuts.both_ways.contains(r) && !cuts.refused.contains(r)
+        })
     }
 
     /// Whether a client API request declaring `region` (or none) is served.
@@ -171,20 +193,49 @@ impl SimulatedWan {
         self.isolated.store(isolated, Ordering::Relaxed);
     }
 
-    /// Whether `region` is one of the regions cut off from this member.
+    /// Whether `region` is one of the regions cut off from this member
+    /// both ways.
     pub fn is_cut(&self, region: &str) -> bool {
-        self.read_cut().contains(region)
+        self.read_cuts().both_ways.contains(region)
     }
 
-    /// Cuts exactly `regions` off from this member (`[]` heals them all).
-    /// This member's own region is refused: cutting it would cut the
-    /// member off from its own region's peers and clients, which no
-    /// network partition does.
+    /// Whether requests from `region` are refused while this member still
+    /// sends to it (a one-way cut).
+    pub fn is_refused(&self, region: &str) -> bool {
+        self.read_cuts().refused.contains(region)
+    }
+
+    /// Cuts exactly `regions` off from this member, both ways (`[]` heals
+    /// them all). This member's own region is refused: cutting it would
+    /// cut the member off from its own region's peers and clients, which
+    /// no network partition does.
     pub fn set_cut_regions(
         &self,
         regions: impl IntoIterator<Item = impl Into<String>>,
     ) -> Result<(), PartitionError> {
-        let mut cut = BTreeSet::new();
+        let regions = self.other_regions(regions)?;
+        self.write_cuts().both_ways = regions;
+        Ok(())
+    }
+
+    /// Refuses exactly `regions`' requests from now on while still sending
+    /// to them (`[]` heals them all); same rules as
+    /// [`Self::set_cut_regions`].
+    pub fn set_refused_regions(
+        &self,
+        regions: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<(), PartitionError> {
+        let regions = self.other_regions(regions)?;
+        self.write_cuts().refused = regions;
+        Ok(())
+    }
+
+    /// `regions` trimmed, each named and none this member's own.
+    fn other_regions(
+        &self,
+        regions: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Result<BTreeSet<String>, PartitionError> {
+        let mut set = BTreeSet::new();
         for region in regions {
             let region: String = region.into();
             let region = region.trim();
@@ -194,19 +245,30 @@ impl SimulatedWan {
             if region == self.config.region {
                 return Err(PartitionError::OwnRegion(region.to_owned()));
             }
-            cut.insert(region.to_owned());
+            set.insert(region.to_owned());
         }
-        *self
-            .cut_regions
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = cut;
-        Ok(())
+        Ok(set)
     }
 
     /// Applies `change` (all of it or, when refused, none of it).
     pub fn apply(&self, change: SetPartition) -> Result<PartitionState, PartitionError> {
-        if let Some(regions) = change.cut_regions {
-            self.set_cut_regions(regions)?;
+        // Every part checked before any is written.
+        let both_ways = change
+            .cut_regions
+            .map(|r| self.other_regions(r))
+            .transpose()?;
+        let refused = change
+            .refuse_from
+            .map(|r| self.other_regions(r))
+            .transpose()?;
+        {
+            let mut cuts = self.write_cuts();
+            if let Some(both_ways) = both_ways {
+                cuts.both_ways = both_ways;
+            }
+            if let Some(refused) = refused {
+                cuts.refused = refused;
+            }
         }
         if let Some(isolated) = change.isolated {
             self.set_isolated(isolated);
@@ -215,18 +277,26 @@ impl SimulatedWan {
     }
 
     pub fn state(&self) -> PartitionState {
+        let cuts = self.read_cuts();
         PartitionState {
             isolated: self.is_isolated(),
-            cut_regions: self.read_cut().iter().cloned().collect(),
+            cut_regions: cuts.both_ways.iter().cloned().collect(),
+            refuse_from: cuts.refused.iter().cloned().collect(),
             region: self.config.region.clone(),
         }
     }
 
-    fn read_cut(&self) -> std::sync::RwLockReadGuard<'_, BTreeSet<String>> {
-        // A panic while holding the lock cannot leave a half-written set
-        // (it is replaced whole), so a poisoned lock is still good.
-        self.cut_regions
+    // A panic while holding the lock cannot leave a half-written set (each
+    // is replaced whole), so a poisoned lock is still good.
+    fn read_cuts(&self) -> std::sync::RwLockReadGuard<'_, Cuts> {
+        self.cuts
             .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write_cuts(&self) -> std::sync::RwLockWriteGuard<'_, Cuts> {
+        self.cuts
+            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -357,6 +427,7 @@ mod tests {
             PartitionState {
                 isolated: true,
                 cut_regions: vec![],
+                refuse_from: vec![],
                 region: "eu-west".into()
             }
         );
@@ -410,6 +481,7 @@ mod tests {
             wan.apply(SetPartition {
                 isolated: Some(true),
                 cut_regions: Some(vec!["ap-south".into(), "eu-west".into()]),
+                refuse_from: None,
             }),
             Err(PartitionError::OwnRegion("eu-west".into()))
         );
@@ -419,6 +491,66 @@ mod tests {
         );
         assert!(!wan.is_isolated());
         assert_eq!(wan.state().cut_regions, ["us-east"]);
+    }
+
+    #[test]
+    fn a_member_cannot_refuse_its_own_region_and_a_refused_change_changes_nothing() {
+        let wan = eu_with_peers(0);
+        assert_eq!(
+            wan.apply(SetPartition::refuse_from(["eu-west"])),
+            Err(PartitionError::OwnRegion("eu-west".into()))
+        );
+        assert_eq!(
+            wan.apply(SetPartition::refuse_from([""])),
+            Err(PartitionError::EmptyRegion)
+        );
+        // A valid cut next to an invalid refusal: neither is applied.
+        assert_eq!(
+            wan.apply(SetPartition {
+                isolated: Some(true),
+                cut_regions: Some(vec!["ap-south".into()]),
+                refuse_from: Some(vec!["eu-west".into()]),
+            }),
+            Err(PartitionError::OwnRegion("eu-west".into()))
+        );
+        let state = wan.state();
+        assert!(!state.isolated);
+        assert!(state.cut_regions.is_empty() && state.refuse_from.is_empty());
+    }
+
+    #[test]
+    fn a_refused_region_is_refused_but_still_sent_to() {
+        let wan = eu_with_peers(0);
+        let state = wan.apply(SetPartition::refuse_from(["us-east"])).unwrap();
+        assert_eq!(state.refuse_from, ["us-east"]);
+        assert!(state.cut_regions.is_empty(), "not a two-way cut");
+        assert!(wan.may_send_to(3), "RPCs to us-east still go out");
+        assert!(
+            !wan.accepts(Some("us-east")),
+            "RPCs from us-east do not get in"
+        );
+        assert!(!wan.accepts_client(Some("us-east")));
+        assert!(wan.accepts(Some("eu-west")) && wan.accepts(Some("ap-south")));
+        assert!(wan.accepts_client(None), "undeclared clients are served");
+        assert!(wan.is_refused("us-east") && !wan.is_cut("us-east"));
+        wan.apply(SetPartition::refuse_from(Vec::<String>::new()))
+            .unwrap();
+        assert!(wan.accepts(Some("us-east")), "healed");
+    }
+
+    #[test]
+    fn refusals_and_cuts_are_changed_apart() {
+        let wan = eu_with_peers(0);
+        wan.apply(SetPartition::cut(["ap-south"])).unwrap();
+        let state = wan.apply(SetPartition::refuse_from(["us-east"])).unwrap();
+        assert_eq!(state.cut_regions, ["ap-south"], "the cut stays");
+        assert_eq!(state.refuse_from, ["us-east"]);
+        let state = wan.apply(SetPartition::cut(Vec::<String>::new())).unwrap();
+        assert!(state.cut_regions.is_empty());
+        assert_eq!(state.refuse_from, ["us-east"], "the refusal stays");
+        // A region both cut and refused is simply cut.
+        wan.apply(SetPartition::cut(["us-east"])).unwrap();
+        assert!(!wan.may_send_to(3) && !wan.accepts(Some("us-east")));
     }
 
     #[test]
@@ -436,6 +568,7 @@ mod tests {
             .apply(SetPartition {
                 isolated: Some(false),
                 cut_regions: Some(vec![]),
+                refuse_from: Some(vec![]),
             })
             .unwrap();
         assert_eq!(
@@ -443,6 +576,7 @@ mod tests {
             PartitionState {
                 isolated: false,
                 cut_regions: vec![],
+                refuse_from: vec![],
                 region: "eu-west".into()
             }
         );

@@ -1,6 +1,7 @@
 //! The Raft RPC sender's error mapping, against small local servers:
 //! what openraft is told decides whether it backs off, retries at once or
-//! splits a batch; and the simulated WAN's latency and partitions.
+//! splits a batch; and the simulated WAN's latency and partitions, two-way
+//! and one-way.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,13 +11,16 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use once_raft_store::command::{Batch, ClientRequest, Op};
 use once_raft_store::network::{APPEND_PATH, Network};
 use once_raft_store::types::{
     AppendEntriesRequest, AppendEntriesResponse, Entry, LogId, Node, RaftError, RpcError, Vote,
 };
-use once_raft_store::wan::{REGION_HEADER, SimulatedWan, WanConfig};
+use once_raft_store::wan::{
+    PARTITIONED_HEADER, REGION_HEADER, SetPartition, SimulatedWan, WanConfig, is_partition_refusal,
+};
 use once_raft_store::wire::{self, Postcard};
 use once_test_support::ports::closed_addr;
 use once_test_support::serve::serve;
@@ -257,6 +261,77 @@ async fn a_peer_that_cut_this_region_is_unreachable() {
         .await
         .unwrap_err();
     assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
+}
+
+/// A member's Raft listener behind `wan`'s partition, as `raft_service`
+/// puts it: refuses what `wan` does not accept, answers `Success` to the
+/// appends that get through and counts them.
+async fn member_behind(wan: Arc<SimulatedWan>) -> (String, Arc<AtomicUsize>) {
+    let delivered = Arc::new(AtomicUsize::new(0));
+    let counted = delivered.clone();
+    let app = Router::new().route(
+        APPEND_PATH,
+        post(move |headers: HeaderMap, _: Bytes| async move {
+            let from = headers.get(REGION_HEADER).and_then(|v| v.to_str().ok());
+            if !wan.accepts(from) {
+                return wan.refusal(from);
+            }
+            counted.fetch_add(1, Ordering::SeqCst);
+            Postcard(Ok::<_, RaftError>(AppendEntriesResponse::Success)).into_response()
+        }),
+    );
+    (serve(app).await.to_string(), delivered)
+}
+
+#[tokio::test]
+async fn a_one_way_cut_refuses_the_refused_regions_rpcs_and_still_sends_to_it() {
+    // eu-west refuses us-east's requests; us-east refuses nothing.
+    let eu = wan("eu-west", &[(1, "us-east")], 0);
+    let us = wan("us-east", &[(1, "eu-west")], 0);
+    let state = eu
+        .apply(SetPartition::refuse_from(["us-east"]))
+        .expect("us-east is another region");
+    assert!(state.cut_regions.is_empty() && state.refuse_from == ["us-east"]);
+    let (eu_addr, reached_eu) = member_behind(eu.clone()).await;
+    let (us_addr, reached_us) = member_behind(us.clone()).await;
+
+    // us-east → eu-west: refused as partitioned, which the sender maps to
+    // Unreachable; nothing reaches eu-west.
+    let refused = reqwest::Client::new()
+        .post(format!("http://{eu_addr}{APPEND_PATH}"))
+        .header(REGION_HEADER, "us-east")
+        .body(wire::encode(&append_of(1, 10)).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()[PARTITIONED_HEADER], "true");
+    assert!(is_partition_refusal(503, refused.headers()));
+    let mut us_to_eu = connection_through(eu_addr, us).await;
+    let err = us_to_eu
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Unreachable(_)), "{err:?}");
+    assert_eq!(reached_eu.load(Ordering::SeqCst), 0);
+
+    // eu-west → us-east: sent, delivered, answered.
+    let mut eu_to_us = connection_through(us_addr, eu.clone()).await;
+    let answer = eu_to_us
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .expect("the other way is open");
+    assert_eq!(answer, AppendEntriesResponse::Success);
+    assert_eq!(reached_us.load(Ordering::SeqCst), 1);
+
+    // Healed: us-east gets through again.
+    eu.apply(SetPartition::refuse_from(Vec::<String>::new()))
+        .unwrap();
+    us_to_eu
+        .append_entries(append_of(1, 10), RPCOption::new(Duration::from_secs(1)))
+        .await
+        .expect("healed");
+    assert_eq!(reached_eu.load(Ordering::SeqCst), 1);
 }
 
 // Commit notices answered at once and sent in the background

@@ -29,7 +29,9 @@ Simulated WAN (latency and partition drills on one machine):
   and clients declaring another region (X-Once-Client-Region) are refused.
   {\"cut_regions\": [\"eu-west\"]} (or `--cut-regions eu-west`; empty heals) is the
   same seen from another member: no Raft RPC to or from eu-west's members, and
-  clients declaring eu-west are refused.
+  clients declaring eu-west are refused. {\"refuse_from\": [\"eu-west\"]} (or
+  `--refuse-from eu-west`) is a one-way cut: eu-west's Raft RPC and clients are
+  refused, but this member still sends to eu-west.
 
 Secrets:
   ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
@@ -161,9 +163,10 @@ enum AdminCommand {
         local_member: bench::LocalMember,
     },
     /// Show, or set with --isolated, whether a member is cut off from every
-    /// other region, and with --cut-regions which other regions are cut off
+    /// other region, with --cut-regions which other regions are cut off
     /// from it (simulated partition: Raft RPC and clients across the cut are
-    /// refused both ways; the process keeps running).
+    /// refused both ways; the process keeps running), and with
+    /// --refuse-from which regions it refuses while still sending to them.
     Partition {
         #[arg(long)]
         endpoint: String,
@@ -172,6 +175,10 @@ enum AdminCommand {
         /// The whole set of regions cut off from this member; `""` heals.
         #[arg(long, value_delimiter = ',', num_args = 0..)]
         cut_regions: Option<Vec<String>>,
+        /// The whole set of regions this member refuses but still sends
+        /// to (a one-way cut); `""` heals.
+        #[arg(long, value_delimiter = ',', num_args = 0..)]
+        refuse_from: Option<Vec<String>>,
     },
 }
 
@@ -322,11 +329,17 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
             endpoint,
             isolated,
             cut_regions,
+            refuse_from,
         } => {
             let operator = operator()?;
+            let named = |regions: Vec<String>| -> Vec<String> {
+                regions.into_iter().filter(|r| !r.is_empty()).collect()
+            };
             if let Some(regions) = cut_regions {
-                let regions: Vec<String> = regions.into_iter().filter(|r| !r.is_empty()).collect();
-                admin::set_cut_regions(&operator, &endpoint, &regions).await?;
+                admin::set_cut_regions(&operator, &endpoint, &named(regions)).await?;
+            }
+            if let Some(regions) = refuse_from {
+                admin::set_refused_regions(&operator, &endpoint, &named(regions)).await?;
             }
             if let Some(isolated) = isolated {
                 admin::set_partition(&operator, &endpoint, isolated).await?;

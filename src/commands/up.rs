@@ -11,11 +11,18 @@
 //! `--wan-latency MS` adds that round trip to every link that crosses
 //! regions (Raft RPC, node → store member, router → node), inside the
 //! project's own transports, so a laptop behaves like three regions.
+//!
+//! Drills steer the processes through `once up`'s control endpoint
+//! (`cluster.json` → `control.url`, see `control`): restart a killed
+//! region, or restart one process — gracefully, as a crash, with its wall
+//! clock skewed, or a store member with its data wiped.
 
 mod children;
 mod control;
 mod layout;
+mod restart;
 mod shutdown;
+mod skew;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,7 +64,7 @@ const PROVIDER_LEDGER: &str = "provider-ledger.jsonl";
 
 /// How long a child may take to answer after it starts.
 const START_LIMIT: Duration = Duration::from_secs(60);
-/// How long a child may take to exit after SIGTERM.
+/// How long a child may take to exit after SIGTERM (a node drains).
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Writes `contents` to `path` readable by its owner only (mode 0600): the
@@ -152,7 +159,8 @@ async fn futures_join(children: Vec<ChildProcess>) {
 }
 
 /// How every child is started: the same command lines at the first start,
-/// on resume and when a region is restarted.
+/// on resume and when a region or a process is restarted. Each start takes
+/// extra environment (a restart's clock skew); the first start adds none.
 #[derive(Debug)]
 pub(crate) struct Plan {
     dir: PathBuf,
@@ -177,7 +185,16 @@ impl Plan {
             .to_string()
     }
 
-    fn store(&self, region: &RegionLayout) -> anyhow::Result<ChildProcess> {
+    /// A member's raft log and state machine.
+    fn store_data_dir(&self, region: &RegionLayout) -> PathBuf {
+        self.dir.join(format!("store-{}", region.name))
+    }
+
+    fn store(
+        &self,
+        region: &RegionLayout,
+        extra: &[(&'static str, String)],
+    ) -> anyhow::Result<ChildProcess> {
         let mut args: Vec<String> = vec![
             "store".into(),
             "--id".into(),
@@ -189,10 +206,7 @@ impl Plan {
             "--admin-listen".into(),
             region.store_admin.to_string(),
             "--data-dir".into(),
-            self.dir
-                .join(format!("store-{}", region.name))
-                .display()
-                .to_string(),
+            self.store_data_dir(region).display().to_string(),
             "--peers".into(),
             self.layout.peers(),
             "--region".into(),
@@ -215,15 +229,16 @@ impl Plan {
             );
         }
         args.extend(self.latency());
-        ChildProcess::spawn(
-            &self.logs,
-            &format!("store-{}", region.name),
-            &args,
-            &[("ONCE_ADMIN_TOKEN", self.admin_token.clone())],
-        )
+        let mut env = vec![("ONCE_ADMIN_TOKEN", self.admin_token.clone())];
+        env.extend_from_slice(extra);
+        ChildProcess::spawn(&self.logs, &format!("store-{}", region.name), &args, &env)
     }
 
-    fn node(&self, region: &RegionLayout) -> anyhow::Result<ChildProcess> {
+    fn node(
+        &self,
+        region: &RegionLayout,
+        extra: &[(&'static str, String)],
+    ) -> anyhow::Result<ChildProcess> {
         let mut args: Vec<String> = vec![
             "node".into(),
             "--listen".into(),
@@ -242,18 +257,15 @@ impl Plan {
             self.provider_url.clone(),
         ];
         args.extend(self.latency());
-        ChildProcess::spawn(
-            &self.logs,
-            &format!("node-{}", region.name),
-            &args,
-            &[
-                ("ONCE_API_KEYS", self.api_keys.clone()),
-                ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
-            ],
-        )
+        let mut env = vec![
+            ("ONCE_API_KEYS", self.api_keys.clone()),
+            ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
+        ];
+        env.extend_from_slice(extra);
+        ChildProcess::spawn(&self.logs, &format!("node-{}", region.name), &args, &env)
     }
 
-    fn router(&self) -> anyhow::Result<ChildProcess> {
+    fn router(&self, extra: &[(&'static str, String)]) -> anyhow::Result<ChildProcess> {
         let home = &self.layout.regions[0];
         let mut args: Vec<String> = vec![
             "router".into(),
@@ -275,15 +287,12 @@ impl Plan {
             self.dir.display().to_string(),
         ];
         args.extend(self.latency());
-        ChildProcess::spawn(
-            &self.logs,
-            "router",
-            &args,
-            &[
-                ("ONCE_API_KEYS", self.api_keys.clone()),
-                ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
-            ],
-        )
+        let mut env = vec![
+            ("ONCE_API_KEYS", self.api_keys.clone()),
+            ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
+        ];
+        env.extend_from_slice(extra);
+        ChildProcess::spawn(&self.logs, "router", &args, &env)
     }
 }
 
@@ -330,7 +339,7 @@ async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<()> {
 async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     let layout = &plan.layout;
     for region in &layout.regions {
-        running.stores.push(plan.store(region)?);
+        running.stores.push(plan.store(region, &[])?);
     }
     for (store, region) in running.stores.iter_mut().zip(&layout.regions) {
         store
@@ -342,13 +351,13 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     }
     wait_for_leader(&layout.store_endpoints_from(&layout.regions[0])).await?;
     for region in &layout.regions {
-        running.nodes.push(plan.node(region)?);
+        running.nodes.push(plan.node(region, &[])?);
     }
     for (node, region) in running.nodes.iter_mut().zip(&layout.regions) {
         node.wait_ready(&format!("http://{}/readyz", region.node), START_LIMIT)
             .await?;
     }
-    let mut router = plan.router()?;
+    let mut router = plan.router(&[])?;
     router
         .wait_ready(&format!("http://{}/readyz", plan.listen), START_LIMIT)
         .await?;

@@ -215,8 +215,25 @@ pub async fn set_cut_regions(
     .await
 }
 
+/// Refuses exactly `regions`' Raft RPC and clients at the member at
+/// `endpoint` while it still sends to them, a one-way cut (`[]` heals them
+/// all); its isolation and two-way cuts stay as they are.
+pub async fn set_refused_regions(
+    operator: &Operator,
+    endpoint: &str,
+    regions: &[String],
+) -> Result<(), AdminError> {
+    post(
+        operator,
+        endpoint,
+        PARTITION_PATH,
+        &SetPartition::refuse_from(regions),
+    )
+    .await
+}
+
 /// Whether the member at `endpoint` is isolated, which regions it cuts
-/// off, and its region.
+/// off (both ways or one way), and its region.
 pub async fn partition(operator: &Operator, endpoint: &str) -> Result<PartitionState, AdminError> {
     get_json(&operator.http, endpoint, PARTITION_PATH).await
 }

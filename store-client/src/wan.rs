@@ -20,9 +20,13 @@ pub const PARTITION_PATH: &str = "/admin/partition";
 pub struct PartitionState {
     /// Cut off from every other region.
     pub isolated: bool,
-    /// Other regions cut off from this member, sorted.
+    /// Other regions cut off from this member, both ways, sorted.
     #[serde(default)]
     pub cut_regions: Vec<String>,
+    /// Other regions whose requests this member refuses while it still
+    /// sends to them (a one-way cut), sorted.
+    #[serde(default)]
+    pub refuse_from: Vec<String>,
     /// This member's own region.
     #[serde(default)]
     pub region: String,
@@ -39,6 +43,9 @@ pub struct SetPartition {
     /// The whole new set of cut regions (`[]` heals them all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_regions: Option<Vec<String>>,
+    /// The whole new set of regions refused one way (`[]` heals them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refuse_from: Option<Vec<String>>,
 }
 
 impl SetPartition {
@@ -46,15 +53,23 @@ impl SetPartition {
     pub fn isolated(isolated: bool) -> Self {
         Self {
             isolated: Some(isolated),
-            cut_regions: None,
+            ..Self::default()
         }
     }
 
     /// `{"cut_regions": regions}`.
     pub fn cut(regions: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
-            isolated: None,
             cut_regions: Some(regions.into_iter().map(Into::into).collect()),
+            ..Self::default()
+        }
+    }
+
+    /// `{"refuse_from": regions}`.
+    pub fn refuse_from(regions: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            refuse_from: Some(regions.into_iter().map(Into::into).collect()),
+            ..Self::default()
         }
     }
 }
@@ -80,10 +95,20 @@ mod tests {
             new.cut_regions.as_deref(),
             Some(&["eu-west".to_owned()][..])
         );
+        assert_eq!(new.refuse_from, None, "left out: kept as it is");
+        let one_way: SetPartition =
+            serde_json::from_str(r#"{"refuse_from": ["us-east"]}"#).unwrap();
+        assert_eq!(one_way, SetPartition::refuse_from(["us-east"]));
+        assert_eq!(
+            serde_json::to_value(&one_way).unwrap(),
+            serde_json::json!({"refuse_from": ["us-east"]}),
+            "only the fields given are sent"
+        );
         assert!(serde_json::from_str::<SetPartition>(r#"{"cut_region": ["eu"]}"#).is_err());
-        // A state from before `cut_regions` existed still reads.
+        // A state from before `cut_regions` and `refuse_from` existed still reads.
         let state: PartitionState =
             serde_json::from_str(r#"{"isolated": true, "region": "eu"}"#).unwrap();
         assert!(state.cut_regions.is_empty());
+        assert!(state.refuse_from.is_empty());
     }
 }

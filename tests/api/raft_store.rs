@@ -440,7 +440,7 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// True when libfaketime moves a process's clock here; panics under CI if
 /// it cannot (`.ci/run` installs the `faketime` package).
-fn faketime_available() -> bool {
+pub(crate) fn faketime_available() -> bool {
     let real = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -1,7 +1,8 @@
 //! `once up` with three regions as real child processes, and `once drill
 //! failover --failback` against it: the drill finds zero violations in
 //! partition and kill mode (the killed region restarted through `once up`'s
-//! control endpoint, then failed back), the cluster stops cleanly on SIGTERM
+//! control endpoint, then failed back), the control endpoint restarts one
+//! process at a time (`restarts`), the cluster stops cleanly on SIGTERM
 //! and resumes from its data, and a `once up` killed outright leaves no child
 //! running. `once up` is given a relative `--dir` and the
 //! drill runs from another directory, so every path in `cluster.json` must
@@ -15,6 +16,8 @@ use once_test_support::process::{self, Process, alive};
 use tokio::process::Command;
 
 use crate::helpers::{Answer, ONCE, eventually, payment_body, post, send};
+
+mod restarts;
 
 /// A running `once up`, its cluster description read back (also what
 /// `monitoring.rs` scrapes).
@@ -217,6 +220,9 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     }
     assert_eq!(drills[0]["region"], victim);
     assert_eq!(drills[0]["fault"]["mode"], "kill");
+
+    // One process at a time: gracefully, killed, skewed, wiped.
+    restarts::one_process_at_a_time(&dir).await;
 
     // SIGTERM stops every child; nothing is left running — the restarted
     // region's new processes included.

@@ -1,19 +1,34 @@
 //! The processes `once up` runs: each role is this same binary started as a
 //! child, its output in `DIR/logs/<name>.log`, waited for until it answers
-//! HTTP, and stopped with SIGTERM (SIGKILL only after a grace period); if
-//! `once up` itself is killed, each child sees its stdin close and stops.
+//! HTTP, and stopped with SIGTERM (SIGKILL only after a grace period), or
+//! killed outright when a drill asks for a crash; if `once up` itself is
+//! killed, each child sees its stdin close and stops.
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
+use once_drill::control::{Stop, Stopped};
 use tokio::process::{Child, Command};
 
 #[derive(Debug)]
 pub struct ChildProcess {
     pub name: String,
     pub child: Child,
+    /// Kept from the start: `Child::id` forgets it once the exit is reaped,
+    /// and the restart answer names the pid a process had.
+    pid: u32,
+}
+
+/// A process asked to be left alone (`"stop": "none"`) still runs.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{name} (pid {pid}) is still running; stop it first, or ask for \"stop\": \"term\" or \"kill\""
+)]
+pub struct StillRunning {
+    pub name: String,
+    pub pid: u32,
 }
 
 impl ChildProcess {
@@ -52,12 +67,18 @@ impl ChildProcess {
             .with_context(|| format!("starting {name}"))?;
         Ok(Self {
             name: name.to_owned(),
+            pid: child.id().unwrap_or(0),
             child,
         })
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id().unwrap_or(0)
+        self.pid
+    }
+
+    /// Whether it is gone (killed, crashed) and must be started again.
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Waits until `url` answers 2xx, failing early if the process exits.
@@ -88,21 +109,50 @@ impl ChildProcess {
         }
     }
 
-    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL.
-    pub async fn stop(mut self, grace: Duration) {
-        if let Ok(None) = self.child.try_wait() {
-            if let Some(pid) = self.child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            if tokio::time::timeout(grace, self.child.wait())
-                .await
-                .is_err()
-            {
+    /// Ends it as `how` says and answers how it ended: SIGTERM with up to
+    /// `grace` for a clean exit (then SIGKILL), SIGKILL at once, or nothing
+    /// for one that must already be gone. Waits for the exit in every case,
+    /// so its listeners are free for the next process.
+    pub async fn end(&mut self, how: Stop, grace: Duration) -> Result<Stopped, StillRunning> {
+        if self.exited() {
+            return Ok(Stopped::AlreadyGone);
+        }
+        match how {
+            Stop::None => Err(StillRunning {
+                name: self.name.clone(),
+                pid: self.pid,
+            }),
+            Stop::Kill => {
+                // Sends SIGKILL and reaps the exit.
                 let _ = self.child.kill().await;
+                Ok(Stopped::Sigkill)
+            }
+            Stop::Term => {
+                self.terminate();
+                if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
+                    Ok(Stopped::Sigterm)
+                } else {
+                    let _ = self.child.kill().await;
+                    Ok(Stopped::Sigkill)
+                }
             }
         }
+    }
+
+    /// SIGTERM, unless its exit was already reaped (its pid may be someone
+    /// else's by now).
+    fn terminate(&self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
+    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL.
+    pub async fn stop(mut self, grace: Duration) {
+        // `Stop::Term` never answers `StillRunning`.
+        let _ = self.end(Stop::Term, grace).await;
     }
 }

@@ -1,9 +1,24 @@
 //! `once up`'s own control endpoint (`cluster.json` → `control.url`), for
-//! drills: `POST /regions/{name}/restart` starts again whichever of the
-//! region's processes (store member, node) are not running — what a
-//! region's orchestrator does after an outage — waits until they answer,
-//! and records their new pids in `cluster.json`. The failover drill calls it
-//! before failing a killed region back.
+//! drills; what each restart does is [`super::restart`], the drill's client
+//! and the messages are `once_drill::control`.
+//!
+//! - `POST /regions/{name}/restart` starts again whichever of the region's
+//!   processes (store member, node) are not running — what a region's
+//!   orchestrator does after an outage — waits until they answer, and
+//!   records their new pids in `cluster.json`. The failover drill calls it
+//!   before failing a killed region back.
+//! - `POST /processes/{process}/restart` (`router`, `node-<region>`,
+//!   `store-<region>`) stops one process and starts it again, with a body
+//!   of optional fields: `{"stop": "term" | "kill" | "none",
+//!   "clock_offset_seconds": N, "wipe": bool}`. It answers once the new
+//!   process is ready: `{"process", "pid", "previous_pid", "stopped":
+//!   "sigterm" | "sigkill" | "already gone", "clock_offset_seconds",
+//!   "wiped"}`.
+//!
+//! Errors are plain text: 404 for a process or region there is not, 400 for
+//! a body that is not a restart request, 409 for a restart the process or
+//! the machine is not ready for (still running with `"stop": "none"`,
+//! libfaketime not installed), 500 when the new process fails to start.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,13 +27,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::Json;
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::routing::post;
-use serde_json::json;
+use once_drill::control::{RestartOptions, Restarted};
 
-use super::children::ChildProcess;
-use super::{Plan, Running, START_LIMIT};
+use super::restart::{self, Process, RestartError};
+use super::{Plan, Running, START_LIMIT, STOP_GRACE};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Control {
@@ -33,8 +48,9 @@ pub(crate) async fn serve(control: Control) -> anyhow::Result<String> {
         "control",
         SocketAddr::from(([127, 0, 0, 1], 0)),
         once_edge::ServerLimits {
-            // A restart waits for the region's processes to be ready.
-            request_deadline: START_LIMIT + std::time::Duration::from_secs(30),
+            // A restart waits for a process to stop, then for the new one
+            // to be ready.
+            request_deadline: STOP_GRACE + START_LIMIT + std::time::Duration::from_secs(30),
             ..once_edge::ServerLimits::default()
         },
         once_edge::EdgeMetrics::default(),
@@ -43,70 +59,75 @@ pub(crate) async fn serve(control: Control) -> anyhow::Result<String> {
     .context("binding the control endpoint")?;
     let url = format!("http://{}", server.local_addr());
     let app = Router::new()
-        .route("/regions/{name}/restart", post(restart))
+        .route("/regions/{name}/restart", post(restart_region))
+        .route("/processes/{process}/restart", post(restart_process))
         .with_state(control);
     // Lives as long as `once up` does.
     tokio::spawn(server.serve(app, std::future::pending(), std::time::Duration::ZERO));
     Ok(url)
 }
 
-/// Whether a child is gone (killed, crashed) and must be started again.
-fn exited(child: &mut ChildProcess) -> bool {
-    !matches!(child.child.try_wait(), Ok(None))
-}
-
-async fn restart(
+async fn restart_region(
     State(control): State<Control>,
     Path(name): Path<String>,
-) -> Result<Json<serde_json::Value>, (StatusCode, String)> {
-    let plan = &control.plan;
-    let Some(i) = plan.layout.regions.iter().position(|r| r.name == name) else {
-        return Err((StatusCode::NOT_FOUND, format!("no region {name}")));
-    };
-    let region = &plan.layout.regions[i];
-    let failed = |e: anyhow::Error| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"));
-    let mut running = control.running.lock().await;
-    let mut restarted = Vec::new();
-    if exited(&mut running.stores[i]) {
-        let mut store = plan.store(region).map_err(failed)?;
-        store
-            .wait_ready(
-                &format!("http://{}/api/status", region.store_api),
-                START_LIMIT,
-            )
-            .await
-            .map_err(failed)?;
-        running.stores[i] = store;
-        restarted.push("store");
-    }
-    if exited(&mut running.nodes[i]) {
-        let mut node = plan.node(region).map_err(failed)?;
-        node.wait_ready(&format!("http://{}/readyz", region.node), START_LIMIT)
-            .await
-            .map_err(failed)?;
-        running.nodes[i] = node;
-        restarted.push("node");
-    }
-    let (node_pid, store_pid) = (running.nodes[i].pid(), running.stores[i].pid());
-    drop(running);
-    record_pids(&control.cluster_path, &name, node_pid, store_pid).map_err(failed)?;
-    Ok(Json(json!({
-        "region": name,
-        "restarted": restarted,
-        "node_pid": node_pid,
-        "store_pid": store_pid,
-    })))
+) -> Result<Json<serde_json::Value>, RestartError> {
+    restart::restart_region(
+        &control.plan,
+        &control.running,
+        &control.cluster_path,
+        &name,
+    )
+    .await
+    .map(Json)
 }
 
-/// Rewrites the region's pids in `cluster.json`.
-fn record_pids(path: &std::path::Path, region: &str, node: u32, store: u32) -> anyhow::Result<()> {
-    let mut cluster: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
-    if let Some(r) = cluster["regions"]
-        .as_array_mut()
-        .and_then(|rs| rs.iter_mut().find(|r| r["name"] == region))
-    {
-        r["node"]["pid"] = json!(node);
-        r["store"]["pid"] = json!(store);
+async fn restart_process(
+    State(control): State<Control>,
+    Path(process): Path<String>,
+    body: Bytes,
+) -> Result<Json<Restarted>, RestartError> {
+    let process = Process::parse(&process, &control.plan.layout)?;
+    let options = restart_options(&body)?;
+    restart::restart_process(
+        &control.plan,
+        &control.running,
+        &control.cluster_path,
+        process,
+        options,
+    )
+    .await
+    .map(Json)
+}
+
+/// The body as JSON, whatever its content type; no body is every default.
+fn restart_options(body: &[u8]) -> Result<RestartOptions, RestartError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(RestartOptions::default());
     }
-    super::write_private(path, &serde_json::to_vec_pretty(&cluster)?)
+    serde_json::from_slice(body).map_err(|e| RestartError::BadBody(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use once_drill::control::Stop;
+
+    use super::*;
+
+    #[test]
+    fn a_body_is_optional_and_a_wrong_one_is_named() {
+        assert_eq!(restart_options(b"").unwrap(), RestartOptions::default());
+        assert_eq!(restart_options(b" {} ").unwrap(), RestartOptions::default());
+        let options = restart_options(br#"{"stop": "kill", "wipe": true}"#).unwrap();
+        assert_eq!((options.stop, options.wipe), (Stop::Kill, true));
+        for bad in [
+            &b"{"[..],
+            br#"{"stop": "softly"}"#,
+            br#"{"clock_offset": 5}"#,
+        ] {
+            let error = restart_options(bad).unwrap_err();
+            assert!(matches!(error, RestartError::BadBody(_)), "{error}");
+        }
+        let unknown = restart_options(br#"{"clock_offset": 5}"#).unwrap_err();
+        assert!(unknown.to_string().contains("clock_offset"), "{unknown}");
+    }
 }
