@@ -144,11 +144,12 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
     let duration = Duration::from_secs(args.duration.max(1));
     let recovery_limit = Duration::from_secs(args.recovery_limit);
     let mut timeline = Timeline::default();
+    let names: Vec<&str> = args.nemesis.iter().map(|n| n.name()).collect();
     timeline.record(format!(
-        "chaos started: seed {seed}, {} s at {}/s, nemeses {:?}",
+        "chaos started: seed {seed}, {} s at {}/s, nemeses {}",
         duration.as_secs(),
         args.rate,
-        args.nemesis
+        names.join(",")
     ));
     // Healthy before the first fault, or the run would blame the nemeses
     // for an outage already there.

@@ -28,8 +28,6 @@ pub struct Cluster {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub url: String,
-    #[serde(default)]
-    pub pid: Option<i32>,
     /// Its admin listener (`/admin/*`, metrics), when it has one of its own.
     #[serde(default)]
     pub admin_url: Option<String>,

@@ -61,6 +61,16 @@ pub enum Stopped {
     AlreadyGone,
 }
 
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stopped::Sigterm => "exited after SIGTERM",
+            Stopped::Sigkill => "SIGKILLed",
+            Stopped::AlreadyGone => "already gone",
+        })
+    }
+}
+
 /// The answer to a restart of one process, once the new process is ready.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Restarted {

@@ -355,8 +355,8 @@ async fn rolling_restart(ctx: &Ctx, record: &mut FaultRecord) {
             restarted_all = false;
             continue;
         };
-        let old = processes::state(restarted.previous_pid);
-        let new = processes::state(restarted.pid);
+        let old = processes::state(restarted.previous_pid as i32);
+        let new = processes::state(restarted.pid as i32);
         record.saw(format!(
             "{process}: pid {} ({}, old: {old}) → {} ({new})",
             restarted.previous_pid, restarted.stopped, restarted.pid
@@ -457,19 +457,55 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
         .ok()
         .and_then(|s| s.into_iter().find(|(r, _)| r == region))
         .map(|(_, s)| s.admin().to_owned());
-    if let Some(url) = admin_url
-        && let Some(status) = record.check(admin::status(&url).await)
-    {
-        record.saw(format!(
-            "store-{region}: voters {:?}, snapshot index {:?}, applied {:?}",
-            status.voters, status.snapshot_index, status.applied_index
+    let Some(url) = admin_url else {
+        record.failed(format!(
+            "region {region} has no store member in cluster.json"
         ));
-        if status.snapshot_index.is_none() {
-            // The leader still held its whole log (fewer entries than it
-            // keeps after a snapshot): the member caught up from the log.
+        return;
+    };
+    match caught_up(&url, id, leader.status.committed_index.unwrap_or(0)).await {
+        Ok(status) => {
             record.saw(format!(
-                "store-{region} caught up from the log, not a snapshot"
+                "store-{region} a voter again and caught up: applied {:?} (leader had committed {:?}), snapshot index {:?}",
+                status.applied_index, leader.status.committed_index, status.snapshot_index
             ));
+            if status.snapshot_index.is_none() {
+                // The leader still held its whole log (fewer entries than
+                // it keeps after a snapshot): the member caught up from it.
+                record.saw(format!(
+                    "store-{region} caught up from the log, not a snapshot"
+                ));
+            }
+        }
+        Err(e) => record.failed(e),
+    }
+}
+
+/// How long a re-added member may take to catch up.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Polls the member at `url` until it counts itself among the voters and
+/// has applied at least `target`.
+async fn caught_up(
+    url: &str,
+    id: u64,
+    target: u64,
+) -> anyhow::Result<once_store_client::protocol::Status> {
+    let deadline = Instant::now() + CATCH_UP_LIMIT;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let status = admin::status(url).await;
+        if let Ok(status) = &status
+            && status.voters.contains(&id)
+            && status.applied_index.unwrap_or(0) >= target
+        {
+            return Ok(status.clone());
+        }
+        if Instant::now() >= deadline {
+            anyhow::bail!(
+                "member {id} not caught up to {target} within {CATCH_UP_LIMIT:?}: {status:?}"
+            );
         }
     }
 }
