@@ -50,6 +50,13 @@ pub enum StartError {
     Raft(#[source] openraft::error::Fatal<NodeId>),
 }
 
+/// The member's Raft core ended while the member was serving.
+#[derive(Debug, thiserror::Error)]
+#[error("member {id}: the Raft core stopped (see the log for openraft's fatal error or panic)")]
+pub struct CoreStopped {
+    pub id: NodeId,
+}
+
 /// A running member. Its servers run on spawned tasks; `shutdown` stops raft.
 pub struct StoreServer {
     pub id: NodeId,
@@ -191,11 +198,30 @@ impl StoreServer {
         })
     }
 
-    /// Runs until `signal`, then stops raft and the listeners.
-    pub async fn run_until(self, signal: impl Future<Output = ()>) {
-        signal.await;
-        let _ = self.raft.shutdown().await;
-        let _ = self.stop.send(true);
+    /// Runs until `signal`, then stops raft and the listeners. If the Raft
+    /// core stops first (a fatal storage error, a panic in openraft), the
+    /// listeners stop too and the error says so: a member whose core is
+    /// gone must not keep answering status from its last metrics (it would
+    /// go on saying it leads), so the process exits and its supervisor
+    /// restarts it from its disk.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<(), CoreStopped> {
+        let mut metrics = self.raft.metrics();
+        let core_stopped = async move {
+            // The core owns the sending half: it is dropped when the core ends.
+            while metrics.changed().await.is_ok() {}
+        };
+        tokio::select! {
+            () = signal => {
+                let _ = self.raft.shutdown().await;
+                let _ = self.stop.send(true);
+                Ok(())
+            }
+            () = core_stopped => {
+                tracing::error!(id = self.id, "the Raft core stopped; stopping this member");
+                let _ = self.stop.send(true);
+                Err(CoreStopped { id: self.id })
+            }
+        }
     }
 }
 

@@ -274,7 +274,7 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
         "listening raft={} api={} admin={}",
         server.raft_addr, server.api_addr, server.admin_addr
     );
-    server.run_until(once_edge::shutdown_signal()).await;
+    server.run_until(once_edge::shutdown_signal()).await?;
     Ok(())
 }
 
