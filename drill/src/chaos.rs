@@ -228,10 +228,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         Instant::now() + Duration::from_secs(args.grace),
     )
     .await;
-    timeline.record(format!(
-        "final replays: {} stored answers asked for again, {} answered",
-        replays.sent, replays.answered
-    ));
+    timeline.record(replays.summary());
 
     // Pids changed with the restarts: the evidence is read from the
     // cluster as it is now.

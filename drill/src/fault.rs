@@ -95,18 +95,39 @@ pub struct HttpSwitch {
 }
 
 impl HttpSwitch {
+    /// The switch at `base` (a store member's admin listener or the
+    /// router's): `cut` and `heal` are the two bodies it is posted.
+    fn at(
+        whose: &str,
+        base: &str,
+        what: &str,
+        admin_token: &str,
+        (cut, heal): (Value, Value),
+        http: reqwest::Client,
+    ) -> Self {
+        let base = base.trim_end_matches('/');
+        Self {
+            what: format!("{whose} {base}{PARTITION_PATH} ({what})"),
+            url: format!("{base}{PARTITION_PATH}"),
+            bearer: Some(admin_token.to_owned()),
+            cut,
+            heal,
+            http,
+        }
+    }
+
     /// The partitioned region's own store member: isolated from every
     /// other region.
     pub fn isolate_store_member(admin_url: &str, admin_token: &str, http: reqwest::Client) -> Self {
-        let base = admin_url.trim_end_matches('/');
-        Self {
-            what: format!("store member {base}{PARTITION_PATH} (isolated)"),
-            url: format!("{base}{PARTITION_PATH}"),
-            bearer: Some(admin_token.to_owned()),
-            cut: json!({ "isolated": true }),
-            heal: json!({ "isolated": false }),
+        let bodies = (json!({ "isolated": true }), json!({ "isolated": false }));
+        Self::at(
+            "store member",
+            admin_url,
+            "isolated",
+            admin_token,
+            bodies,
             http,
-        }
+        )
     }
 
     /// Another region's store member: `region` is cut off from it.
@@ -116,15 +137,12 @@ impl HttpSwitch {
         region: &str,
         http: reqwest::Client,
     ) -> Self {
-        let base = admin_url.trim_end_matches('/');
-        Self {
-            what: format!("store member {base}{PARTITION_PATH} (cuts {region})"),
-            url: format!("{base}{PARTITION_PATH}"),
-            bearer: Some(admin_token.to_owned()),
-            cut: json!({ "cut_regions": [region] }),
-            heal: json!({ "cut_regions": [] }),
-            http,
-        }
+        let bodies = (
+            json!({ "cut_regions": [region] }),
+            json!({ "cut_regions": [] }),
+        );
+        let what = format!("cuts {region}");
+        Self::at("store member", admin_url, &what, admin_token, bodies, http)
     }
 
     /// A store member that refuses whatever `region` sends it (Raft RPC
@@ -136,15 +154,12 @@ impl HttpSwitch {
         region: &str,
         http: reqwest::Client,
     ) -> Self {
-        let base = admin_url.trim_end_matches('/');
-        Self {
-            what: format!("store member {base}{PARTITION_PATH} (refuses {region}, one way)"),
-            url: format!("{base}{PARTITION_PATH}"),
-            bearer: Some(admin_token.to_owned()),
-            cut: json!({ "refuse_from": [region] }),
-            heal: json!({ "refuse_from": [] }),
-            http,
-        }
+        let bodies = (
+            json!({ "refuse_from": [region] }),
+            json!({ "refuse_from": [] }),
+        );
+        let what = format!("refuses {region}, one way");
+        Self::at("store member", admin_url, &what, admin_token, bodies, http)
     }
 
     /// The router: `region`'s nodes are unreachable from it (or, when it
@@ -155,15 +170,12 @@ impl HttpSwitch {
         region: &str,
         http: reqwest::Client,
     ) -> Self {
-        let base = router_url.trim_end_matches('/');
-        Self {
-            what: format!("router {base}{PARTITION_PATH} (cuts {region})"),
-            url: format!("{base}{PARTITION_PATH}"),
-            bearer: Some(admin_token.to_owned()),
-            cut: json!({ "cut_regions": [region] }),
-            heal: json!({ "cut_regions": [] }),
-            http,
-        }
+        let bodies = (
+            json!({ "cut_regions": [region] }),
+            json!({ "cut_regions": [] }),
+        );
+        let what = format!("cuts {region}");
+        Self::at("router", router_url, &what, admin_token, bodies, http)
     }
 
     async fn post(&self, body: &Value) -> Result<(), FaultError> {

@@ -34,6 +34,16 @@ pub struct FinalReplays {
     pub answered: usize,
 }
 
+impl FinalReplays {
+    /// One line for the timeline.
+    pub fn summary(&self) -> String {
+        format!(
+            "final replays: {} stored answers asked for again, {} answered",
+            self.sent, self.answered
+        )
+    }
+}
+
 /// Sends every operation of `log` with a stored final answer once more (not
 /// the replays themselves: their key is their original's), retrying each
 /// until a final answer or `deadline`.

@@ -324,10 +324,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         Instant::now() + Duration::from_secs(args.grace),
     )
     .await;
-    timeline.record(format!(
-        "final replays: {} stored answers asked for again, {} answered",
-        replays.sent, replays.answered
-    ));
+    timeline.record(replays.summary());
 
     let evidence = gather::gather(&cluster, log.snapshot(), &http).await;
     timeline.record(format!(
