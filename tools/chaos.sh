@@ -18,7 +18,7 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-RUST_LOG=error "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" >"$DIR/up.out" 2>&1 &
+RUST_LOG=warn,openraft=error "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" >"$DIR/up.out" 2>&1 &
 UP_PID=$!
 for _ in $(seq 1 600); do grep -q '^once is up' "$DIR/up.out" 2>/dev/null && break; sleep 0.2; done
 grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
@@ -30,6 +30,8 @@ RUST_LOG=warn "$ONCE" drill chaos --cluster "$DIR/up/cluster.json" --duration "$
 mkdir -p "$OUT"
 # The evidence (every attempt, payment and record) stays out: it is large.
 cp "$DIR/report/report.md" "$DIR/report/report.json" "$DIR/report/"*.svg "$OUT/" 2>/dev/null || true
+# A failed run keeps every process's log (warnings and errors) to investigate.
+if [[ $status -ne 0 ]]; then cp -r "$DIR/up/logs" "$OUT/logs"; fi
 python3 - "$OUT/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -2,7 +2,6 @@
 //! against a real node (in-process on port 0, or a real `once` process),
 //! on SQLite and on PostgreSQL.
 
-mod chaos;
 mod client;
 mod concurrency;
 mod console;

@@ -1,5 +1,7 @@
 //! `once drill chaos` against `once up` (three regions, real child
-//! processes): two minutes, a fixed seed, every nemesis. The run finds no
+//! processes): two minutes, a fixed seed, every nemesis. A test binary of
+//! its own, so it runs after the `api` tests rather than beside them: the
+//! run measures the cluster's faults, not the test suite's. The run finds no
 //! violation — every invariant of the failover drill holds and the history
 //! the clients saw is linearizable — and every nemesis is shown to take
 //! effect where it acts: a paused process in state `T`, a skewed process
@@ -10,10 +12,23 @@
 use std::time::Duration;
 
 use once_test_support::ports::port_outside_ephemeral_range;
+use once_test_support::process::{self, Process};
 use tokio::process::Command;
 
-use crate::helpers::ONCE;
-use crate::up::Up;
+const ONCE: &str = env!("CARGO_BIN_EXE_once");
+
+/// `once up --dir data` in `root`, waited for until it says it is up.
+async fn once_up(root: &std::path::Path, listen: &str) -> Process {
+    let mut command = process::command(ONCE);
+    command
+        .args(["up", "--regions", "3", "--listen", listen, "--dir", "data"])
+        .current_dir(root);
+    let (process, ()) = Process::start(command, "once up", Duration::from_secs(120), |line| {
+        line.starts_with("once is up:").then_some(())
+    })
+    .await;
+    process
+}
 
 /// The seed CI runs; a failure names it, and the command in the report
 /// repeats the schedule.
@@ -34,7 +49,7 @@ const SEEN: &[(&str, &str)] = &[
 async fn two_minutes_of_every_nemesis_break_no_invariant_and_the_history_is_linearizable() {
     let root = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
-    let up = Up::start(root.path(), &listen).await;
+    let up = once_up(root.path(), &listen).await;
     let cluster = root.path().join("data").join("cluster.json");
     let out = root.path().join("chaos");
     let run = tokio::time::timeout(
