@@ -87,13 +87,15 @@ pub struct Attempt {
 
 impl Attempt {
     /// A final answer ends the operation; everything else is retried with
-    /// the same key and bytes: no answer, 5xx, `421 Misdirected Request`,
-    /// `409 IDEMPOTENCY_REQUEST_IN_PROGRESS`, and `202` (the provider's
-    /// outcome is still being recovered).
+    /// the same key and bytes, as `once-client` retries it: no answer, 5xx,
+    /// `421 Misdirected Request`, `429` (over the tenant's rate or in-flight
+    /// cap), `408` (the body came too slowly), `409
+    /// IDEMPOTENCY_REQUEST_IN_PROGRESS`, and `202` (the provider's outcome
+    /// is still being recovered).
     pub fn is_final(&self) -> bool {
         match self.status {
             None => false,
-            Some(s) if s >= 500 || s == 421 || s == 202 => false,
+            Some(s) if s >= 500 || matches!(s, 421 | 429 | 408 | 202) => false,
             Some(409) => self.error_code.as_deref() != Some("IDEMPOTENCY_REQUEST_IN_PROGRESS"),
             Some(_) => true,
         }
@@ -197,5 +199,54 @@ impl SharedLog {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ClientLog> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(status: Option<u16>, code: Option<&str>) -> Attempt {
+        Attempt {
+            op: 1,
+            tenant: "t".into(),
+            key: "k".into(),
+            body_sha256: "b".into(),
+            sent_at: 0,
+            answered_at: 1,
+            status,
+            error_code: code.map(str::to_owned),
+            transport_error: None,
+            response_body: None,
+            region: None,
+            replayed: false,
+        }
+    }
+
+    /// Found by a chaos run: an operation whose last attempt before the
+    /// drill's deadline was a `429` counted as finally answered `429`.
+    #[test]
+    fn what_the_client_retries_is_not_a_final_answer() {
+        for status in [
+            None,
+            Some(202),
+            Some(408),
+            Some(421),
+            Some(429),
+            Some(500),
+            Some(503),
+        ] {
+            assert!(!answered(status, None).is_final(), "{status:?}");
+        }
+        assert!(!answered(Some(409), Some("IDEMPOTENCY_REQUEST_IN_PROGRESS")).is_final());
+        for (status, code) in [
+            (201, None),
+            (402, None),
+            (400, Some("VALIDATION_FAILED")),
+            (409, Some(KEY_REUSED)),
+            (409, Some(DUPLICATE_REFERENCE)),
+        ] {
+            assert!(answered(Some(status), code).is_final(), "{status} {code:?}");
+        }
     }
 }
