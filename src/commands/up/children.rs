@@ -123,8 +123,7 @@ impl ChildProcess {
                 pid: self.pid,
             }),
             Stop::Kill => {
-                // Sends SIGKILL and reaps the exit.
-                let _ = self.child.kill().await;
+                self.kill_and_reap(grace).await;
                 Ok(Stopped::Sigkill)
             }
             Stop::Term => {
@@ -132,10 +131,30 @@ impl ChildProcess {
                 if tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
                     Ok(Stopped::Sigterm)
                 } else {
-                    let _ = self.child.kill().await;
+                    self.kill_and_reap(grace).await;
                     Ok(Stopped::Sigkill)
                 }
             }
+        }
+    }
+
+    /// SIGKILL, then up to `limit` for the exit to be reaped. A killed
+    /// process whose threads are stuck in the kernel (uninterruptible disk
+    /// I/O on a loaded machine) exits only when they return; waiting for it
+    /// without a bound held the control endpoint's lock forever in a chaos
+    /// run, and every later restart with it. Unreaped, its `Child` goes to
+    /// tokio's orphan queue when replaced, which reaps it later.
+    async fn kill_and_reap(&mut self, limit: Duration) {
+        let _ = self.child.start_kill();
+        if tokio::time::timeout(limit, self.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                process = %self.name,
+                pid = self.pid,
+                "killed, but its exit was not reaped within {limit:?}; moving on"
+            );
         }
     }
 
