@@ -164,7 +164,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
     let plan = LoadPlan {
         tenants: cluster.tenants.clone(),
         rate: args.rate,
-        duration,
+        // Each operation retries for as long as a fault may take to heal,
+        // plus the grace (`run_load_until`): long enough to outlast any
+        // fault the cluster recovers from, short enough that a cluster that
+        // does not recover ends the run.
+        duration: recovery_limit,
         grace: Duration::from_secs(args.grace),
         replay_after: Duration::from_secs(2),
     };
