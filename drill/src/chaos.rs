@@ -246,8 +246,8 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         evidence.counts(),
         evidence.gaps.len()
     ));
-    let checks = check::check_all(&evidence);
     let linearizability = linearizability::check(&evidence.log);
+    let checks = check::check_all_with(&evidence, &linearizability);
     let failed: Vec<&str> = checks
         .iter()
         .filter(|c| !c.passed)
