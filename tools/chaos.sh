@@ -13,15 +13,39 @@ OUT="${3:-reliability/chaos-$SEED}"
 RATE="${4:-20}"
 DIR=$(mktemp -d)
 UP_PID=
-cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
+MONITOR_PID=
+cleanup() { [[ -n $MONITOR_PID ]] && kill "$MONITOR_PID" 2>/dev/null; [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-RUST_LOG=warn,openraft=error "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" >"$DIR/up.out" 2>&1 &
+# UP_LOG sets the processes' log filter, e.g. UP_LOG=warn,openraft=info to see elections.
+RUST_LOG="${UP_LOG:-warn,openraft=error}" "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" >"$DIR/up.out" 2>&1 &
 UP_PID=$!
 for _ in $(seq 1 600); do grep -q '^once is up' "$DIR/up.out" 2>/dev/null && break; sleep 0.2; done
 grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
+
+# Every store member's role, term and commit index once a second, kept with a
+# failed run's logs: what an election storm looks like from outside.
+python3 - "$DIR/up/cluster.json" >"$DIR/members.log" 2>&1 <<'PY' &
+import json, sys, time, urllib.request
+cluster = json.load(open(sys.argv[1]))
+token = cluster["admin_token"]
+while True:
+    row = [time.strftime("%H:%M:%S"), open("/proc/loadavg").read().split()[0]]
+    for region in cluster["regions"]:
+        store = region["store"]
+        try:
+            req = urllib.request.Request(store["admin_url"] + "/api/status",
+                                         headers={"Authorization": "Bearer " + token})
+            s = json.load(urllib.request.urlopen(req, timeout=1))
+            row.append(f"{s['id']}:{s['state']}/leader {s['leader']}/term {s['term']}/commit {s['committed_index']}")
+        except Exception as e:
+            row.append(f"{store['id']}:unreachable")
+    print(" | ".join(row), flush=True)
+    time.sleep(1)
+PY
+MONITOR_PID=$!
 
 echo "# $(nproc) cores; once up --regions 3; once drill chaos --duration $SECONDS_TOTAL --seed $SEED --rate $RATE; binary $ONCE"
 status=0
@@ -30,7 +54,9 @@ RUST_LOG=warn "$ONCE" drill chaos --cluster "$DIR/up/cluster.json" --duration "$
 mkdir -p "$OUT"
 # The evidence (every attempt, payment and record) stays out: it is large.
 cp "$DIR/report/report.md" "$DIR/report/report.json" "$DIR/report/"*.svg "$OUT/" 2>/dev/null || true
-# A failed run keeps every process's log (warnings and errors) to investigate.
+# The members' status over the run, always; a failed run also keeps every
+# process's log (warnings and errors) to investigate.
+cp "$DIR/members.log" "$OUT/" 2>/dev/null || true
 if [[ $status -ne 0 ]]; then cp -r "$DIR/up/logs" "$OUT/logs"; fi
 python3 - "$OUT/report.json" <<'PY'
 import json, sys
