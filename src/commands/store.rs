@@ -118,6 +118,7 @@ enum AdminCommand {
         endpoints: Vec<String>,
     },
     /// Add a member as a learner (it catches up from the log or a snapshot).
+    /// Asks the leader; waits out an election for up to 15 s.
     AddLearner {
         #[arg(long, value_delimiter = ',', required = true)]
         endpoints: Vec<String>,
@@ -126,7 +127,8 @@ enum AdminCommand {
         #[arg(long)]
         raft_addr: String,
     },
-    /// Set the voting members.
+    /// Set the voting members. Asks the leader; waits out an election for
+    /// up to 15 s.
     ChangeMembership {
         #[arg(long, value_delimiter = ',', required = true)]
         endpoints: Vec<String>,

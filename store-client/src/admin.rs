@@ -34,6 +34,14 @@ pub enum AdminError {
     NoLeader,
 }
 
+impl AdminError {
+    /// No member leads, or the one asked no longer does: worth asking the
+    /// next leader.
+    pub fn leadership_moved(&self) -> bool {
+        matches!(self, Self::NoLeader | Self::Refused { status: 421, .. })
+    }
+}
+
 fn base(endpoint: &str) -> String {
     if endpoint.starts_with("http") {
         endpoint.trim_end_matches('/').to_owned()
@@ -136,41 +144,70 @@ async fn post<T: Serialize>(
 }
 
 /// Adds `id` as a learner and waits until it has caught up with the log
-/// (or received a snapshot).
+/// (or received a snapshot). Waits out an election (see [`on_leader`]).
 pub async fn add_learner(
     operator: &Operator,
     endpoints: &[String],
     id: NodeId,
     raft_addr: &str,
 ) -> Result<(), AdminError> {
-    let leader = leader_endpoint(endpoints).await?;
-    post(
-        operator,
-        &leader,
-        ADD_LEARNER_PATH,
-        &AddLearner {
-            id,
-            raft_addr: raft_addr.to_owned(),
-        },
-    )
+    let request = &AddLearner {
+        id,
+        raft_addr: raft_addr.to_owned(),
+    };
+    on_leader(endpoints, LEADER_WAIT, |leader| async move {
+        post(operator, &leader, ADD_LEARNER_PATH, request).await
+    })
     .await
 }
 
 /// Makes `voters` the voting members (learners not listed stay learners;
-/// members in neither are removed).
+/// members in neither are removed). Waits out an election (see
+/// [`on_leader`]).
 pub async fn change_membership(
     operator: &Operator,
     endpoints: &[String],
     voters: Vec<NodeId>,
 ) -> Result<(), AdminError> {
-    let leader = leader_endpoint(endpoints).await?;
-    post(
-        operator,
-        &leader,
-        CHANGE_MEMBERSHIP_PATH,
-        &ChangeMembership { voters },
-    )
+    let request = &ChangeMembership { voters };
+    on_leader(endpoints, LEADER_WAIT, |leader| async move {
+        post(operator, &leader, CHANGE_MEMBERSHIP_PATH, request).await
+    })
     .await
+}
+
+/// How long a membership action waits for a leader.
+pub const LEADER_WAIT: Duration = Duration::from_secs(15);
+
+/// Runs `action` against the leader among `endpoints`. When none leads yet
+/// (an election is under way), or the member asked answers 421 (it lost
+/// its leadership meanwhile, possibly after proposing the change), it
+/// finds the leader again and repeats, until `wait` has passed. Only for
+/// actions that name their outcome (these voters, this learner), so that
+/// repeating one that already took effect changes nothing.
+async fn on_leader<F, Fut>(
+    endpoints: &[String],
+    wait: Duration,
+    action: F,
+) -> Result<(), AdminError>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), AdminError>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    // Polls for a condition (some member leads) at the pace of an election.
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        let result = match leader_endpoint(endpoints).await {
+            Ok(leader) => action(leader).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Err(e) if e.leadership_moved() && tokio::time::Instant::now() < deadline => {}
+            other => return other,
+        }
+    }
 }
 
 /// Builds a snapshot on the member at `endpoint` now.
@@ -236,4 +273,82 @@ pub async fn set_refused_regions(
 /// off (both ways or one way), and its region.
 pub async fn partition(operator: &Operator, endpoint: &str) -> Result<PartitionState, AdminError> {
     get_json(&operator.http, endpoint, PARTITION_PATH).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use axum::Json;
+    use axum::http::StatusCode;
+    use axum::routing::{get, post};
+
+    use super::*;
+
+    /// A member that says it leads and answers a membership change with
+    /// the statuses in `answers`, one per call (the last one repeats).
+    async fn member(answers: Vec<u16>) -> (String, Arc<AtomicU32>) {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let status = serde_json::json!({
+            "id": 1, "raft_addr": "127.0.0.1:1", "api_addr": "127.0.0.1:2",
+            "state": "Leader", "leader": 1, "term": 3, "last_log_index": 9,
+            "committed_index": 9, "applied_index": 9, "snapshot_index": null,
+            "purged_index": null, "voters": [1, 2, 3], "learners": [],
+            "follower_lag": {}
+        });
+        let app = axum::Router::new()
+            .route(STATUS_PATH, get(move || async move { Json(status) }))
+            .route(
+                CHANGE_MEMBERSHIP_PATH,
+                post(move || async move {
+                    let n = counted.fetch_add(1, Ordering::SeqCst) as usize;
+                    let code = answers[n.min(answers.len() - 1)];
+                    StatusCode::from_u16(code).expect("a status code")
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, calls)
+    }
+
+    fn operator() -> Operator {
+        Operator::new(&AdminToken::new("adm_test_token_0123456789").expect("a token"))
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_lost_its_leadership_is_asked_again() {
+        let (url, calls) = member(vec![421, 200]).await;
+        change_membership(&operator(), &[url], vec![1, 2, 3])
+            .await
+            .expect("the second answer is a success");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn other_refusals_are_not_repeated() {
+        let (url, calls) = member(vec![503]).await;
+        let e = change_membership(&operator(), &[url], vec![1, 2, 3])
+            .await
+            .expect_err("a 503 is an answer");
+        assert!(matches!(e, AdminError::Refused { status: 503, .. }), "{e}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_never_comes_is_waited_for_no_longer_than_asked() {
+        let (url, calls) = member(vec![421]).await;
+        let e = on_leader(&[url], Duration::from_millis(500), |leader| async move {
+            let request = ChangeMembership { voters: vec![1] };
+            super::post(&operator(), &leader, CHANGE_MEMBERSHIP_PATH, &request).await
+        })
+        .await
+        .expect_err("never anything but 421");
+        assert!(e.leadership_moved(), "{e}");
+        assert!(calls.load(Ordering::SeqCst) >= 2);
+    }
 }
