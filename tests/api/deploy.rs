@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::helpers::ONCE;
 
-const OVERLAYS: &[&str] = &["eu-west", "us-east", "ap-south"];
+pub(crate) const OVERLAYS: &[&str] = &["eu-west", "us-east", "ap-south"];
 
 /// Roles deployed by the manifests but not subcommands of this binary yet,
 /// with what they are waiting for.
@@ -54,7 +54,7 @@ fn secret_file_placeholder(key: &str) -> String {
     }
 }
 
-fn kubectl_available() -> bool {
+pub(crate) fn kubectl_available() -> bool {
     let found = Command::new("kubectl")
         .args(["version", "--client"])
         .output()
@@ -66,7 +66,7 @@ fn kubectl_available() -> bool {
     )
 }
 
-fn render(overlay: &str) -> Vec<Value> {
+pub(crate) fn render(overlay: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/k8s/overlays")
         .join(overlay);
@@ -88,11 +88,11 @@ fn render(overlay: &str) -> Vec<Value> {
         .collect()
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
-fn array_at<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
+pub(crate) fn array_at<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
     v.pointer(pointer)
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)

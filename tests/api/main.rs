@@ -11,6 +11,7 @@ mod deploy;
 mod edge;
 mod email_sink;
 mod events;
+mod exposure;
 mod helpers;
 mod isolation;
 mod lookups;
