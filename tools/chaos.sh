@@ -25,8 +25,8 @@ UP_PID=$!
 for _ in $(seq 1 600); do grep -q '^once is up' "$DIR/up.out" 2>/dev/null && break; sleep 0.2; done
 grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
 
-# Every store member's role, term and commit index once a second, kept with a
-# failed run's logs: what an election storm looks like from outside.
+# Every store member's role, term and commit index once a second, kept with
+# every report: what an election storm looks like from outside.
 python3 - "$DIR/up/cluster.json" >"$DIR/members.log" 2>&1 <<'PY' &
 import json, sys, time, urllib.request
 cluster = json.load(open(sys.argv[1]))
@@ -40,7 +40,7 @@ while True:
                                          headers={"Authorization": "Bearer " + token})
             s = json.load(urllib.request.urlopen(req, timeout=1))
             row.append(f"{s['id']}:{s['state']}/leader {s['leader']}/term {s['term']}/commit {s['committed_index']}")
-        except Exception as e:
+        except Exception:
             row.append(f"{store['id']}:unreachable")
     print(" | ".join(row), flush=True)
     time.sleep(1)

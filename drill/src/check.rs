@@ -14,7 +14,7 @@
 //! | [`faithful_replay`] | I2 | every stored answer (`201`, `402`, `409 DUPLICATE_MERCHANT_REFERENCE`) under one key, replays, stored responses |
 //! | [`loud_mismatch`] | I3 | the reused-key-different-body operations |
 //! | [`keyless_duplicates_at_most_one_payment`] | I1 (case 6) | duplicate groups vs payments |
-//! | [`linearizable`] | I1, I2, I3 | every attempt of the client log, each scoped key's history on its own ([`crate::linearizability`]) |
+//! | `linearizable` ([`Linearizability::as_check`](crate::linearizability::Linearizability::as_check)) | I1, I2, I3 | every attempt of the client log, each scoped key's history on its own ([`crate::linearizability`]) |
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,6 +52,8 @@ pub fn check_all_with(
         faithful_replay(evidence),
         loud_mismatch(evidence),
         keyless_duplicates_at_most_one_payment(evidence),
+        // `linearizable`: I1–I3 together, as the clients saw them (see
+        // `Linearizability::as_check`).
         linearizability.as_check(),
     ]
 }
@@ -620,20 +622,4 @@ pub fn keyless_duplicates_at_most_one_payment(evidence: &Evidence) -> CheckResul
         violations,
         vec![format!("{} duplicate groups", groups.len())],
     )
-}
-
-/// I1–I3 together, as the clients saw them: each scoped key's attempts can
-/// be put in one order that respects real time (an attempt answered before
-/// another was sent comes first) and is a legal run of the idempotency
-/// contract: one execution, every replay its answer byte for byte, a
-/// mismatch only once another body executed. An attempt without a
-/// determinate answer (none, 5xx, 421, 202, in progress) may have taken
-/// effect at any point after it was sent, or never, whichever explains the
-/// rest. Unlike [`faithful_replay`], which compares answers, this catches
-/// answers that came too early: a replay answered before its execution
-/// could have happened, or a mismatch before any body was executed. A key
-/// whose history is too large to decide within the search's budget is
-/// noted, not condemned.
-pub fn linearizable(evidence: &Evidence) -> CheckResult {
-    linearizability::check(&evidence.log).as_check()
 }

@@ -145,6 +145,19 @@ impl Linearizability {
 
     /// The check `linearizable` of the drill's report: one violation per key,
     /// with its smallest failing history, one line per attempt.
+    ///
+    /// I1–I3 together, as the clients saw them: each scoped key's attempts can
+    /// be put in one order that respects real time (an attempt answered before
+    /// another was sent comes first) and is a legal run of the idempotency
+    /// contract: one execution, every replay its answer byte for byte, a
+    /// mismatch only once another body executed. An attempt without a
+    /// determinate answer (none, 5xx, 421, 202, in progress) may have taken
+    /// effect at any point after it was sent, or never, whichever explains the
+    /// rest. Unlike [`crate::check::faithful_replay`], which compares answers, this catches
+    /// answers that came too early: a replay answered before its execution
+    /// could have happened, or a mismatch before any body was executed. A key
+    /// whose history is too large to decide within the search's budget is
+    /// noted, not condemned.
     pub fn as_check(&self) -> CheckResult {
         let violations = self
             .violations
