@@ -286,13 +286,13 @@ impl<'txn> Tables<'txn> {
                 scope,
                 fence,
                 response,
-                expires_at,
+                expires_after_ms,
             } => self.owner_write(scope, *fence, |r| {
                 r.status = Status::Completed;
                 r.step = Step::Completed;
                 r.response = Some(response.clone());
                 r.error_code = None;
-                r.expires_at = Some(*expires_at);
+                r.expires_at = Some(now.saturating_add(*expires_after_ms));
                 r.updated_at = now;
             }),
             Op::Fail {
@@ -301,7 +301,7 @@ impl<'txn> Tables<'txn> {
                 replayable,
                 response,
                 error_code,
-                expires_at,
+                expires_after_ms,
             } => self.owner_write(scope, *fence, |r| {
                 r.status = if *replayable {
                     Status::FailedReplayable
@@ -310,7 +310,7 @@ impl<'txn> Tables<'txn> {
                 };
                 r.response = response.clone();
                 r.error_code = error_code.clone();
-                r.expires_at = Some(*expires_at);
+                r.expires_at = Some(now.saturating_add(*expires_after_ms));
                 r.updated_at = now;
             }),
             Op::AdvanceStep { scope, fence, step } => self.owner_write(scope, *fence, |r| {
@@ -321,10 +321,10 @@ impl<'txn> Tables<'txn> {
             Op::MarkUnknown {
                 scope,
                 fence,
-                retry_at,
+                retry_after_ms,
             } => self.owner_write(scope, *fence, |r| {
                 r.status = Status::UnknownRequiresRecovery;
-                r.locked_until = *retry_at;
+                r.locked_until = now.saturating_add(*retry_after_ms);
                 r.updated_at = now;
             }),
             Op::Resolve {
@@ -332,7 +332,7 @@ impl<'txn> Tables<'txn> {
                 fence,
                 completed,
                 response,
-                expires_at,
+                expires_after_ms,
             } => {
                 match self.record(scope)? {
                     Some(r) if r.status != Status::UnknownRequiresRecovery => {
@@ -348,7 +348,7 @@ impl<'txn> Tables<'txn> {
                         r.status = Status::FailedReplayable;
                     }
                     r.response = Some(response.clone());
-                    r.expires_at = Some(*expires_at);
+                    r.expires_at = Some(now.saturating_add(*expires_after_ms));
                     r.updated_at = now;
                 })
             }

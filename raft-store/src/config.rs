@@ -79,6 +79,11 @@ pub struct StoreConfig {
     /// latency between regions (default: region `member-<id>`, every peer
     /// elsewhere, no latency). See [`crate::wan`].
     pub wan: WanConfig,
+    /// How far this member's clock may be from a majority of the voters'
+    /// and still stamp time as leader (default 500 ms; see
+    /// [`crate::clock`]). Members' clocks must be kept well within it
+    /// (NTP keeps them within milliseconds).
+    pub max_clock_offset: Duration,
 }
 
 impl StoreConfig {
@@ -100,6 +105,7 @@ impl StoreConfig {
             max_batch: 512,
             max_inflight_batches: 8,
             wan: WanConfig::alone(id),
+            max_clock_offset: Duration::from_millis(500),
         }
     }
 }

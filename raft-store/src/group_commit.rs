@@ -6,10 +6,19 @@
 //! request already queued joins it (up to `max_batch`). While up to
 //! `max_inflight` batches are being committed, new requests accumulate, so
 //! batches grow with load and a lone request is never held back by a timer.
+//!
+//! The leader stamps each batch with its time ([`crate::clock`]) just
+//! before proposing it: every request's `now` is overwritten, so no
+//! caller's clock ever decides a lease or an expiry. A leader whose clock a
+//! majority of the voters disagrees with proposes nothing and answers
+//! `Unavailable`, and the client retries elsewhere.
 
 use std::sync::Arc;
 
+use openraft::ServerState;
 use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::clock::ClockGuard;
 
 use crate::command::{Batch, ClientRequest};
 use crate::protocol::WriteAnswer;
@@ -24,9 +33,14 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    pub fn start(raft: Raft, max_batch: usize, max_inflight: usize) -> Self {
+    pub fn start(
+        raft: Raft,
+        clock: Arc<ClockGuard>,
+        max_batch: usize,
+        max_inflight: usize,
+    ) -> Self {
         let (queue, rx) = mpsc::channel(max_batch * max_inflight * 4);
-        tokio::spawn(run(raft, rx, max_batch, max_inflight));
+        tokio::spawn(run(raft, clock, rx, max_batch, max_inflight));
         Self { queue }
     }
 
@@ -41,7 +55,13 @@ impl GroupCommit {
     }
 }
 
-async fn run(raft: Raft, mut rx: mpsc::Receiver<Waiter>, max_batch: usize, max_inflight: usize) {
+async fn run(
+    raft: Raft,
+    clock: Arc<ClockGuard>,
+    mut rx: mpsc::Receiver<Waiter>,
+    max_batch: usize,
+    max_inflight: usize,
+) {
     let slots = Arc::new(Semaphore::new(max_inflight));
     while let Some(first) = rx.recv().await {
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -55,9 +75,34 @@ async fn run(raft: Raft, mut rx: mpsc::Receiver<Waiter>, max_batch: usize, max_i
                 Err(_) => break,
             }
         }
-        let raft = raft.clone();
+        let (raft, clock) = (raft.clone(), clock.clone());
         tokio::spawn(async move {
-            let (requests, senders): (Vec<_>, Vec<_>) = waiters.into_iter().unzip();
+            let (mut requests, senders): (Vec<_>, Vec<_>) = waiters.into_iter().unzip();
+            // Only a leader proposes, and it stamps its time on every
+            // request; a follower sends the caller to the leader.
+            let (leads, leader) = {
+                let m = raft.metrics();
+                let m = m.borrow();
+                (m.state == ServerState::Leader, m.current_leader)
+            };
+            let stamped = if leads {
+                clock
+                    .stamp_now()
+                    .await
+                    .map_err(|e| WriteAnswer::Unavailable(e.to_string()))
+            } else {
+                Err(WriteAnswer::ForwardToLeader { leader })
+            };
+            match stamped {
+                Ok(now) => requests.iter_mut().for_each(|r| r.now = now),
+                Err(answer) => {
+                    drop(permit);
+                    for tx in senders {
+                        let _ = tx.send(answer.clone());
+                    }
+                    return;
+                }
+            }
             let result = raft.client_write(Batch { requests }).await;
             drop(permit);
             match result {

@@ -32,7 +32,8 @@
 //! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
-//!   [`group_commit`], [`read_index`], [`metrics`].
+//!   [`group_commit`], [`read_index`], [`metrics`], [`clock`] (leader-stamped
+//!   time and the clock checks between members).
 //! - **simulated WAN**: [`wan`] — member regions, a per-RPC latency between
 //!   regions and partitions (an isolated member, regions cut off from a
 //!   member), enforced by the transports themselves. The client's side of
@@ -92,18 +93,15 @@
 //!
 //! # Time, leases and clocks
 //!
-//! Apply never reads a clock: every command carries `now`, stamped by the
-//! proposing client (the node, whose clock judges leases in `sql` mode too).
-//! Members' clocks do not matter at all — a member 60 s ahead changes
-//! nothing (tested). A *client* clock ahead by `d` may take over a lease up
-//! to `d` early; that is safe because every owner write is fenced
-//! (`fence` must match and the record must be unfinished), so the early
-//! taker wins and the old owner can write nothing; it only costs a wasted
-//! resume, which asks the provider with the same provider key instead of
-//! charging again. The bound relied on is liveness only: keep clock skew
-//! between nodes well under the lease (10 s default) so healthy owners are
-//! rarely pre-empted. No completion can be overwritten by any clock: a
-//! finished record accepts no owner write and no lease takeover.
+//! Apply never reads a clock: every command carries `now`, and the leader
+//! overwrites it with its own clock in group commit, just before
+//! proposing ([`clock`], [`group_commit`]). No caller's clock decides a
+//! lease, a takeover or an expiry. A leader stamps only while its clock
+//! agrees with a majority of the voters' (each Raft RPC carries the
+//! sender's clock and each answer the responder's); otherwise it refuses
+//! writes and steps down, and a member that knows its clock is off does not
+//! campaign. Fencing still makes any clock safe for completions: a finished
+//! record accepts no owner write and no lease takeover.
 //!
 //! # Reads
 //!
@@ -172,6 +170,7 @@
 
 pub mod api_service;
 pub mod apply;
+pub mod clock;
 pub mod config;
 pub mod group_commit;
 pub mod log_store;

@@ -51,6 +51,7 @@ use serde::de::DeserializeOwned;
 
 use tokio::sync::watch;
 
+use crate::clock::{self, CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, LogId, Node, NodeId, RaftError, RpcError, TypeConfig, Vote,
@@ -73,6 +74,7 @@ pub struct Network {
     http: reqwest::Client,
     max_body: usize,
     wan: Arc<SimulatedWan>,
+    clock: Arc<ClockGuard>,
 }
 
 impl Network {
@@ -95,7 +97,17 @@ impl Network {
             http,
             max_body,
             wan: Arc::new(SimulatedWan::new(WanConfig::alone(id))),
+            clock: Arc::new(ClockGuard::new(
+                id,
+                Duration::from_millis(500),
+                Duration::from_millis(300),
+            )),
         })
+    }
+
+    /// Reads the peers' clocks into `clock`, and vouches by it.
+    pub fn with_clock(self, clock: Arc<ClockGuard>) -> Self {
+        Self { clock, ..self }
     }
 
     /// Sends through `wan`: its latency and partition apply to every RPC.
@@ -116,6 +128,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 http: self.http.clone(),
                 max_body: self.max_body,
                 wan: self.wan.clone(),
+                clock: self.clock.clone(),
             }),
             confirmed: None,
             notices: None,
@@ -198,9 +211,32 @@ struct Link {
     http: reqwest::Client,
     max_body: usize,
     wan: Arc<SimulatedWan>,
+    clock: Arc<ClockGuard>,
 }
 
 impl Link {
+    /// Records the peer's clock from its answer: read somewhere between
+    /// `sent_at` and now, so good to half the round trip.
+    fn read_clock(&self, sent_at: std::time::Instant, headers: &reqwest::header::HeaderMap) {
+        let Some(peer_clock) = headers
+            .get(CLOCK_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+        else {
+            return;
+        };
+        let round_trip = sent_at.elapsed();
+        self.clock.record(
+            self.target,
+            Sample {
+                peer_clock,
+                at: sent_at + round_trip / 2,
+                uncertainty: round_trip / 2,
+                vouched: None,
+            },
+        );
+    }
+
     /// The error of an RPC the partition did not let through.
     fn partitioned<E: std::error::Error>(&self, by: &str) -> RpcError<E> {
         let e = std::io::Error::other(format!(
@@ -246,11 +282,15 @@ impl Link {
             .hard_ttl()
             .saturating_sub(delay)
             .max(Duration::from_millis(1));
+        let sent_at = std::time::Instant::now();
         let sent = self
             .http
             .post(format!("{}{path}", self.base))
             .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
             .header(REGION_HEADER, self.wan.region())
+            .header(MEMBER_HEADER, self.id)
+            .header(QUORUM_HEADER, if self.clock.vouches() { "1" } else { "0" })
+            .header(CLOCK_HEADER, clock::wall_now())
             .timeout(timeout)
             .body(body)
             .send()
@@ -268,6 +308,7 @@ impl Link {
             Err(e) if e.is_connect() => return Err(RpcError::Unreachable(Unreachable::new(&e))),
             Err(e) => return Err(RpcError::Network(NetworkError::new(&e))),
         };
+        self.read_clock(sent_at, response.headers());
         let status = response.status();
         if wan::is_partition_refusal(status.as_u16(), response.headers()) {
             return Err(self.partitioned("the peer is cut off from this region"));

@@ -2,6 +2,11 @@
 //! (apart from the client API, so client load and body limits never stall
 //! heartbeats), handing each postcard request to the local `Raft`.
 //!
+//! Every request's clock is read into the member's [`ClockGuard`], and
+//! every answer carries this member's clock ([`crate::clock`]); a vote
+//! request from a candidate whose clock disagrees with this member's is
+//! refused before raft sees it (`409`).
+//!
 //! While this member is isolated ([`crate::wan`]), RPCs from another region
 //! are refused before they reach raft, and so are RPCs from a region cut off
 //! from it or refused one way, with an answer the sender maps to
@@ -12,9 +17,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::clock::{self, CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
 use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
@@ -24,14 +30,21 @@ use crate::wan::{self, REGION_HEADER, SimulatedWan};
 use crate::wire::Postcard;
 
 /// `max_body` bounds one append batch or snapshot chunk; a sender over it
-/// gets 413 and splits the batch. `wan` decides which senders get through.
-pub fn router(raft: Raft, max_body: usize, wan: Arc<SimulatedWan>) -> Router {
+/// gets 413 and splits the batch. `wan` decides which senders get through;
+/// `clock` reads and judges their clocks.
+pub fn router(
+    raft: Raft,
+    max_body: usize,
+    wan: Arc<SimulatedWan>,
+    clock: Arc<ClockGuard>,
+) -> Router {
     Router::new()
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(INITIALIZED_PATH, get(initialized))
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(clock, exchange_clocks))
         // Outermost: a partitioned sender's body is never even read.
         .layer(axum::middleware::from_fn_with_state(wan, partition))
         .with_state(raft)
@@ -46,6 +59,48 @@ async fn partition(State(wan): State<Arc<SimulatedWan>>, request: Request, next:
     } else {
         wan.refusal(from)
     }
+}
+
+/// Reads the sender's clock, refuses a vote to a candidate whose clock
+/// disagrees with ours, and stamps our clock on the answer.
+async fn exchange_clocks(
+    State(clock): State<Arc<ClockGuard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let sender = wan::header(headers, MEMBER_HEADER).and_then(|v| v.parse().ok());
+    let sent = wan::header(headers, CLOCK_HEADER).and_then(|v| v.parse().ok());
+    let sample = sent.map(|peer_clock| Sample {
+        peer_clock,
+        at: std::time::Instant::now(),
+        uncertainty: std::time::Duration::ZERO,
+        vouched: wan::header(headers, QUORUM_HEADER).map(|v| v == "1"),
+    });
+    if let (Some(sender), Some(sample)) = (sender, sample) {
+        clock.record(sender, sample);
+    }
+    let mut response = if request.uri().path() == VOTE_PATH
+        && sample.is_some_and(|s| clock.refuses_candidate(&s))
+    {
+        tracing::warn!(
+            candidate = ?sender,
+            max_offset_ms = clock.max_offset().as_millis() as u64,
+            "refused a vote: the candidate's clock disagrees with this member's"
+        );
+        (
+            axum::http::StatusCode::CONFLICT,
+            "vote refused: the candidate's clock disagrees with this member's",
+        )
+            .into_response()
+    } else {
+        next.run(request).await
+    };
+    response.headers_mut().insert(
+        CLOCK_HEADER,
+        axum::http::HeaderValue::from(clock::wall_now()),
+    );
+    response
 }
 
 async fn append(

@@ -13,6 +13,7 @@ use openraft::{Config, SnapshotPolicy};
 use tokio::sync::watch;
 
 use crate::api_service::{self, ApiState};
+use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
 use crate::group_commit::GroupCommit;
 use crate::log_store::LogStore;
@@ -129,6 +130,11 @@ impl StoreServer {
         let admin_addr = admin_server.local_addr();
 
         let wan = Arc::new(SimulatedWan::new(config.wan.clone()));
+        let clock = Arc::new(ClockGuard::new(
+            config.id,
+            config.max_clock_offset,
+            t.heartbeat,
+        ));
         let network = Network::new(
             config.id,
             Some(raft_addr.ip()),
@@ -136,7 +142,8 @@ impl StoreServer {
             config.max_body,
         )
         .map_err(StartError::Client)?
-        .with_wan(wan.clone());
+        .with_wan(wan.clone())
+        .with_clock(clock.clone());
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -153,6 +160,7 @@ impl StoreServer {
             state_machine: state_machine.clone(),
             group_commit: GroupCommit::start(
                 raft.clone(),
+                clock.clone(),
                 config.max_batch,
                 config.max_inflight_batches,
             ),
@@ -172,7 +180,9 @@ impl StoreServer {
             }
         };
         let drain = std::time::Duration::from_secs(5);
-        let raft_router = raft_service::router(raft.clone(), config.max_body, wan.clone());
+        tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
+        let raft_router =
+            raft_service::router(raft.clone(), config.max_body, wan.clone(), clock.clone());
         tokio::spawn(raft_server.serve(raft_router, stopped(stopping.clone()), drain));
         let api_router = api_service::client_router(api.clone());
         tokio::spawn(api_server.serve(api_router, stopped(stopping.clone()), drain));

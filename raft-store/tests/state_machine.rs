@@ -186,7 +186,7 @@ async fn a_stale_owner_is_fenced_and_a_completion_is_never_overwritten() {
         scope: scope("k1"),
         fence,
         response: response(),
-        expires_at: T0 + 86_400_000,
+        expires_after_ms: 86_400_000,
     };
     assert!(matches!(
         h.run(T0 + LEASE, complete(1)).await,
@@ -275,7 +275,7 @@ async fn expiry_purges_answers_in_batches_and_keeps_unfinished_records() {
                     scope: r.scope,
                     fence: 1,
                     response: response(),
-                    expires_at: T0 + 1_000,
+                    expires_after_ms: 1_000,
                 },
             )
             .await;
@@ -502,7 +502,7 @@ async fn the_listing_index_follows_renewals_and_purges_and_is_rebuilt_when_missi
                 scope: r.scope,
                 fence: 1,
                 response: response(),
-                expires_at: T0 + 1_000,
+                expires_after_ms: 1_000,
             },
         )
         .await;

@@ -81,6 +81,12 @@ struct MemberArgs {
     election_max: Duration,
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     snapshot_chunk_timeout: Duration,
+    /// How far this member's clock may be from a majority of the voters'
+    /// and still stamp time as leader; keep clocks NTP-synchronised well
+    /// within it. A member further off stamps nothing, steps down and does
+    /// not campaign.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    max_clock_offset: Duration,
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
     #[arg(long, default_value_t = 1_000)]
@@ -235,6 +241,7 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
         ..Timing::default()
     };
     config.snapshot_every = args.snapshot_every;
+    config.max_clock_offset = args.max_clock_offset;
     config.keep_logs_after_snapshot = args.keep_logs_after_snapshot;
     let timing = &config.timing;
     if !(timing.heartbeat < timing.election_min && timing.election_min < timing.election_max) {
@@ -262,6 +269,7 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
                     humantime::format_duration(timing.election_max)
                 ),
                 "snapshotEvery": args.snapshot_every,
+                "maxClockOffset": humantime::format_duration(args.max_clock_offset).to_string(),
                 "region": config.wan.region,
                 "peerRegions": config.wan.peer_regions,
                 "wanLatencyMs": args.wan_latency,

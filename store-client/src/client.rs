@@ -13,8 +13,9 @@
 //!   is [`ClientError::Ambiguous`]; only when no attempt can have been
 //!   proposed is it [`ClientError::Unavailable`].
 //! - **Time**: the client stamps `now` into each command from its clock
-//!   (with an optional offset, for skew tests); members never read a clock
-//!   while applying.
+//!   (with an optional offset, for skew tests), but the leader overwrites it
+//!   with its own before proposing: no client's clock decides anything in
+//!   the store. Members never read a clock while applying.
 //! - **Simulated WAN** ([`crate::wan`]): with [`ClientOptions::wan_latency`],
 //!   every request to an endpoint at index `local_endpoints` or beyond
 //!   waits that long first (one round trip to another region); with

@@ -14,7 +14,7 @@
 //! ([`lease_expired`], [`is_expired`]) are written once, here, on plain
 //! numbers.
 //!
-//! Everything here is plain data: time is a number the proposer stamped
+//! Everything here is plain data: time is a number the leader stamped
 //! (`ClientRequest::now`), never a clock read during apply, so every member
 //! applying the same log reaches the same state. The serde form of every
 //! type is what the Raft log, the snapshots and the client wire carry
@@ -26,7 +26,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// Milliseconds since the Unix epoch, as stamped by the proposer.
+/// Milliseconds since the Unix epoch, as stamped by the leader.
 pub type Millis = i64;
 
 /// The key an idempotency record is unique in: `(tenant, principal,
@@ -266,7 +266,9 @@ pub enum Op {
         scope: Scope,
         fence: u64,
         response: StoredResponse,
-        expires_at: Millis,
+        /// The replay window, from the leader's stamp: the record expires
+        /// this many milliseconds after the write applies.
+        expires_after_ms: i64,
     },
     /// Finish as failed: `replayable` stores an answer (business rejection),
     /// otherwise the operation may run again (`FAILED_RETRYABLE`). Fenced.
@@ -276,7 +278,9 @@ pub enum Op {
         replayable: bool,
         response: Option<StoredResponse>,
         error_code: Option<String>,
-        expires_at: Millis,
+        /// The replay window, from the leader's stamp: the record expires
+        /// this many milliseconds after the write applies.
+        expires_after_ms: i64,
     },
     /// Record a recovery point. Fenced; steps only move forward.
     AdvanceStep {
@@ -297,11 +301,12 @@ pub enum Op {
         /// business key). Attaching reserves the business key.
         renew: Option<NewClaim>,
     },
-    /// The provider's answer was lost: nobody resumes before `retry_at`. Fenced.
+    /// The provider's answer was lost: nobody resumes for `retry_after_ms`
+    /// after the leader's stamp. Fenced.
     MarkUnknown {
         scope: Scope,
         fence: u64,
-        retry_at: Millis,
+        retry_after_ms: i64,
     },
     /// Recovery learned the outcome of an unknown operation. Fenced.
     Resolve {
@@ -309,7 +314,9 @@ pub enum Op {
         fence: u64,
         completed: bool,
         response: StoredResponse,
-        expires_at: Millis,
+        /// The replay window, from the leader's stamp: the record expires
+        /// this many milliseconds after the write applies.
+        expires_after_ms: i64,
     },
     /// Purge stored answers of up to `limit` records past their window.
     Expire {
@@ -343,7 +350,8 @@ pub struct ClientRequest {
     /// Every seq of this client below this one has its answer: their dedup
     /// entries may be forgotten.
     pub acked_below: u64,
-    /// The proposer's clock, the only time apply ever uses.
+    /// The time apply judges by: whatever the client sends is overwritten
+    /// by the leader's clock just before the entry is proposed.
     pub now: Millis,
     pub op: Op,
 }

@@ -68,12 +68,12 @@ fn response(key: &str) -> StoredResponse {
     }
 }
 
-fn complete(key: &str, fence: u64, now: i64) -> Op {
+fn complete(key: &str, fence: u64) -> Op {
     Op::Complete {
         scope: scope(key),
         fence,
         response: response(key),
-        expires_at: now + 86_400_000,
+        expires_after_ms: 86_400_000,
     }
 }
 
@@ -234,10 +234,7 @@ async fn the_whole_cluster_killed_and_restarted_keeps_every_record() {
             panic!("fresh key claimed");
         };
         if n % 2 == 0 {
-            let reply = client
-                .write(complete(&key, r.fence, client.now()))
-                .await
-                .unwrap();
+            let reply = client.write(complete(&key, r.fence)).await.unwrap();
             assert!(matches!(reply, Reply::Updated(_)));
         }
     }
@@ -460,29 +457,57 @@ pub(crate) fn faketime_available() -> bool {
     )
 }
 
+/// This process's wall clock, in milliseconds (the tests' true time).
+fn real_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Every stamped time of `record` is within a few seconds of the true time
+/// around `[from, to]`: no skewed clock stamped it.
+fn stamped_by_a_true_clock(record: &Record, from: i64, to: i64) {
+    let slack = 5_000;
+    for (what, at) in [
+        ("created_at", record.created_at),
+        ("updated_at", record.updated_at),
+    ] {
+        assert!(
+            (from - slack..=to + slack).contains(&at),
+            "{} {what} {at} is outside [{from}, {to}] ± {slack} ms: a skewed clock stamped it",
+            record.scope.key
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_completion() {
+async fn a_leader_whose_clock_jumps_a_minute_ahead_stamps_nothing_and_loses_the_lead() {
     if !faketime_available() {
         return;
     }
-    // Member 1's wall clock runs 60 s ahead; its timers (monotonic) do not,
-    // so it can lead normally.
-    let skewed = |id: u64| {
+    // Member 1's wall clock follows a file libfaketime re-reads on every
+    // call: true at first, a minute ahead once the test says so. Its
+    // timers (monotonic) are untouched.
+    let skew = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(skew.path(), "+0\n").unwrap();
+    let skew_path = skew.path().display().to_string();
+    let env = |id: u64| {
         if id == 1 {
             // libfaketime preloaded directly (not through the `faketime`
             // wrapper, which forks): SIGKILL then reaches the member itself.
             vec![
                 ("LD_PRELOAD".into(), LIBFAKETIME.into()),
-                ("FAKETIME".into(), "+60s".into()),
+                ("FAKETIME_TIMESTAMP_FILE".into(), skew_path.clone()),
+                ("FAKETIME_NO_CACHE".into(), "1".into()),
                 ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
             ]
         } else {
             vec![]
         }
     };
-    let cluster = Cluster::start_with(3, &[], skewed).await;
+    let cluster = Cluster::start_with(3, &[], env).await;
     let admin_endpoint_1 = cluster.members[&1].admin_endpoint();
-    // Make the skewed member the leader: every command passes through it.
     eventually(Duration::from_secs(30), || async {
         let _ = admin::elect(&cluster::operator(), &admin_endpoint_1).await;
         let leader = cluster.wait_for_leader(&cluster.ids()).await;
@@ -490,76 +515,154 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
     })
     .await;
     let owner = cluster.client(ClientOptions::default());
-
-    // A lease granted just now is valid for 10 s by the command's stamped
-    // time; a leader that judged it by its own clock would see it expired.
-    let Reply::Claimed(r) = owner.claim(claim("k1", "o1", "fp")).await.unwrap() else {
-        panic!("claimed");
+    let start = real_now();
+    let Reply::Claimed(before) = owner
+        .claim(claim("before", "o-before", "fp"))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed while member 1's clock was true");
     };
+    stamped_by_a_true_clock(&before, start, real_now());
+
+    // The leader's clock jumps a minute ahead. It must stamp nothing from
+    // now on: its followers' clocks disagree, so it refuses writes and
+    // steps down, and a member with a true clock takes over.
+    std::fs::write(skew.path(), "+60s\n").unwrap();
+    let jumped = real_now();
+    for n in 0..10 {
+        let key = format!("after{n}");
+        let Reply::Claimed(r) = owner
+            .claim(claim(&key, &format!("o-{key}"), "fp"))
+            .await
+            .unwrap()
+        else {
+            panic!("claimed {key}");
+        };
+        stamped_by_a_true_clock(&r, jumped, real_now());
+    }
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    assert_ne!(
+        leader, 1,
+        "the member whose clock is a minute off still leads"
+    );
     assert!(matches!(
-        owner.write(take_over("k1", r.fence)).await.unwrap(),
-        Reply::LeaseValid { .. }
-    ));
-    assert!(matches!(
-        owner.write(complete("k1", r.fence, owner.now())).await.unwrap(),
+        owner.write(complete("before", before.fence)).await.unwrap(),
         Reply::Updated(c) if c.status == Status::Completed
     ));
 
-    // A *client* 60 s ahead may take over an unfinished record early (that
-    // is the documented cost of skew), but the old owner is then fenced…
-    let fast = cluster.client(ClientOptions {
-        clock_offset_ms: 60_000,
-        ..ClientOptions::default()
-    });
-    let Reply::Claimed(r2) = owner.claim(claim("k2", "o2", "fp")).await.unwrap() else {
-        panic!("claimed");
+    // Asked to lead again, it cannot win: the voters refuse a candidate
+    // whose clock disagrees with theirs, and it does not campaign itself.
+    let _ = admin::elect(&cluster::operator(), &admin_endpoint_1).await;
+    let asked = real_now();
+    let Reply::Claimed(later) = owner.claim(claim("later", "o-later", "fp")).await.unwrap() else {
+        panic!("claimed after the election it was asked to start");
     };
-    let Reply::Claimed(taken) = fast.write(take_over("k2", r2.fence)).await.unwrap() else {
-        panic!("early takeover by a fast client");
-    };
-    assert_eq!(taken.fence, r2.fence + 1);
-    assert!(matches!(
-        owner
-            .write(complete("k2", r2.fence, owner.now()))
-            .await
-            .unwrap(),
-        Reply::Fenced { .. }
-    ));
-    // …and a completed record cannot be taken over or completed again.
-    assert!(matches!(
-        fast.write(take_over("k1", r.fence)).await.unwrap(),
-        Reply::Fenced { .. }
-    ));
-    assert!(matches!(
-        fast.claim(claim("k1", "o1", "fp")).await.unwrap(),
-        Reply::Existing(e) if e.status == Status::Completed && e.response == Some(response("k1"))
-    ));
+    stamped_by_a_true_clock(&later, asked, real_now());
+    assert_ne!(cluster.wait_for_leader(&cluster.ids()).await, 1);
 
-    // Both clocks racing for the same fresh keys: one winner each.
-    let mut wins: HashMap<String, usize> = HashMap::new();
-    let races = (0..20).map(|n| {
-        let key = format!("race{n}");
-        let (owner, fast) = (&owner, &fast);
-        async move {
-            let c = claim(&key, &format!("race-order{n}"), "fp");
-            let (a, b) = tokio::join!(owner.claim(c.clone()), fast.claim(c));
-            (key, [a.unwrap(), b.unwrap()])
-        }
-    });
-    for (key, replies) in futures::future::join_all(races).await {
-        let n = replies
-            .iter()
-            .filter(|r| matches!(r, Reply::Claimed(_)))
-            .count();
-        wins.insert(key, n);
-    }
-    assert!(wins.values().all(|n| *n == 1), "{wins:?}");
-    assert_eq!(cluster.wait_for_leader(&cluster.ids()).await, 1);
+    // Back on the true clock, it may lead again.
+    std::fs::write(skew.path(), "+0\n").unwrap();
+    eventually(Duration::from_secs(30), || async {
+        let _ = admin::elect(&cluster::operator(), &admin_endpoint_1).await;
+        let leader = cluster.wait_for_leader(&cluster.ids()).await;
+        (leader == 1).then_some(())
+    })
+    .await;
+    let healed = real_now();
+    let Reply::Claimed(r) = owner
+        .claim(claim("healed", "o-healed", "fp"))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed once member 1's clock was true again");
+    };
+    stamped_by_a_true_clock(&r, healed, real_now());
     cluster.wait_for_convergence(&cluster.ids()).await;
     let records = assert_members_agree(&cluster).await;
-    let k1 = records.iter().find(|r| r.scope.key == "k1").unwrap();
-    assert_eq!(k1.status, Status::Completed);
-    assert_eq!(k1.fence, r.fence);
+    assert_eq!(records.len(), 13);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_hours_off_takes_over_and_expires_nothing_early() {
+    // A node stamps its clock on every command it sends (the client's
+    // `now`); the leader overwrites it, so however far off the node is,
+    // leases and replay windows run by the leader's clock.
+    let cluster = Cluster::start(3).await;
+    cluster.wait_for_leader(&cluster.ids()).await;
+    let two_hours = 2 * 3_600_000;
+    let owner = cluster.client(ClientOptions::default());
+    let ahead = cluster.client(ClientOptions {
+        clock_offset_ms: two_hours,
+        ..ClientOptions::default()
+    });
+    let behind = cluster.client(ClientOptions {
+        clock_offset_ms: -two_hours,
+        ..ClientOptions::default()
+    });
+
+    // A lease granted just now is not taken over by a client two hours
+    // ahead: by the leader's clock it has most of its 10 s left.
+    let start = real_now();
+    let Reply::Claimed(owned) = owner
+        .claim(claim("leased", "o-leased", "fp"))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed");
+    };
+    assert!(matches!(
+        ahead.write(take_over("leased", owned.fence)).await.unwrap(),
+        Reply::LeaseValid { .. }
+    ));
+
+    // A record completed with a one-minute window is not expired by a
+    // client two hours ahead, nor renewed by it.
+    let Reply::Claimed(r) = owner
+        .claim(claim("windowed", "o-windowed", "fp"))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed");
+    };
+    let one_minute = Op::Complete {
+        scope: scope("windowed"),
+        fence: r.fence,
+        response: response("windowed"),
+        expires_after_ms: 60_000,
+    };
+    assert!(matches!(
+        owner.write(one_minute).await.unwrap(),
+        Reply::Updated(_)
+    ));
+    let expire = Op::Expire {
+        limit: 100,
+        retention_ms: 60_000,
+    };
+    assert_eq!(ahead.write(expire).await.unwrap(), Reply::Count(0));
+    assert!(matches!(
+        ahead.claim(claim("windowed", "o-windowed", "fp")).await.unwrap(),
+        Reply::Existing(e) if e.status == Status::Completed && e.response == Some(response("windowed"))
+    ));
+
+    // A client two hours behind sets no window shorter than it asked for,
+    // and no lease longer: both run from the leader's stamp.
+    let Reply::Claimed(b) = behind
+        .claim(claim("behind", "o-behind", "fp"))
+        .await
+        .unwrap()
+    else {
+        panic!("claimed");
+    };
+    assert!((b.locked_until - b.created_at) == LEASE_MS);
+    let Reply::Updated(done) = behind.write(complete("behind", b.fence)).await.unwrap() else {
+        panic!("completed");
+    };
+    let end = real_now();
+    for record in [&owned, &b, &done] {
+        stamped_by_a_true_clock(record, start, end);
+    }
+    assert_eq!(done.expires_at, Some(done.updated_at + 86_400_000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -108,6 +108,10 @@ pub async fn create_payment(
     let mut outcome = state.store.requests.claim(&claim).await?;
     crash_point("after_claim");
     let mut took_over = false;
+    // The store refused to renew a record this node's clock finds expired:
+    // by the store's clock (raft mode: the leader's) it is still in its
+    // window, and that clock decides.
+    let mut renew_refused = false;
     for _ in 0..MAX_ROUNDS {
         let existing = match outcome {
             ClaimOutcome::Claimed(owned) => {
@@ -135,6 +139,7 @@ pub async fn create_payment(
             }
             Decision::TakeOver => Reclaim::Resume,
             Decision::Restart => Reclaim::Restart,
+            Decision::Renew if renew_refused => return replay(&state, existing),
             Decision::Renew => Reclaim::Renew,
         };
         let claim = Claim {
@@ -156,8 +161,10 @@ pub async fn create_payment(
                 }
                 outcome = won;
             }
-            // Someone else took it over first: look again.
+            // Someone else took it over first, or the store's clock says
+            // it is not expired: look again.
             None => {
+                renew_refused |= how == Reclaim::Renew;
                 outcome = match state.store.requests.load(&claim.scope).await? {
                     Some(record) => ClaimOutcome::Existing(record),
                     None => state.store.requests.claim(&claim).await?,

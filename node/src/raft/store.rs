@@ -158,14 +158,28 @@ impl RaftStore {
 
     /// A record this node now owns: its payment row exists locally before
     /// the caller may call the provider.
-    async fn owned(&self, record: rs::Record) -> Result<Record, StoreError> {
+    ///
+    /// The store's leader stamped its lease by the leader's clock, which
+    /// this node's may not match. The node's copy carries the lease by the
+    /// node's own clock instead, counted from `asked_at` (when the node
+    /// asked, its clock's time): never later than the leader's, since the
+    /// leader stamped after that. So the node judges how much lease it has
+    /// left without comparing two clocks.
+    async fn owned(
+        &self,
+        record: rs::Record,
+        asked_at: UnixMillis,
+        lease: Duration,
+    ) -> Result<Record, StoreError> {
         if let Some(bytes) = &record.payload {
             let facts = PaymentFacts::decode(bytes)?;
             self.local
                 .upsert_pending(&facts.payment()?, UnixMillis(facts.created_at))
                 .await?;
         }
-        record_from_store(record)
+        let mut owned = record_from_store(record)?;
+        owned.locked_until = asked_at.plus(lease);
+        Ok(owned)
     }
 
     fn take_over_op(
@@ -223,7 +237,7 @@ impl RaftStore {
                 scope,
                 fence,
                 response: response.clone(),
-                expires_at: finish.expires_at.0,
+                expires_after_ms: finish.expires_at.0 - finish.now.0,
             },
             Status::FailedReplayable => Op::Fail {
                 scope,
@@ -231,7 +245,7 @@ impl RaftStore {
                 replayable: true,
                 response: Some(response.clone()),
                 error_code: None,
-                expires_at: finish.expires_at.0,
+                expires_after_ms: finish.expires_at.0 - finish.now.0,
             },
             other => {
                 return Err(StoreError::Corrupt(format!(
@@ -292,7 +306,7 @@ impl RequestPath for RaftStore {
             .await?;
         match reply {
             Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(Owned::fresh(
-                self.owned(record).await?,
+                self.owned(record, claim.now, claim.lease).await?,
             ))),
             Reply::Existing(record) => Ok(ClaimOutcome::Existing(record_from_store(record)?)),
             Reply::BusinessKeyTaken { payment_id, .. } => {
@@ -340,7 +354,7 @@ impl RequestPath for RaftStore {
         };
         match propose(true).await? {
             Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(Owned::taken_over(
-                self.owned(record).await?,
+                self.owned(record, claim.now, claim.lease).await?,
             )))),
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 let existing = holder(payment_id)?;
@@ -398,7 +412,7 @@ impl RequestPath for RaftStore {
             replayable: false,
             response: None,
             error_code: Some(error_code.to_owned()),
-            expires_at: expires_at.0,
+            expires_after_ms: expires_at.0 - now.0,
         };
         self.owner_write(owner, op, now, |r| r.status == rs::Status::FailedRetryable)
             .await
@@ -414,7 +428,7 @@ impl RequestPath for RaftStore {
         let op = Op::MarkUnknown {
             scope: scope_to_store(&owner.scope),
             fence: fence_to_store(owner.fence),
-            retry_at: retry_at.0,
+            retry_after_ms: retry_at.0 - now.0,
         };
         self.owner_write(owner, op, now, |r| {
             r.status == rs::Status::UnknownRequiresRecovery
@@ -434,7 +448,9 @@ impl Recovery for RaftStore {
     ) -> Result<Option<Owned>, StoreError> {
         let op = self.take_over_op(seen, TakeOverKind::LeaseExpired, lease, None);
         match self.write(op, now).await? {
-            Reply::Claimed(record) => Ok(Some(Owned::taken_over(self.owned(record).await?))),
+            Reply::Claimed(record) => Ok(Some(Owned::taken_over(
+                self.owned(record, now, lease).await?,
+            ))),
             Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
             other => Err(unexpected(other)),
         }

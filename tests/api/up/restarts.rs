@@ -14,7 +14,7 @@ use once_drill::control::{Control, RestartOptions, Stop, Stopped};
 use once_store_client::admin::{self, Operator};
 use once_test_support::process::alive;
 
-use crate::helpers::eventually;
+use crate::helpers::{eventually, payment_body, post, send};
 
 /// `dir/cluster.json` as `once up` last wrote it.
 fn cluster_now(dir: &Path) -> serde_json::Value {
@@ -68,8 +68,10 @@ pub(super) async fn one_process_at_a_time(dir: &Path) {
     a_node_stopped_with_sigterm_comes_back_as_a_new_process(dir, &control, &region, &node_url)
         .await;
     if crate::raft_store::faketime_available() {
-        a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(&control, &region, &node_url)
-            .await;
+        a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
+            &control, &cluster, &region, &node_url,
+        )
+        .await;
     }
     the_router_killed_comes_back(dir, &control, &cluster).await;
     a_wiped_member_starts_blank_and_catches_up_once_added_back(dir, &control, &cluster).await;
@@ -161,6 +163,7 @@ async fn a_node_stopped_with_sigterm_comes_back_as_a_new_process(
 
 async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
     control: &Control,
+    cluster: &serde_json::Value,
     region: &str,
     node_url: &str,
 ) {
@@ -181,6 +184,7 @@ async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
         (ahead - 7200).abs() <= 120,
         "the node's Date is {ahead} s ahead"
     );
+    the_store_leader_not_the_node_stamps_its_records(cluster, region, node_url).await;
 
     let on_time = control
         .restart_process(
@@ -196,6 +200,83 @@ async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
     assert_eq!(on_time.previous_pid, skewed.pid);
     let ahead = clock_ahead_of_ours(&format!("{node_url}/readyz")).await;
     assert!(ahead.abs() <= 60, "the node's Date is {ahead} s off");
+}
+
+/// A payment made through a node two hours ahead: its record's times are
+/// the store leader's, within a minute of ours, its replay window a day
+/// from now rather than from the node's clock (so nothing of it can expire
+/// or be taken over early by that clock).
+async fn the_store_leader_not_the_node_stamps_its_records(
+    cluster: &serde_json::Value,
+    region: &str,
+    node_url: &str,
+) {
+    let tenant = cluster["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["home_region"] == region)
+        .unwrap();
+    let client = reqwest::Client::new();
+    let body = payment_body("acc_skewed", "7.00", "order-skewed");
+    let answer = send(post(
+        &client,
+        node_url,
+        tenant["api_key"].as_str().unwrap(),
+        Some("k-skewed"),
+        &body,
+    ))
+    .await;
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let node_admin = cluster["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == region)
+        .unwrap()["node"]["admin_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let records: Vec<serde_json::Value> = client
+        .get(format!(
+            "{node_admin}/admin/records/{}/k-skewed",
+            tenant["id"].as_str().unwrap()
+        ))
+        .bearer_auth(cluster["admin_token"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ours = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let record = &records[0];
+    let minute = 60_000;
+    for field in ["createdAt", "updatedAt"] {
+        let at = record[field].as_i64().unwrap();
+        assert!(
+            (at - ours).abs() <= minute,
+            "{field} {at} is {} ms from our clock: the skewed node stamped it",
+            at - ours
+        );
+    }
+    let expires_at = record["expiresAt"].as_i64().unwrap();
+    let day = 86_400_000;
+    assert!(
+        expires_at <= ours + day + minute,
+        "the replay window ends {} ms after a day from now",
+        expires_at - ours - day
+    );
 }
 
 async fn the_router_killed_comes_back(dir: &Path, control: &Control, cluster: &serde_json::Value) {
