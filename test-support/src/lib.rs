@@ -14,6 +14,7 @@
 //! | [`ports`] | ports outside the ephemeral range; an address nothing listens on |
 //! | [`services`] | PostgreSQL, NATS and the like: present, or skipped locally and failed under `CI` |
 //! | [`postgres`] | a PostgreSQL database of the test's own, dropped when it ends |
+//! | [`postgres_server`] | a PostgreSQL server of the test's own (TLS only, a certificate the test made), stopped when it ends |
 //! | [`cleanup`] | async cleanup run from a `Drop` |
 //! | [`stoppable`] | a server in the test's runtime, stopped and shown to stop cleanly |
 //! | [`serve`] | stand-in HTTP servers (axum) on port 0 |
@@ -30,6 +31,7 @@ pub mod fixtures;
 pub mod metrics;
 pub mod ports;
 pub mod postgres;
+pub mod postgres_server;
 pub mod process;
 pub mod proxy;
 pub mod raw;

@@ -17,6 +17,7 @@ mod isolation;
 mod lookups;
 mod monitoring;
 mod ops;
+mod postgres_tls;
 mod provider;
 mod raft_store;
 mod regions;
