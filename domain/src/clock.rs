@@ -48,23 +48,47 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that only moves when told to. Cloning shares the same time.
+/// A clock the test moves. Cloning shares the same time.
+///
+/// [`Self::starting_now`] only moves when told to. [`Self::following_real_time`]
+/// runs with the wall clock, moved ahead by every [`Self::advance`]: what a
+/// node beside raft-store needs in the tests, where the store's leader
+/// stamps its own (also moved) clock and the node's must keep up with it.
 #[derive(Debug, Clone)]
-pub struct ManualClock(Arc<AtomicI64>);
+pub struct ManualClock {
+    /// The time (frozen), or the shift from the wall clock (running).
+    at: Arc<AtomicI64>,
+    running: bool,
+}
 
 impl ManualClock {
     pub fn starting_now() -> Self {
-        Self(Arc::new(AtomicI64::new(SystemClock.now().0)))
+        Self {
+            at: Arc::new(AtomicI64::new(SystemClock.now().0)),
+            running: false,
+        }
+    }
+
+    pub fn following_real_time() -> Self {
+        Self {
+            at: Arc::new(AtomicI64::new(0)),
+            running: true,
+        }
     }
 
     pub fn advance(&self, by: Duration) {
         let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
-        self.0.fetch_add(by, Ordering::SeqCst);
+        self.at.fetch_add(by, Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> UnixMillis {
-        UnixMillis(self.0.load(Ordering::SeqCst))
+        let at = self.at.load(Ordering::SeqCst);
+        if self.running {
+            UnixMillis(SystemClock.now().0.saturating_add(at))
+        } else {
+            UnixMillis(at)
+        }
     }
 }

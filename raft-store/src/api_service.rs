@@ -71,6 +71,8 @@ pub struct ApiState {
     /// The simulated WAN this member's transports share: the partition
     /// endpoint flips it, the client API consults it.
     pub wan: Arc<SimulatedWan>,
+    /// This member's clock and its checks against its peers'.
+    pub clock: Arc<crate::clock::ClockGuard>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -108,11 +110,13 @@ pub fn admin_router(state: Arc<ApiState>) -> Router {
         .route(CHANGE_MEMBERSHIP_PATH, post(change_membership))
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(ELECT_PATH, post(elect))
-        .route(PARTITION_PATH, get(partition).post(set_partition))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.admin_token.clone(),
-            once_edge::admin::require,
-        ));
+        .route(PARTITION_PATH, get(partition).post(set_partition));
+    #[cfg(feature = "failpoints")]
+    let operator_only = operator_only.route(CLOCK_ADVANCE_PATH, post(advance_clock));
+    let operator_only = operator_only.route_layer(axum::middleware::from_fn_with_state(
+        state.admin_token.clone(),
+        once_edge::admin::require,
+    ));
     Router::new()
         .merge(operator_only)
         .route(STATUS_PATH, get(status))
@@ -382,6 +386,18 @@ async fn snapshot(State(state): State<Arc<ApiState>>) -> Response {
         Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     }
+}
+
+/// Test builds only: moves this member's clock forward by the body's
+/// milliseconds, so scenario tests can run a lease or a replay window out
+/// without waiting (every member is moved; see `crate::clock`).
+#[cfg(feature = "failpoints")]
+pub const CLOCK_ADVANCE_PATH: &str = "/admin/clock/advance";
+
+#[cfg(feature = "failpoints")]
+async fn advance_clock(State(state): State<Arc<ApiState>>, Json(by_ms): Json<i64>) -> Response {
+    state.clock.advance(by_ms);
+    Json(serde_json::json!({"now": state.clock.now()})).into_response()
 }
 
 /// Starts an election on this member now (to move leadership to a region

@@ -112,6 +112,10 @@ pub enum ClockError {
 #[derive(Debug)]
 pub struct ClockGuard {
     id: NodeId,
+    /// Added to the wall clock: zero, except in test builds, where the
+    /// scenario tests move every member's clock forward together
+    /// (`/admin/clock/advance`, `failpoints` feature only).
+    shift_ms: std::sync::atomic::AtomicI64,
     max_offset: Duration,
     /// Samples older than this say nothing.
     fresh_for: Duration,
@@ -136,6 +140,7 @@ impl ClockGuard {
     pub fn new(id: NodeId, max_offset: Duration, heartbeat: Duration) -> Self {
         Self {
             id,
+            shift_ms: std::sync::atomic::AtomicI64::new(0),
             max_offset,
             fresh_for: (heartbeat * 10).max(Duration::from_secs(2)),
             confirm_within: (heartbeat * 4).max(Duration::from_millis(500)),
@@ -146,6 +151,19 @@ impl ClockGuard {
 
     pub fn max_offset(&self) -> Duration {
         self.max_offset
+    }
+
+    /// This member's clock: its wall clock (moved forward by the tests'
+    /// time travel, in test builds).
+    pub fn now(&self) -> Millis {
+        wall_now().saturating_add(self.shift_ms.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// Moves this member's clock forward by `by_ms` (test builds only).
+    #[cfg(feature = "failpoints")]
+    pub fn advance(&self, by_ms: i64) {
+        self.shift_ms
+            .fetch_add(by_ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -205,7 +223,7 @@ impl ClockGuard {
         if voters.is_empty() {
             return Verdict::Unknown;
         }
-        let (now, wall) = (Instant::now(), wall_now());
+        let (now, wall) = (Instant::now(), self.now());
         let state = self.lock();
         let majority = voters.len() / 2 + 1;
         let (mut agree, mut unknown) = (0, 0);
@@ -238,7 +256,7 @@ impl ClockGuard {
         let Some(leader) = leader.filter(|l| *l != self.id) else {
             return false;
         };
-        let (now, wall) = (Instant::now(), wall_now());
+        let (now, wall) = (Instant::now(), self.now());
         let state = self.lock();
         let vouched = state
             .samples
@@ -257,7 +275,7 @@ impl ClockGuard {
         leader: Option<NodeId>,
     ) -> bool {
         let bound = (self.max_offset + sample.uncertainty).as_millis() as i64;
-        sample.offset(Instant::now(), wall_now()).abs() > bound
+        sample.offset(Instant::now(), self.now()).abs() > bound
             && !self.is_odd_one_out(voters, leader)
     }
 
@@ -271,7 +289,7 @@ impl ClockGuard {
             match self.verdict(voters) {
                 Verdict::Agrees => {
                     let mut state = self.lock();
-                    state.last_stamp = state.last_stamp.max(wall_now());
+                    state.last_stamp = state.last_stamp.max(self.now());
                     return Ok(state.last_stamp);
                 }
                 Verdict::Disagrees => {
@@ -291,7 +309,7 @@ impl ClockGuard {
     /// The offsets of the fresh samples (peer minus this member, in ms),
     /// for status and logs.
     pub fn offsets(&self) -> BTreeMap<NodeId, i64> {
-        let (now, wall) = (Instant::now(), wall_now());
+        let (now, wall) = (Instant::now(), self.now());
         self.lock()
             .samples
             .iter()
@@ -303,12 +321,19 @@ impl ClockGuard {
     /// Keeps this member's leadership and elections in line with its clock
     /// (module docs), checking every `every` until the Raft core stops.
     pub async fn run(self: std::sync::Arc<Self>, raft: Raft, every: Duration) {
-        let mut metrics = raft.metrics();
+        let metrics = raft.metrics();
         let mut stepping_down = false;
         let mut odd = false;
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            ticks.tick().await;
+            // The core owns the sending half: gone, the member is stopping.
+            if metrics.has_changed().is_err() {
+                return;
+            }
             let (state, leader, voters) = {
-                let m = metrics.borrow_and_update();
+                let m = metrics.borrow();
                 let voters: BTreeSet<NodeId> =
                     m.membership_config.membership().voter_ids().collect();
                 (m.state, m.current_leader, voters)
@@ -352,10 +377,6 @@ impl ClockGuard {
                     }
                     raft.runtime_config().elect(!odd);
                 }
-            }
-            tokio::select! {
-                changed = metrics.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(every) => {}
             }
         }
     }

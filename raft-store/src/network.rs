@@ -51,7 +51,7 @@ use serde::de::DeserializeOwned;
 
 use tokio::sync::watch;
 
-use crate::clock::{self, CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
+use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, LogId, Node, NodeId, RaftError, RpcError, TypeConfig, Vote,
@@ -290,7 +290,7 @@ impl Link {
             .header(REGION_HEADER, self.wan.region())
             .header(MEMBER_HEADER, self.id)
             .header(QUORUM_HEADER, if self.clock.vouches() { "1" } else { "0" })
-            .header(CLOCK_HEADER, clock::wall_now())
+            .header(CLOCK_HEADER, self.clock.now())
             .timeout(timeout)
             .body(body)
             .send()

@@ -20,7 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
-use crate::clock::{self, CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
+use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
 use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
@@ -96,10 +96,9 @@ async fn exchange_clocks(
     } else {
         next.run(request).await
     };
-    response.headers_mut().insert(
-        CLOCK_HEADER,
-        axum::http::HeaderValue::from(clock::wall_now()),
-    );
+    response
+        .headers_mut()
+        .insert(CLOCK_HEADER, axum::http::HeaderValue::from(clock.now()));
     response
 }
 

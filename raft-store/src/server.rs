@@ -168,6 +168,7 @@ impl StoreServer {
             raft_addr: raft_addr.to_string(),
             api_addr: api_addr.to_string(),
             wan: wan.clone(),
+            clock: clock.clone(),
             admin_token: config.admin_token.clone().map(Arc::new),
             edge,
         });

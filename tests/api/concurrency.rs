@@ -165,8 +165,8 @@ async fn a_stale_in_progress_record_is_taken_over_exactly_once(backend: Backend)
     let body = payment_body("acc_1", "7.00", "order-stale");
     // The owner claimed (payment row written) and then "crashed".
     let orphan = claim_as_another_owner(&app, "k-stale", &body).await;
-    app.clock
-        .advance(app.state.config.lease + Duration::from_millis(1));
+    app.advance(app.state.config.lease + Duration::from_millis(1))
+        .await;
 
     let answers = join_all((0..10).map(|_| send(app.post(ACME_KEY, Some("k-stale"), &body)))).await;
     let counted = classify(&answers);
@@ -200,8 +200,8 @@ async fn two_racing_takeovers_have_one_winner(backend: Backend) {
     let app = TestApp::spawn(&db).await;
     let body = payment_body("acc_1", "7.00", "order-duel");
     let orphan = claim_as_another_owner(&app, "k-duel", &body).await;
-    app.clock
-        .advance(app.state.config.lease + Duration::from_millis(1));
+    app.advance(app.state.config.lease + Duration::from_millis(1))
+        .await;
 
     let claim = takeover_claim(&app, &orphan);
     let store = &app.state.store.requests;
@@ -222,8 +222,8 @@ async fn a_stale_owner_cannot_complete_after_a_takeover(backend: Backend) {
     let app = TestApp::spawn(&db).await;
     let body = payment_body("acc_1", "7.00", "order-zombie");
     let zombie = claim_as_another_owner(&app, "k-zombie", &body).await;
-    app.clock
-        .advance(app.state.config.lease + Duration::from_millis(1));
+    app.advance(app.state.config.lease + Duration::from_millis(1))
+        .await;
     // A retry takes over and completes the payment.
     let retry = send(app.post(ACME_KEY, Some("k-zombie"), &body)).await;
     assert_eq!(retry.status, 201);
@@ -339,8 +339,8 @@ async fn a_claim_cut_off_before_its_payment_existed_is_finished_by_the_takeover(
     .await;
     assert_eq!(other.status, 201);
 
-    app.clock
-        .advance(app.state.config.lease + Duration::from_millis(1));
+    app.advance(app.state.config.lease + Duration::from_millis(1))
+        .await;
     let resumed = send(app.post(
         ACME_KEY,
         Some("k-cut-free"),

@@ -234,7 +234,7 @@ async fn a_retry_after_the_window_is_a_new_operation_still_guarded_by_the_busine
     assert_eq!(first.status, 201);
     let original_id = first.json()["id"].as_str().unwrap().to_owned();
 
-    app.clock.advance(Duration::from_secs(24 * 3600 + 1));
+    app.advance(Duration::from_secs(24 * 3600 + 1)).await;
     let late = send(app.post(ACME_KEY, Some("k-old"), &body)).await;
     assert!(!late.replayed, "past the window nothing is replayed");
     assert_eq!(late.status, 409);
@@ -256,7 +256,7 @@ async fn a_retry_after_the_window_is_a_new_operation_still_guarded_by_the_busine
     );
 
     // An expired key with a genuinely new command runs as a new payment.
-    app.clock.advance(Duration::from_secs(24 * 3600 + 1));
+    app.advance(Duration::from_secs(24 * 3600 + 1)).await;
     let fresh = send(app.post(
         ACME_KEY,
         Some("k-old"),
@@ -288,7 +288,7 @@ async fn the_sweeper_purges_answers_and_later_metadata_in_batches(backend: Backe
         "nothing is due inside the window"
     );
 
-    app.clock.advance(Duration::from_secs(24 * 3600 + 1));
+    app.advance(Duration::from_secs(24 * 3600 + 1)).await;
     let (expired, purged) = once_node::sweeper::sweep_once(&app.state).await.unwrap();
     assert_eq!((expired, purged), (5, 0), "all five expire, two at a time");
     assert_eq!(
@@ -312,7 +312,7 @@ async fn the_sweeper_purges_answers_and_later_metadata_in_batches(backend: Backe
         (409, "DUPLICATE_MERCHANT_REFERENCE", false)
     );
 
-    app.clock.advance(Duration::from_secs(7 * 24 * 3600 + 1));
+    app.advance(Duration::from_secs(7 * 24 * 3600 + 1)).await;
     let (_, purged) = once_node::sweeper::sweep_once(&app.state).await.unwrap();
     assert_eq!(
         purged, 4,

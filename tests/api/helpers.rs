@@ -129,8 +129,15 @@ impl TestDb {
         match backend {
             Backend::Sqlite | Backend::Raft => {
                 let url = dir.path().join("node.db").display().to_string();
+                // Scenarios move the store's clocks with the node's
+                // (`TestApp::advance`), one member after another: a bound
+                // wider than any move keeps the moment in between from
+                // looking like a skewed member.
                 let store = match backend {
-                    Backend::Raft => Some(Cluster::start(3).await),
+                    Backend::Raft => Some(
+                        Cluster::start_with(3, &["--max-clock-offset", "1000days"], |_| vec![])
+                            .await,
+                    ),
                     _ => None,
                 };
                 Self {
@@ -254,6 +261,9 @@ pub struct TestApp {
     pub admin_url: String,
     pub state: AppState,
     pub clock: ManualClock,
+    /// The raft-store members' admin endpoints (raft mode), whose clocks
+    /// [`Self::advance`] moves with the node's.
+    store_admins: Vec<String>,
     /// The node's provider: its ledger is the test's count of charges.
     pub provider: Arc<InProcessProvider>,
     pub client: reqwest::Client,
@@ -279,6 +289,23 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
 }
 
 impl TestApp {
+    /// Moves time forward by `by`: the node's clock, and in the raft mode
+    /// every raft-store member's, whose leader stamps the time leases and
+    /// replay windows are judged by.
+    pub async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+        for admin in &self.store_admins {
+            self.client
+                .post(format!("http://{admin}/admin/clock/advance"))
+                .bearer_auth(once_test_support::fixtures::STORE_ADMIN_TOKEN)
+                .json(&(by.as_millis() as i64))
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status)
+                .expect("move a member's clock");
+        }
+    }
+
     pub async fn spawn(db: &TestDb) -> Self {
         Self::spawn_with(db, |_| {}).await
     }
@@ -286,7 +313,14 @@ impl TestApp {
     pub async fn spawn_with(db: &TestDb, adjust: impl FnOnce(&mut NodeConfig)) -> Self {
         let mut config = test_config(db);
         adjust(&mut config);
-        let clock = ManualClock::starting_now();
+        // Beside raft-store, whose leader stamps the time leases are judged
+        // by, the node's clock runs with the leader's: both follow the wall
+        // clock and move together (`Self::advance`).
+        let clock = if db.store.is_some() {
+            ManualClock::following_real_time()
+        } else {
+            ManualClock::starting_now()
+        };
         let provider = Arc::new(InProcessProvider::default());
         let keys = ApiKeys::from_plaintext_list(API_KEYS).unwrap();
         let app = Application::builder(config, keys)
@@ -298,11 +332,17 @@ impl TestApp {
         let url = format!("http://{}", app.address());
         let admin_url = format!("http://{}", app.admin_address());
         let state = app.state().clone();
+        let store_admins = db
+            .store
+            .as_ref()
+            .map(|c| c.members.values().map(|m| m.admin_endpoint()).collect())
+            .unwrap_or_default();
         Self {
             url,
             admin_url,
             state,
             clock,
+            store_admins,
             provider,
             client: reqwest::Client::new(),
             running: Stoppable::spawn(|stopped| app.run_until(stopped)),

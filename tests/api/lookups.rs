@@ -112,7 +112,7 @@ async fn filters_find_payments_by_merchant_reference_and_account_in_creation_ord
     .enumerate()
     {
         created.push(pay(&app, ACME_KEY, &format!("k-{i}"), account, reference).await);
-        app.clock.advance(Duration::from_millis(5));
+        app.advance(Duration::from_millis(5)).await;
     }
     let id = |i: usize| created[i]["id"].as_str().unwrap().to_owned();
 
@@ -183,7 +183,7 @@ async fn paging_through_while_payments_are_created_sees_every_earlier_payment_ex
     // would shift under them, a keyset must not.
     let lister = TestApp::spawn(&db).await;
     let writer = TestApp::spawn(&db).await;
-    lister.clock.advance(Duration::from_secs(3600));
+    lister.advance(Duration::from_secs(3600)).await;
     let mut before = Vec::new();
     for i in 0..12 {
         let p = pay(
@@ -195,7 +195,7 @@ async fn paging_through_while_payments_are_created_sees_every_earlier_payment_ex
         )
         .await;
         before.push(p["id"].as_str().unwrap().to_owned());
-        lister.clock.advance(Duration::from_millis(3));
+        lister.advance(Duration::from_millis(3)).await;
     }
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -296,7 +296,7 @@ async fn bad_input_is_refused_with_a_stable_code_and_changes_nothing(backend: Ba
     let db = TestDb::new(backend).await;
     let app = TestApp::spawn(&db).await;
     pay(&app, ACME_KEY, "k-1", "acc_1", "order-1").await;
-    app.clock.advance(Duration::from_millis(5));
+    app.advance(Duration::from_millis(5)).await;
     pay(&app, ACME_KEY, "k-2", "acc_1", "order-2").await;
     let first = list(&app.client, &app.url, ACME_KEY, "limit=1").await;
     let cursor = first.json()["nextCursor"].as_str().unwrap().to_owned();

@@ -128,8 +128,12 @@ pub async fn create_payment(
                 return Err(EngineError::KeyReusedWithDifferentRequest);
             }
             Decision::Replay => return replay(&state, existing),
+            // No lease has more than a lease left; in the raft mode the
+            // leader's clock stamped it, which this node's may not match.
             Decision::InProgress { retry_after } => {
-                return Err(EngineError::InProgress { retry_after });
+                return Err(EngineError::InProgress {
+                    retry_after: retry_after.min(state.config.lease),
+                });
             }
             Decision::Incomparable => {
                 return Err(EngineError::Unavailable(anyhow::anyhow!(

@@ -80,6 +80,8 @@ pub struct PaymentFacts {
     pub channel: String,
     /// The region that first created it.
     pub region: String,
+    /// The proposing node's clock, kept for diagnosis: the payment's
+    /// creation time is the record's, stamped by the leader.
     pub created_at: i64,
 }
 
@@ -153,7 +155,9 @@ pub fn payment_of_record(r: &rs::Record) -> Result<Option<Payment>, StoreError> 
         // The region that last owned the record: the one whose database
         // holds the finished row.
         region: r.region.clone(),
-        created_at: UnixMillis(facts.created_at),
+        // Stamped by the leader with the claim (or the renewal) that
+        // created the payment; `facts.created_at` is the node's clock.
+        created_at: UnixMillis(r.created_at),
         updated_at: UnixMillis(r.updated_at),
     }))
 }

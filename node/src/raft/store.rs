@@ -171,10 +171,12 @@ impl RaftStore {
         asked_at: UnixMillis,
         lease: Duration,
     ) -> Result<Record, StoreError> {
+        // The payment was created when the leader stamped its claim: the
+        // record's time, which every region answers and lists it by.
         if let Some(bytes) = &record.payload {
             let facts = PaymentFacts::decode(bytes)?;
             self.local
-                .upsert_pending(&facts.payment()?, UnixMillis(facts.created_at))
+                .upsert_pending(&facts.payment()?, UnixMillis(record.created_at))
                 .await?;
         }
         let mut owned = record_from_store(record)?;
