@@ -38,7 +38,7 @@ pub(crate) const UNFINISHED: TableDefinition<Bytes, Bytes> = TableDefinition::ne
 /// Payment id → scope (postcard): finds a payment's record, so a region
 /// that never held the payment's row can still answer for it. Kept by
 /// [`Tables::put_record`] and the purge; derived from `RECORDS` alone, so it
-/// can be rebuilt ([`rebuild_payment_indexes`]).
+/// can be rebuilt ([`rebuild_derived_indexes`]).
 pub(crate) const PAYMENT_IDS: TableDefinition<Bytes, Bytes> = TableDefinition::new("payment_ids");
 
 /// `postcard(tenant) ‖ created_at ‖ payment id` → scope (postcard): each
@@ -47,14 +47,27 @@ pub(crate) const PAYMENT_IDS: TableDefinition<Bytes, Bytes> = TableDefinition::n
 /// payment, under the record's current payment and `created_at`: kept by
 /// [`Tables::put_record`] (a key renewed past its window moves its entry
 /// to the new payment) and the purge; derived from `RECORDS` alone, so it
-/// can be rebuilt ([`rebuild_payment_indexes`]).
+/// can be rebuilt ([`rebuild_derived_indexes`]).
 pub(crate) const TENANT_PAYMENTS: TableDefinition<Bytes, Bytes> =
     TableDefinition::new("tenant_payments");
+
+/// `kind ‖ at (8 bytes BE) ‖ scope (postcard)` → nothing: when each record
+/// is next due for the sweeper, so expiry and purge read only the records
+/// that are due, oldest first, never the whole table ([`due_entry`]).
+/// Kind `e`: a finished record whose replay window ends at `at`; kind `p`:
+/// an expired record whose metadata may be purged at `at`. Kept by
+/// [`Tables::put_record`] and the purge; derived from `RECORDS` alone, so
+/// it can be rebuilt ([`rebuild_derived_indexes`]).
+pub(crate) const DUE: TableDefinition<Bytes, Bytes> = TableDefinition::new("due");
+
+/// The kinds of [`DUE`] entries.
+const DUE_TO_EXPIRE: u8 = b'e';
+const DUE_TO_PURGE: u8 = b'p';
 
 /// Every table a snapshot carries, in a fixed order. New tables go last: a
 /// snapshot from an older build carries a prefix of this list, and the
 /// derived tables it lacks are rebuilt after it is installed.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 9] = [
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 10] = [
     RECORDS,
     BUSINESS_KEYS,
     PLACEMENTS,
@@ -64,6 +77,7 @@ pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 9] = [
     UNFINISHED,
     PAYMENT_IDS,
     TENANT_PAYMENTS,
+    DUE,
 ];
 
 /// The key of a tenant's payment in [`TENANT_PAYMENTS`]. The tenant is
@@ -95,15 +109,43 @@ fn tenant_payment_entry(record: &Record) -> Result<Option<Vec<u8>>, postcard::Er
         .transpose()
 }
 
-/// Fills [`PAYMENT_IDS`] and [`TENANT_PAYMENTS`] from every record (a state
-/// machine written by a build without them, or a snapshot from one).
-/// Returns how many records name a payment.
-pub(crate) fn rebuild_payment_indexes(txn: &redb::WriteTransaction) -> Result<u64, ApplyError> {
+/// The [`DUE`] entry of `record`: when the sweeper next has work on it,
+/// if ever.
+fn due_entry(record: &Record) -> Result<Option<Vec<u8>>, postcard::Error> {
+    let due = if record.status == Status::Expired {
+        record.purge_after.map(|at| (DUE_TO_PURGE, at))
+    } else if record.status.can_expire() {
+        record.expires_at.map(|at| (DUE_TO_EXPIRE, at))
+    } else {
+        None
+    };
+    let Some((kind, at)) = due else {
+        return Ok(None);
+    };
+    let mut key = due_prefix(kind, at).to_vec();
+    key.extend(encode(&record.scope)?);
+    Ok(Some(key))
+}
+
+/// `kind ‖ at`: entries of `kind` due at `at` start here, and sort by time.
+fn due_prefix(kind: u8, at: Millis) -> [u8; 9] {
+    let mut prefix = [0; 9];
+    prefix[0] = kind;
+    prefix[1..].copy_from_slice(&(at.max(0) as u64).to_be_bytes());
+    prefix
+}
+
+/// Fills the derived tables — [`PAYMENT_IDS`], [`TENANT_PAYMENTS`], [`DUE`]
+/// — from every record (a state machine written by a build without them,
+/// or a snapshot from one). Returns how many records name a payment.
+pub(crate) fn rebuild_derived_indexes(txn: &redb::WriteTransaction) -> Result<u64, ApplyError> {
     let records = txn.open_table(RECORDS)?;
     let mut ids = txn.open_table(PAYMENT_IDS)?;
     let mut listing = txn.open_table(TENANT_PAYMENTS)?;
+    let mut due = txn.open_table(DUE)?;
     ids.retain(|_, _| false)?;
     listing.retain(|_, _| false)?;
+    due.retain(|_, _| false)?;
     let mut n = 0;
     for item in records.iter()? {
         let (k, v) = item?;
@@ -114,6 +156,9 @@ pub(crate) fn rebuild_payment_indexes(txn: &redb::WriteTransaction) -> Result<u6
         }
         if let Some(entry) = tenant_payment_entry(&record)? {
             listing.insert(entry.as_slice(), k.value())?;
+        }
+        if let Some(entry) = due_entry(&record)? {
+            due.insert(entry.as_slice(), [].as_slice())?;
         }
     }
     Ok(n)
@@ -172,6 +217,7 @@ pub(crate) struct Tables<'txn> {
     pub unfinished: Table<'txn, Bytes, Bytes>,
     pub payment_ids: Table<'txn, Bytes, Bytes>,
     pub tenant_payments: Table<'txn, Bytes, Bytes>,
+    pub due: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -186,6 +232,7 @@ impl<'txn> Tables<'txn> {
             unfinished: txn.open_table(UNFINISHED)?,
             payment_ids: txn.open_table(PAYMENT_IDS)?,
             tenant_payments: txn.open_table(TENANT_PAYMENTS)?,
+            due: txn.open_table(DUE)?,
         })
     }
 
@@ -225,6 +272,18 @@ impl<'txn> Tables<'txn> {
             if let Some(new) = listed {
                 self.tenant_payments
                     .insert(new.as_slice(), key.as_slice())?;
+            }
+        }
+        let (was_due, due) = (
+            previous.as_ref().map(due_entry).transpose()?.flatten(),
+            due_entry(record)?,
+        );
+        if was_due != due {
+            if let Some(old) = was_due {
+                self.due.remove(old.as_slice())?;
+            }
+            if let Some(new) = due {
+                self.due.insert(new.as_slice(), [].as_slice())?;
             }
         }
         if record.status.is_unfinished() {
@@ -597,27 +656,38 @@ impl<'txn> Tables<'txn> {
     }
 
     /// Purges the stored answers of up to `limit` records past their window.
-    /// A full scan: fine for batches on today's sizes; an expiry index is
-    /// the next step if the table grows large.
-    fn expire(&mut self, now: Millis, limit: u32, retention_ms: i64) -> Result<Reply, ApplyError> {
-        let mut due = Vec::new();
-        for item in self.records.iter()? {
-            if due.len() >= limit as usize {
+    /// The scopes of up to `limit` records whose [`DUE`] entry of `kind`
+    /// is at or before `now`, oldest first.
+    fn due(&self, kind: u8, now: Millis, limit: u32) -> Result<Vec<Vec<u8>>, ApplyError> {
+        let (from, to) = (due_prefix(kind, 0), due_prefix(kind, now.saturating_add(1)));
+        let mut scopes = Vec::new();
+        for item in self.due.range(from.as_slice()..to.as_slice())? {
+            if scopes.len() >= limit as usize {
                 break;
             }
-            let (_, v) = item?;
-            let record: Record = decode(v.value())?;
-            if record.status != Status::Expired && record.is_expired(now) {
-                due.push(record);
-            }
+            let (k, _) = item?;
+            scopes.push(k.value()[9..].to_vec());
         }
-        let n = due.len() as u64;
-        for mut record in due {
+        Ok(scopes)
+    }
+
+    /// Marks up to `limit` records past their replay window `EXPIRED`,
+    /// dropping their answers; reads only the records that are due.
+    fn expire(&mut self, now: Millis, limit: u32, retention_ms: i64) -> Result<Reply, ApplyError> {
+        let mut n = 0;
+        for key in self.due(DUE_TO_EXPIRE, now, limit)? {
+            let Some(mut record) = Self::get::<Record>(&self.records, &key)? else {
+                continue;
+            };
+            if record.status == Status::Expired || !record.is_expired(now) {
+                continue;
+            }
             record.status = Status::Expired;
             record.response = None;
             record.purge_after = Some(now.saturating_add(retention_ms));
             record.updated_at = now;
             self.put_record(&record)?;
+            n += 1;
         }
         Ok(Reply::Count(n))
     }
@@ -626,14 +696,12 @@ impl<'txn> Tables<'txn> {
     /// keys stay reserved: they guard against a duplicate for good.
     fn purge(&mut self, now: Millis, limit: u32) -> Result<Reply, ApplyError> {
         let mut due = Vec::new();
-        for item in self.records.iter()? {
-            if due.len() >= limit as usize {
-                break;
-            }
-            let (k, v) = item?;
-            let record: Record = decode(v.value())?;
-            if record.status == Status::Expired && record.purge_after.is_some_and(|at| at <= now) {
-                due.push((k.value().to_vec(), record));
+        for key in self.due(DUE_TO_PURGE, now, limit)? {
+            if let Some(record) = Self::get::<Record>(&self.records, &key)?
+                && record.status == Status::Expired
+                && record.purge_after.is_some_and(|at| at <= now)
+            {
+                due.push((key, record));
             }
         }
         let n = due.len() as u64;
@@ -644,6 +712,9 @@ impl<'txn> Tables<'txn> {
             }
             if let Some(entry) = tenant_payment_entry(&record)? {
                 self.tenant_payments.remove(entry.as_slice())?;
+            }
+            if let Some(entry) = due_entry(&record)? {
+                self.due.remove(entry.as_slice())?;
             }
         }
         Ok(Reply::Count(n))

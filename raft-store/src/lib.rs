@@ -25,7 +25,10 @@
 //!   act on, and the `(client id, seq)` envelope.
 //! - **log store**: [`log_store`] — the Raft log, vote and purge marker in redb.
 //! - **state machine**: [`state_machine`] (storage, snapshots) and
-//!   [`apply`] (the deterministic apply of one command, with dedup).
+//!   [`apply`] (the deterministic apply of one command, with dedup; the
+//!   tables and their derived indexes: unfinished records, payments by id,
+//!   each tenant's listing, and the sweeper's schedule, so expiry and purge
+//!   read only the records that are due).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
 //!   `once-store-client`).

@@ -43,8 +43,9 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::apply::{
-    DATA_TABLES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, TENANT_PAYMENTS, Tables, UNFINISHED,
-    decode, encode, rebuild_payment_indexes, tenant_payment_key, tenant_payments_prefix,
+    DATA_TABLES, DUE, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, TENANT_PAYMENTS, Tables,
+    UNFINISHED, decode, encode, rebuild_derived_indexes, tenant_payment_key,
+    tenant_payments_prefix,
 };
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
 use crate::protocol::{PaymentListQuery, RecordQuery};
@@ -124,13 +125,15 @@ impl StateMachine {
             txn.open_table(table)?;
         }
         txn.open_table(SM_META)?;
-        // State written by a build without the payment indexes: derive
-        // them once.
+        // State written by a build without the derived indexes (payments,
+        // listing, due): derive them once. An empty due table with records
+        // may be legitimate (all in progress); deriving it again is a scan.
         let unindexed = !txn.open_table(RECORDS)?.is_empty()?
             && (txn.open_table(PAYMENT_IDS)?.is_empty()?
-                || txn.open_table(TENANT_PAYMENTS)?.is_empty()?);
+                || txn.open_table(TENANT_PAYMENTS)?.is_empty()?
+                || txn.open_table(DUE)?.is_empty()?);
         if unindexed {
-            rebuild_payment_indexes(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+            rebuild_derived_indexes(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
         }
         txn.commit()?;
         Ok(Self {
@@ -516,7 +519,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             }
             if from_older_build {
-                rebuild_payment_indexes(&txn).map_err(|e| err(&e))?;
+                rebuild_derived_indexes(&txn).map_err(|e| err(&e))?;
             }
             {
                 let mut t = txn.open_table(SM_META).map_err(|e| err(&e))?;

@@ -570,3 +570,73 @@ async fn the_listing_index_follows_renewals_and_purges_and_is_rebuilt_when_missi
         ["pay_k1b"]
     );
 }
+
+#[tokio::test]
+async fn expiry_and_purge_take_the_records_that_are_due_oldest_first_and_the_schedule_is_rebuilt_when_missing()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sm.redb");
+    let mut h = Harness::new();
+    h.sm = StateMachine::open(&path).unwrap();
+    // Windows that end in the reverse order of the keys: a sweep that
+    // walked the records table would meet the latest first.
+    for (i, window) in [(0, 5_000), (1, 4_000), (2, 3_000), (3, 2_000), (4, 1_000)] {
+        let key = format!("k{i}");
+        let Reply::Claimed(r) = h.run(T0, Op::Claim(claim(&key, &key, "eu", 0))).await else {
+            panic!()
+        };
+        h.run(
+            T0,
+            Op::Complete {
+                scope: r.scope,
+                fence: 1,
+                response: response(),
+                expires_after_ms: window,
+            },
+        )
+        .await;
+    }
+    // One still in progress: never due.
+    h.run(T0, Op::Claim(claim("busy", "busy", "eu", 0))).await;
+    let status = |h: &Harness, key: &str| h.sm.record(&scope(key)).unwrap().unwrap().status;
+    let expire = |limit| Op::Expire {
+        limit,
+        retention_ms: 10_000,
+    };
+
+    assert_eq!(h.run(T0 + 2_000, expire(1)).await, Reply::Count(1));
+    assert_eq!(status(&h, "k4"), Status::Expired, "the oldest window first");
+    assert_eq!(h.run(T0 + 2_000, expire(10)).await, Reply::Count(1));
+    assert_eq!(status(&h, "k3"), Status::Expired);
+    assert_eq!(status(&h, "k2"), Status::Completed, "not due yet");
+    assert_eq!(h.run(T0 + 2_000, expire(10)).await, Reply::Count(0));
+
+    // A state machine without the schedule (an older build's): derived
+    // again from the records, and the sweep goes on from it.
+    drop(h);
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let due: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("due");
+        txn.delete_table(due).unwrap();
+        txn.commit().unwrap();
+    }
+    let mut h = Harness::new();
+    h.sm = StateMachine::open(&path).unwrap();
+    h.seq = 100;
+    assert_eq!(h.run(T0 + 10_000, expire(10)).await, Reply::Count(3));
+    assert_eq!(status(&h, "busy"), Status::InProgress);
+    // Purged in the order they became purgeable: k4, k3 (expired at
+    // T0 + 2 s) are due at T0 + 12 s, the other three at T0 + 20 s.
+    assert_eq!(
+        h.run(T0 + 12_000, Op::Purge { limit: 10 }).await,
+        Reply::Count(2)
+    );
+    assert!(h.sm.record(&scope("k4")).unwrap().is_none());
+    assert_eq!(status(&h, "k0"), Status::Expired);
+    assert_eq!(
+        h.run(T0 + 20_000, Op::Purge { limit: 10 }).await,
+        Reply::Count(3)
+    );
+    assert_eq!(status(&h, "busy"), Status::InProgress);
+}
