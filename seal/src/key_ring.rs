@@ -269,16 +269,9 @@ impl KeyRing {
     /// Whether this ring's digest key is `other`'s: a reload that changes
     /// it must be refused (every stored digest would stop matching).
     pub fn same_digest_key(&self, other: &KeyRing) -> bool {
-        use subtle_eq::ct_eq;
-        ct_eq(&self.digest_key[..], &other.digest_key[..])
-    }
-}
-
-/// Constant-time comparison without another dependency (the digest key is
-/// compared only on reload, but a key comparison should not leak anyway).
-mod subtle_eq {
-    pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        use subtle::ConstantTimeEq;
+        // Compared only on reload, but a key comparison should not leak.
+        bool::from(self.digest_key[..].ct_eq(&other.digest_key[..]))
     }
 }
 
