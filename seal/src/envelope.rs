@@ -1,6 +1,6 @@
 //! The sealed blob: `[version 1][id length][key id][nonce 12][ciphertext
-//! + 16-byte tag]`. The header (version and key id) is authenticated with
-//! the caller's associated data, so neither can be altered unnoticed.
+//! and 16-byte tag]`. The header (version and key id) is authenticated
+//! with the caller's associated data, so neither can be altered unnoticed.
 
 use aes_gcm::Nonce;
 use aes_gcm::aead::{Aead, Payload};
@@ -32,11 +32,19 @@ pub enum SealError {
 
 /// The key id a blob was sealed under, read without any key.
 pub fn key_id_of(blob: &[u8]) -> Result<&str, SealError> {
-    Ok(split(blob)?.1)
+    Ok(split(blob)?.key_id)
 }
 
-/// `(header, key id, nonce, ciphertext)`.
-fn split(blob: &[u8]) -> Result<(&[u8], &str, &[u8], &[u8]), SealError> {
+/// A blob's parts.
+struct Parts<'a> {
+    /// Version and key id: authenticated with the associated data.
+    header: &'a [u8],
+    key_id: &'a str,
+    nonce: &'a [u8],
+    ciphertext: &'a [u8],
+}
+
+fn split(blob: &[u8]) -> Result<Parts<'_>, SealError> {
     let (&version, rest) = blob.split_first().ok_or(SealError::Format("empty"))?;
     if version != FORMAT_VERSION {
         return Err(SealError::Format("unknown format version"));
@@ -49,7 +57,12 @@ fn split(blob: &[u8]) -> Result<(&[u8], &str, &[u8], &[u8]), SealError> {
     let (id, rest) = rest.split_at(id_len);
     let id = std::str::from_utf8(id).map_err(|_| SealError::Format("key id is not text"))?;
     let (nonce, ciphertext) = rest.split_at(NONCE_LEN);
-    Ok((&blob[..2 + id_len], id, nonce, ciphertext))
+    Ok(Parts {
+        header: &blob[..2 + id_len],
+        key_id: id,
+        nonce,
+        ciphertext,
+    })
 }
 
 fn aad(header: &[u8], associated: &[u8]) -> Vec<u8> {
@@ -89,7 +102,12 @@ impl KeyRing {
 
     /// Opens a blob [`seal`](Self::seal) made under any listed key.
     pub fn open(&self, blob: &[u8], associated: &[u8]) -> Result<Vec<u8>, SealError> {
-        let (header, id, nonce, ciphertext) = split(blob)?;
+        let Parts {
+            header,
+            key_id: id,
+            nonce,
+            ciphertext,
+        } = split(blob)?;
         let key = self
             .keys
             .iter()
