@@ -46,6 +46,8 @@ struct WatchedFile {
 }
 
 /// The ring in use (swapped whole on reload) and where it came from.
+/// std locks, not tokio's: each is held only to copy an `Arc` or a
+/// timestamp, never across an `.await`.
 #[derive(Debug)]
 pub struct DataKeys {
     ring: RwLock<Arc<KeyRing>>,
