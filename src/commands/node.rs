@@ -174,6 +174,12 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
         }),
     };
     config.data_keys = args.data_keys.clone();
+    if let Some(path) = &args.data_keys {
+        // A key file that does not parse is bad configuration: exit 64
+        // before anything binds (the node reads it again when it starts).
+        once_seal::KeyRing::load(path)
+            .with_context(|| format!("--data-keys {}", path.display()))?;
+    }
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
