@@ -43,6 +43,21 @@ pub struct Database {
     write_gate: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// The file of a SQLite database URL (`sqlite://PATH`, `sqlite:PATH` or a
+/// bare path); `None` for PostgreSQL. What the node keeps beside its
+/// database (the data key file it creates on first start) goes next to it.
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return None;
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    (!path.is_empty() && path != ":memory:").then(|| path.into())
+}
+
 /// Accepts `postgres://…`, `sqlite://PATH`, `sqlite:PATH` or a bare file path.
 fn normalize_url(url: &str) -> anyhow::Result<(String, Dialect)> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {

@@ -17,6 +17,11 @@ pub struct Cluster {
     pub admin_token: String,
     pub tenants: Vec<Tenant>,
     pub regions: Vec<Region>,
+    /// The data key file the nodes seal with: the drill opens raft-store's
+    /// stored answers with it to compare them with what was sent. Absent:
+    /// stored answers are not compared.
+    #[serde(default)]
+    pub data_keys: Option<std::path::PathBuf>,
     /// `once up`'s control endpoint (restarts a killed region's processes,
     /// or one process: see [`crate::control`]); absent for clusters `once
     /// up` did not start.

@@ -45,8 +45,22 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
         statuses.push((member.admin().to_owned(), status));
     }
     let mut store_errors = Vec::new();
+    // raft-store holds answers sealed: without the nodes' key file they
+    // cannot be compared (and say so).
+    let keys = match &cluster.data_keys {
+        Some(path) => match once_seal::KeyRing::load(path) {
+            Ok(ring) => Some(ring),
+            Err(e) => {
+                evidence.gaps.push(format!(
+                    "the data key file: {e}; stored answers not compared"
+                ));
+                None
+            }
+        },
+        None => None,
+    };
     for (api_url, why) in members_by_what_they_applied(statuses) {
-        match store_records(&api_url, &cluster.admin_token, http).await {
+        match store_records(&api_url, &cluster.admin_token, http, keys.as_ref()).await {
             Ok(records) => {
                 evidence.store_records = Some(records);
                 evidence.store_member = Some(format!("{api_url} ({why})"));
@@ -173,11 +187,13 @@ pub async fn ledger(provider_url: &str, http: &reqwest::Client) -> anyhow::Resul
         .await?)
 }
 
-/// One member's applied records.
+/// One member's applied records, their stored answers opened with `keys`
+/// (without keys, or where one does not open, a record shows no answer).
 pub async fn store_records(
     admin_url: &str,
     admin_token: &str,
     http: &reqwest::Client,
+    keys: Option<&once_seal::KeyRing>,
 ) -> anyhow::Result<Vec<StoreRecord>> {
     let bytes = http
         .get(format!(
@@ -192,7 +208,7 @@ pub async fn store_records(
         .bytes()
         .await?;
     let records: Vec<once_store_client::command::Record> = once_store_client::wire::decode(&bytes)?;
-    Ok(records.into_iter().map(reduce).collect())
+    Ok(records.into_iter().map(|r| reduce(r, keys)).collect())
 }
 
 /// raft-store's name for a record status, as [`StoreRecord::status`] holds it.
@@ -200,7 +216,16 @@ fn status_name(status: once_store_client::command::Status) -> String {
     format!("{status:?}")
 }
 
-fn reduce(record: once_store_client::command::Record) -> StoreRecord {
+fn reduce(
+    record: once_store_client::command::Record,
+    keys: Option<&once_seal::KeyRing>,
+) -> StoreRecord {
+    let response = keys.and_then(|ring| {
+        record
+            .response
+            .as_ref()
+            .and_then(|blob| blob.open_answer(ring, &record.scope).ok())
+    });
     StoreRecord {
         tenant: record.scope.tenant,
         principal: record.scope.principal,
@@ -212,10 +237,8 @@ fn reduce(record: once_store_client::command::Record) -> StoreRecord {
             account_id: b.account_id,
             merchant_reference: b.merchant_reference,
         }),
-        response_status: record.response.as_ref().map(|r| r.status),
-        response_body: record
-            .response
-            .map(|r| String::from_utf8_lossy(&r.body).into_owned()),
+        response_status: response.as_ref().map(|r| r.status),
+        response_body: response.map(|r| String::from_utf8_lossy(&r.body).into_owned()),
     }
 }
 

@@ -45,6 +45,9 @@ struct Fake {
     requests: Arc<AtomicU64>,
     /// Misbehave: render a replay afresh instead of returning the stored body.
     rerender_replays: bool,
+    /// The data keys the fake seals its stored answers with (written to
+    /// the cluster's key file, as `once up` does).
+    keys: Arc<once_seal::KeyRing>,
 }
 
 fn json_response(status: u16, body: String, replayed: bool) -> Response {
@@ -142,16 +145,30 @@ async fn create_payment(State(fake): State<Fake>, headers: HeaderMap, body: Byte
 /// The fake node's finished records as raft-store keeps them: a `201`
 /// completed with its payment and business key, a `409` duplicate failed
 /// replayably.
-fn store_record(tenant: &str, key: &str, status: u16, response: &str) -> Record {
+fn store_record(
+    keys: &once_seal::KeyRing,
+    tenant: &str,
+    key: &str,
+    status: u16,
+    response: &str,
+) -> Record {
     let body: Value = serde_json::from_str(response).unwrap();
     let created = status == 201;
+    let scope = store::Scope {
+        tenant: tenant.to_owned(),
+        principal: "demo".into(),
+        operation: "create_payment".into(),
+        key: key.to_owned(),
+    };
+    let answer = store::StoredResponse {
+        status,
+        headers: Vec::new(),
+        body: response.as_bytes().to_vec(),
+        schema_version: 2,
+    };
     Record {
-        scope: store::Scope {
-            tenant: tenant.to_owned(),
-            principal: "demo".into(),
-            operation: "create_payment".into(),
-            key: key.to_owned(),
-        },
+        response: Some(store::Sealed::seal_answer(keys, &scope, &answer)),
+        scope,
         fingerprint_version: 1,
         fingerprint: String::new(),
         status: if created {
@@ -166,12 +183,6 @@ fn store_record(tenant: &str, key: &str, status: u16, response: &str) -> Record 
         provider_key: None,
         business_key: None,
         payload: None,
-        response: Some(store::StoredResponse {
-            status,
-            headers: Vec::new(),
-            body: response.as_bytes().to_vec(),
-            schema_version: 2,
-        }),
         error_code: None,
         trace_id: None,
         region: "eu-west".into(),
@@ -189,7 +200,7 @@ async fn store_records(State(fake): State<Fake>) -> Postcard<Vec<Record>> {
         records
             .iter()
             .map(|((tenant, key), (_, status, response))| {
-                store_record(tenant, key, *status, response)
+                store_record(&fake.keys, tenant, key, *status, response)
             })
             .collect(),
     )
@@ -246,7 +257,10 @@ async fn fake_cluster_with_control(
         business_keys: Arc::default(),
         requests: Arc::default(),
         rerender_replays,
+        keys: Arc::new(once_seal::KeyRing::generate()),
     };
+    let keys_path = dir.join("data-keys");
+    fake.keys.create_file(&keys_path).unwrap();
     let ledger = fake.ledger.clone();
     let provider = serve(Router::new().route(
         "/charges",
@@ -323,6 +337,7 @@ async fn fake_cluster_with_control(
         "router": {"url": format!("http://{router}")},
         "provider": {"url": format!("http://{provider}")},
         "admin_token": "admin",
+        "data_keys": keys_path,
         "tenants": [
             {"id": "acme", "api_key": "key-acme", "home_region": "eu-west"},
             {"id": "globex", "api_key": "key-globex", "home_region": "eu-west"},

@@ -11,6 +11,8 @@
 //! | `GET /admin/records/{tenant}/{key}` | every principal's record for a key |
 //! | `POST /admin/records/{tenant}/{principal}/{key}/resolve` | `{outcome, reason, actor}` |
 //! | `GET /admin/resolutions?limit=N` | the audit trail, newest first |
+//! | `GET /admin/keys` | the data keys in use (ids only) and what older keys still seal |
+//! | `POST /admin/keys/reseal` | re-read the key file and re-seal now, without waiting for the worker |
 //!
 //! Stored response bodies are sensitive data: they are shown only here.
 
@@ -37,6 +39,60 @@ pub fn router() -> Router<AppState> {
             post(resolve),
         )
         .route("/admin/resolutions", get(resolutions))
+        .route("/admin/keys", get(keys))
+        .route("/admin/keys/reseal", post(reseal))
+}
+
+/// The data keys as an operator sees them (ids, never key material), and
+/// whether the older ones may be retired (`stale` is 0).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeysView {
+    /// Every key id in the file, oldest first.
+    pub keys: Vec<String>,
+    /// The key new blobs are sealed under.
+    pub sealing_key: String,
+    /// Records still sealed under an older key.
+    pub stale: u64,
+    /// Stored answers per key id (the `sql` mode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_key: Option<std::collections::BTreeMap<String, u64>>,
+    /// Records re-sealed by this request (`POST /admin/keys/reseal`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resealed: Option<u64>,
+}
+
+async fn keys_view(state: &AppState, resealed: Option<u64>) -> Result<KeysView, ApiError> {
+    let count = state
+        .store
+        .reencryption
+        .sealed_count()
+        .await
+        .map_err(unavailable)?;
+    let ring = state.data_keys.ring();
+    Ok(KeysView {
+        keys: ring.key_ids().into_iter().map(str::to_owned).collect(),
+        sealing_key: ring.sealing_key_id().to_owned(),
+        stale: count.stale,
+        by_key: count.by_key,
+        resealed,
+    })
+}
+
+async fn keys(State(state): State<AppState>, _: Operator) -> Result<Json<KeysView>, ApiError> {
+    Ok(Json(keys_view(&state, None).await?))
+}
+
+async fn reseal(State(state): State<AppState>, _: Operator) -> Result<Json<KeysView>, ApiError> {
+    // A file that does not parse keeps the keys in use: say so.
+    state
+        .data_keys
+        .reload_if_changed()
+        .map_err(|e| ApiError::InvalidCommand(format!("{e:#}")))?;
+    let n = crate::reencryption::reseal_once(&state)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.context("re-encryption")))?;
+    Ok(Json(keys_view(&state, Some(n)).await?))
 }
 
 /// Proof that the caller presented the admin token.

@@ -97,12 +97,18 @@ impl Builder {
             self.events,
         )
         .await?;
+        let data_keys = Arc::new(crate::data_keys::DataKeys::open(
+            self.config.data_keys.as_deref(),
+            &self.config.database_url,
+            matches!(self.config.idempotency_store, StoreMode::Raft(_)),
+        )?);
         let store = match &self.config.idempotency_store {
-            StoreMode::Sql => Stores::of(SqlStore::new(db)),
+            StoreMode::Sql => Stores::of(SqlStore::new(db, data_keys.clone())),
             StoreMode::Raft(raft) => Stores::of(RaftStore::new(
                 raft,
                 self.config.region.clone(),
                 Materialized::new(db),
+                data_keys.clone(),
             )?),
         };
         let provider: Arc<dyn PaymentProvider> = match (&self.config.provider, self.provider) {
@@ -133,6 +139,7 @@ impl Builder {
             provider,
             clock: self.clock,
             metrics,
+            data_keys,
         }));
         state.metrics.export_over_otlp();
         Ok(Application {
@@ -192,6 +199,10 @@ impl Application {
         let (stop_workers, workers_stopped) = watch::channel(false);
         let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped.clone()));
         let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped.clone()));
+        let reencryption = tokio::spawn(crate::reencryption::run(
+            state.clone(),
+            workers_stopped.clone(),
+        ));
         let event_workers = events.spawn(workers_stopped).await;
 
         let listeners = vec![
@@ -206,6 +217,7 @@ impl Application {
         let _ = stop_workers.send(true);
         let _ = sweeper.await;
         let _ = recovery.await;
+        let _ = reencryption.await;
         event_workers.join(drain).await;
         info!("node stopped");
         Ok(())

@@ -2,6 +2,7 @@
 //! flags and environment; tests build it directly.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use once_edge::{AdminToken, ServerLimits, TenantLimits};
@@ -53,6 +54,13 @@ pub struct NodeConfig {
     pub events: crate::events::EventsConfig,
     /// Where idempotency records live (DESIGN §5).
     pub idempotency_store: StoreMode,
+    /// The data key file (encryption at rest, decision 0031). `None`: the
+    /// `sql` mode on a SQLite file creates one beside the database; any
+    /// other store refuses to start ([`crate::data_keys::DataKeys::open`]).
+    pub data_keys: Option<PathBuf>,
+    /// How often the key file is checked for changes (and, while older
+    /// keys still seal records, a re-encryption pass runs).
+    pub key_poll_interval: Duration,
 }
 
 /// The store modes of DESIGN §5.
@@ -96,6 +104,8 @@ impl NodeConfig {
             admin_token: None,
             events: crate::events::EventsConfig::default(),
             idempotency_store: StoreMode::Sql,
+            data_keys: None,
+            key_poll_interval: Duration::from_secs(5),
         }
     }
 
@@ -133,6 +143,16 @@ impl NodeConfig {
                 "--idempotency-store raft needs --store-endpoints"
             );
         }
+        // Several nodes share one PostgreSQL database or raft-store: they
+        // must share the keys, so none may make its own.
+        anyhow::ensure!(
+            self.data_keys.is_some()
+                || (matches!(self.idempotency_store, StoreMode::Sql)
+                    && once_db::sqlite_file(&self.database_url).is_some()),
+            "encryption at rest needs --data-keys FILE (ONCE_DATA_KEYS) with PostgreSQL or \
+             --idempotency-store raft: every node must seal with the same keys \
+             (`once keys init --file FILE` makes a key file)"
+        );
         Ok(())
     }
 }
@@ -143,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_lease_shorter_than_one_charge_with_its_retries_is_refused() {
-        let mut config = NodeConfig::new("127.0.0.1:0".parse().unwrap(), "eu", "sqlite::memory:");
+        let mut config = NodeConfig::new("127.0.0.1:0".parse().unwrap(), "eu", "node.db");
         let provider = crate::provider::HttpProviderConfig::new("http://127.0.0.1:1");
         config.lease = provider.worst_case();
         config.provider = Some(provider.clone());
@@ -151,5 +171,24 @@ mod tests {
         assert!(refused.contains("--lease"), "{refused}");
         config.lease = provider.worst_case() + Duration::from_millis(1);
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn only_the_sql_mode_on_a_sqlite_file_may_start_without_a_key_file() {
+        let listen = "127.0.0.1:0".parse().unwrap();
+        NodeConfig::new(listen, "eu", "data/node.db")
+            .validate()
+            .unwrap();
+        let mut pg = NodeConfig::new(listen, "eu", "postgres://u@h/db");
+        let refused = format!("{:#}", pg.validate().unwrap_err());
+        assert!(refused.contains("--data-keys"), "{refused}");
+        pg.data_keys = Some("keys".into());
+        pg.validate().unwrap();
+        let mut raft = NodeConfig::new(listen, "eu", "data/node.db");
+        raft.idempotency_store = StoreMode::Raft(crate::raft::RaftStoreConfig {
+            endpoints: vec!["127.0.0.1:1".into()],
+            client: Default::default(),
+        });
+        assert!(raft.validate().is_err());
     }
 }

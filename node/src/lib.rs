@@ -7,6 +7,9 @@
 //! - [`config`]: validated node configuration.
 //! - [`state`]: the shared state every handler and worker sees.
 //! - [`auth`]: API keys → (tenant, principal).
+//! - [`data_keys`]: encryption at rest — the data key file (or the one
+//!   created beside SQLite), its reload, sealing answers and payloads bound
+//!   to their record, digests of business keys.
 //! - [`domain`]: newtypes — keys, ids, money, the clock (re-exported from the
 //!   `once-domain` crate; tenant and principal ids from `once-edge`).
 //! - [`idempotency`]: the contract as plain logic — the record, fingerprints,
@@ -27,6 +30,8 @@
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
+//! - [`reencryption`]: after a key rotation, re-seals what older data keys
+//!   still seal, in small batches; reloads a changed key file.
 //! - [`admin`]: operator endpoints (list, show, resolve records), own token.
 //! - [`events`]: the `once-events` crate, re-exported: outbox publisher,
 //!   broker (NATS JetStream or in-process), deduplicating consumers (ledger,
@@ -51,6 +56,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod data_keys;
 pub mod domain;
 pub mod engine;
 pub mod error;
@@ -64,6 +70,7 @@ pub mod payments;
 pub mod provider;
 pub mod raft;
 pub mod recovery;
+pub mod reencryption;
 pub mod routes;
 pub mod sql;
 pub mod state;

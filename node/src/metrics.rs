@@ -86,6 +86,11 @@ pub struct Metrics {
     pub unknown_records: Gauge,
     pub expired_records: Counter,
     pub purged_records: Counter,
+    /// Records still sealed under a key older than the newest: 0 means
+    /// every older key may be removed from the key file (decision 0031).
+    pub sealed_stale_records: Gauge,
+    /// Records re-sealed under the newest key after a rotation.
+    pub resealed_records: Counter,
     pub request_duration: Family<RequestLabels, Histogram>,
     /// The event path: outbox publisher, consumers, email sender.
     pub events: EventMetrics,
@@ -123,6 +128,8 @@ impl Metrics {
         let unknown_records = Gauge::default();
         let expired_records = Counter::default();
         let purged_records = Counter::default();
+        let sealed_stale_records = Gauge::default();
+        let resealed_records = Counter::default();
         let request_duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
             // 0.5 ms … ~4 s: local claims to cross-region writes.
             Histogram::new(exponential_buckets(0.0005, 2.0, 14))
@@ -173,6 +180,16 @@ impl Metrics {
             purged_records.clone(),
         );
         registry.register(
+            "idempotency_sealed_stale_records",
+            "Records still sealed under a data key older than the newest (0: older keys may be retired)",
+            sealed_stale_records.clone(),
+        );
+        registry.register(
+            "idempotency_resealed_records",
+            "Records re-sealed under the newest data key after a rotation",
+            resealed_records.clone(),
+        );
+        registry.register(
             "http_server_request_duration_seconds",
             "Request latency by route and outcome",
             request_duration.clone(),
@@ -193,6 +210,8 @@ impl Metrics {
             unknown_records,
             expired_records,
             purged_records,
+            sealed_stale_records,
+            resealed_records,
             request_duration,
             otel_request_duration: std::sync::OnceLock::new(),
             otel_observers: std::sync::Mutex::default(),

@@ -37,4 +37,7 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// This node's own registry; `/metrics` renders it.
     pub metrics: Metrics,
+    /// The data keys the stores seal with; the re-encryption worker
+    /// reloads them when the key file changes.
+    pub data_keys: Arc<crate::data_keys::DataKeys>,
 }

@@ -16,6 +16,7 @@
 //! | [`Sweeper`] | the replay-window sweeper | expire, purge |
 //! | [`Health`] | `/readyz`, gauges | readiness, oldest unfinished, unknown count |
 //! | [`PaymentReads`] | `GET /payments/{id}`, `GET /payments`, recovery | the payments repository's reads |
+//! | [`Reencryption`] | the re-encryption worker, `GET /admin/keys` | re-seal under the newest key, count what older keys still seal |
 //!
 //! A payment is created by its claim and settled by its finish, in the same
 //! write as the record (I1, I3): those writes go through [`RequestPath`],
@@ -327,6 +328,30 @@ pub trait PaymentReads: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<PaymentPage, StoreError>;
 }
 
+/// What the data keys seal in a store (docs/decisions/0031).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SealedCount {
+    /// Records holding a blob sealed under a key other than the newest:
+    /// while this is above 0, no older key may be removed from the file.
+    pub stale: u64,
+    /// Stored answers per key id, where the store can count them cheaply
+    /// (the `sql` mode's `sealed_with` column).
+    pub by_key: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+/// Re-encryption after a key rotation (docs/decisions/0031).
+#[async_trait]
+pub trait Reencryption: Send + Sync + std::fmt::Debug + 'static {
+    /// Re-seals, under the newest key, up to `limit` records holding a blob
+    /// sealed under an older one; how many it rewrote. Each rewrite is a
+    /// compare-and-set on what it read: a record an owner wrote meanwhile
+    /// is left alone (its new blob is under the newest key anyway).
+    async fn reseal_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError>;
+
+    /// What the keys seal now.
+    async fn sealed_count(&self) -> Result<SealedCount, StoreError>;
+}
+
 /// One store mode, seen through each caller's trait. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Stores {
@@ -336,12 +361,13 @@ pub struct Stores {
     pub sweeper: Arc<dyn Sweeper>,
     pub health: Arc<dyn Health>,
     pub payments: Arc<dyn PaymentReads>,
+    pub reencryption: Arc<dyn Reencryption>,
 }
 
 impl Stores {
     pub fn of<S>(store: S) -> Self
     where
-        S: RequestPath + Recovery + Operators + Sweeper + Health + PaymentReads,
+        S: RequestPath + Recovery + Operators + Sweeper + Health + PaymentReads + Reencryption,
     {
         let store = Arc::new(store);
         Self {
@@ -350,7 +376,8 @@ impl Stores {
             operators: store.clone(),
             sweeper: store.clone(),
             health: store.clone(),
-            payments: store,
+            payments: store.clone(),
+            reencryption: store,
         }
     }
 }

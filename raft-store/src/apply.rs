@@ -452,6 +452,38 @@ impl<'txn> Tables<'txn> {
                     .insert(region.as_bytes(), encode(status)?.as_slice())?;
                 Ok(Reply::Ok)
             }
+            Op::Reseal {
+                scope,
+                fence,
+                updated_at,
+                seen_payload,
+                seen_response,
+                payload,
+                response,
+            } => {
+                let Some(mut record) = self.record(scope)? else {
+                    return Ok(Reply::NotFound);
+                };
+                // Unchanged since the re-encryptor read it, or it loses:
+                // an owner's write always wins over a re-encryption.
+                if record.fence != *fence
+                    || record.updated_at != *updated_at
+                    || &record.payload != seen_payload
+                    || &record.response != seen_response
+                    || payload.is_some() != seen_payload.is_some()
+                    || response.is_some() != seen_response.is_some()
+                {
+                    return Ok(Reply::Fenced {
+                        current: Some(record),
+                    });
+                }
+                // Only the blobs change: not even `updated_at`, so a
+                // re-encryption is invisible to every other rule.
+                record.payload = payload.clone();
+                record.response = response.clone();
+                self.put_record(&record)?;
+                Ok(Reply::Updated(record))
+            }
         }
     }
 
@@ -655,7 +687,6 @@ impl<'txn> Tables<'txn> {
         Ok(Reply::Claimed(record))
     }
 
-    /// Purges the stored answers of up to `limit` records past their window.
     /// The scopes of up to `limit` records whose [`DUE`] entry of `kind`
     /// is at or before `now`, oldest first.
     fn due(&self, kind: u8, now: Millis, limit: u32) -> Result<Vec<Vec<u8>>, ApplyError> {
@@ -672,7 +703,9 @@ impl<'txn> Tables<'txn> {
     }
 
     /// Marks up to `limit` records past their replay window `EXPIRED`,
-    /// dropping their answers; reads only the records that are due.
+    /// dropping their answers and payloads (the payload holds the payment's
+    /// facts: nothing sealed outlives the replay window); reads only the
+    /// records that are due.
     fn expire(&mut self, now: Millis, limit: u32, retention_ms: i64) -> Result<Reply, ApplyError> {
         let mut n = 0;
         for key in self.due(DUE_TO_EXPIRE, now, limit)? {
@@ -684,6 +717,7 @@ impl<'txn> Tables<'txn> {
             }
             record.status = Status::Expired;
             record.response = None;
+            record.payload = None;
             record.purge_after = Some(now.saturating_add(retention_ms));
             record.updated_at = now;
             self.put_record(&record)?;

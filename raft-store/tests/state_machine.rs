@@ -3,8 +3,8 @@
 //! placement fencing, owner fencing, takeovers, dedup, expiry, determinism.
 
 use once_raft_store::command::{
-    Batch, BusinessKey, ClientRequest, NewClaim, Op, Record, Reply, Scope, Status, Step,
-    StoredResponse, TakeOverKind,
+    Batch, BusinessKey, ClientRequest, NewClaim, Op, Record, Reply, Scope, Sealed, Status, Step,
+    TakeOverKind,
 };
 use once_raft_store::protocol::PaymentListQuery;
 use once_raft_store::state_machine::StateMachine;
@@ -69,7 +69,8 @@ fn scope(key: &str) -> Scope {
 
 fn claim(key: &str, reference: &str, region: &str, epoch: u64) -> NewClaim {
     NewClaim {
-        payload: None,
+        // What the node sends: ciphertext raft-store never opens.
+        payload: Some(Sealed(format!("sealed facts of {key}").into_bytes())),
         scope: scope(key),
         fingerprint_version: 1,
         fingerprint: format!("fp-{key}"),
@@ -88,13 +89,9 @@ fn claim(key: &str, reference: &str, region: &str, epoch: u64) -> NewClaim {
     }
 }
 
-fn response() -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: b"{\"id\":\"pay_k1\"}".to_vec(),
-        schema_version: 1,
-    }
+/// A stored answer as the node sends it: sealed, opaque here.
+fn response() -> Sealed {
+    Sealed(b"sealed answer".to_vec())
 }
 
 #[tokio::test]
@@ -292,6 +289,9 @@ async fn expiry_purges_answers_in_batches_and_keeps_unfinished_records() {
     let expired = h.sm.record(&scope("k0")).unwrap().unwrap();
     assert_eq!(expired.status, Status::Expired);
     assert_eq!(expired.response, None);
+    // Expiry drops the payload with the answer: nothing sealed outlives
+    // the replay window.
+    assert_eq!(expired.payload, None);
     assert_eq!(
         h.run(T0 + 5_999, Op::Purge { limit: 10 }).await,
         Reply::Count(0)
@@ -639,4 +639,57 @@ async fn expiry_and_purge_take_the_records_that_are_due_oldest_first_and_the_sch
         Reply::Count(3)
     );
     assert_eq!(status(&h, "busy"), Status::InProgress);
+}
+
+/// Re-encryption's compare-and-set: new blobs replace the ones read only
+/// while the record is exactly as read; an owner's write in between wins.
+#[tokio::test]
+async fn a_reseal_applies_only_to_the_record_as_it_was_read() {
+    let mut h = Harness::new();
+    let Reply::Claimed(claimed) = h.run(T0, Op::Claim(claim("k1", "r1", "eu", 0))).await else {
+        panic!()
+    };
+    let reseal = |seen: &Record, payload: &[u8]| Op::Reseal {
+        scope: seen.scope.clone(),
+        fence: seen.fence,
+        updated_at: seen.updated_at,
+        seen_payload: seen.payload.clone(),
+        seen_response: seen.response.clone(),
+        payload: Some(Sealed(payload.to_vec())),
+        response: seen.response.clone(),
+    };
+    // The owner finishes after the re-encryptor read the record: its
+    // reseal is refused and the answer stays.
+    let Reply::Updated(completed) = h
+        .run(
+            T0 + 1,
+            Op::Complete {
+                scope: scope("k1"),
+                fence: 1,
+                response: response(),
+                expires_after_ms: 86_400_000,
+            },
+        )
+        .await
+    else {
+        panic!()
+    };
+    assert!(matches!(
+        h.run(T0 + 2, reseal(&claimed, b"resealed facts")).await,
+        Reply::Fenced { .. }
+    ));
+    // Read again, it applies, changing nothing but the blob.
+    let Reply::Updated(resealed) = h.run(T0 + 3, reseal(&completed, b"resealed facts")).await
+    else {
+        panic!()
+    };
+    assert_eq!(resealed.payload, Some(Sealed(b"resealed facts".to_vec())));
+    assert_eq!(resealed.response, completed.response);
+    assert_eq!(
+        Record {
+            payload: completed.payload.clone(),
+            ..resealed
+        },
+        completed
+    );
 }

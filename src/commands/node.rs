@@ -110,6 +110,13 @@ pub struct NodeArgs {
     /// machine behave like several regions (`once up --wan-latency`).
     #[arg(long, env = "ONCE_WAN_LATENCY", default_value_t = 0)]
     pub wan_latency: u64,
+    /// The data key file: stored answers and command payloads are sealed
+    /// with it (AES-256-GCM; the last key listed seals, every one opens)
+    /// and business keys digested. Re-read when it changes (`once keys
+    /// rotate`). Required with PostgreSQL and the raft store; without it
+    /// the sql mode on SQLite creates `data-keys` beside its database.
+    #[arg(long, env = "ONCE_DATA_KEYS")]
+    pub data_keys: Option<PathBuf>,
     /// Parse and validate everything, print the effective configuration
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
@@ -166,6 +173,13 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
             },
         }),
     };
+    config.data_keys = args.data_keys.clone();
+    if let Some(path) = &args.data_keys {
+        // A key file that does not parse is bad configuration: exit 64
+        // before anything binds (the node reads it again when it starts).
+        once_seal::KeyRing::load(path)
+            .with_context(|| format!("--data-keys {}", path.display()))?;
+    }
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
@@ -211,6 +225,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "provider": config.provider.as_ref().map_or("in-process".to_owned(), |p| p.base_url.clone()),
                 "recoveryInterval": humantime::format_duration(config.recovery_interval).to_string(),
                 "adminEndpoints": config.admin_token.is_some(),
+                "dataKeys": config.data_keys.as_ref().map_or_else(
+                    || "beside the SQLite database".to_owned(),
+                    |p| p.display().to_string(),
+                ),
                 "idempotencyStore": match &config.idempotency_store {
                     StoreMode::Sql => serde_json::json!({"mode": "sql"}),
                     StoreMode::Raft(raft) => serde_json::json!({"mode": "raft", "endpoints": raft.endpoints}),

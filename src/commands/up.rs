@@ -128,6 +128,20 @@ fn demo_admin_token(dir: &Path) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// The data key file every node seals with (encryption at rest, decision
+/// 0031): made once in `DIR/data-keys` (mode 0600) and reused on resume,
+/// so a resumed cluster replays what it stored before.
+fn demo_data_keys(dir: &Path) -> anyhow::Result<PathBuf> {
+    let path = dir.join("data-keys");
+    if !path.exists() {
+        once_seal::KeyRing::generate()
+            .create_file(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+    }
+    once_seal::KeyRing::load(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(path)
+}
+
 /// Everything `once up` started; `stores[i]` and `nodes[i]` are region i's.
 #[derive(Debug, Default)]
 pub(crate) struct Running {
@@ -171,6 +185,7 @@ pub(crate) struct Plan {
     provider_url: String,
     admin_token: String,
     api_keys: String,
+    data_keys: PathBuf,
 }
 
 impl Plan {
@@ -255,6 +270,8 @@ impl Plan {
             self.layout.store_endpoints_from(region).join(","),
             "--provider-url".into(),
             self.provider_url.clone(),
+            "--data-keys".into(),
+            self.data_keys.display().to_string(),
         ];
         args.extend(self.latency());
         let mut env = vec![
@@ -381,6 +398,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     layout.ensure_free(args.listen)?;
     let keys = demo_keys(&args.dir)?;
     let admin_token = demo_admin_token(&args.dir)?;
+    let data_keys = demo_data_keys(&args.dir)?;
 
     // The provider simulator, in this process: nodes reach it over real
     // HTTP, exactly as they would a real provider. Its ledger is journaled
@@ -418,6 +436,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
             .map(|(t, k)| format!("{t}:demo:{k}"))
             .collect::<Vec<_>>()
             .join(","),
+        data_keys: data_keys.clone(),
     });
     let mut running = Running::default();
     let homes = tokio::select! {
@@ -451,6 +470,8 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
         "admin_token": admin_token,
+        // The drill opens raft-store's sealed answers with it.
+        "data_keys": data_keys.display().to_string(),
         "wan_latency_ms": args.wan_latency,
         "tenants": keys.iter().zip(&homes).map(|((t, k), (_, home))| json!({
             "id": t, "api_key": k, "home_region": home,
@@ -561,6 +582,16 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert_eq!(demo_admin_token(dir.path()).unwrap(), token);
         assert_eq!(mode(&path), 0o600);
+    }
+
+    #[test]
+    fn the_data_key_file_is_made_once_for_the_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = demo_data_keys(dir.path()).unwrap();
+        assert_eq!(mode(&path), 0o600);
+        let first = std::fs::read(&path).unwrap();
+        demo_data_keys(dir.path()).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), first, "reused on resume");
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //! ([`lease_expired`], [`is_expired`]) are written once, here, on plain
 //! numbers.
 //!
+//! Encryption at rest (docs/decisions/0031-encryption-at-rest.md): the
+//! node seals every stored answer and command payload before it is
+//! proposed ([`Sealed`]), and sends business keys as keyed digests
+//! ([`BusinessKey`]), so the log, the state machine and the snapshots only
+//! ever hold ciphertext and raft-store never needs a key.
+//!
 //! Everything here is plain data: time is a number the leader stamped
 //! (`ClientRequest::now`), never a clock read during apply, so every member
 //! applying the same log reaches the same state. The serde form of every
@@ -42,6 +48,10 @@ pub struct Scope {
 
 /// The business key a payment reserves: `(tenant, account, merchant
 /// reference)`. At most one payment holds it, across every region (I1).
+///
+/// The node sends `account_id` and `merchant_reference` as keyed digests
+/// (hex HMAC-SHA256 under the cluster's fixed digest key, `once-seal`):
+/// raft-store only compares them, and never learns the values.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct BusinessKey {
     pub tenant: String,
@@ -138,7 +148,84 @@ named_enum! {
     }
 }
 
+/// Ciphertext the node sealed (`once-seal`'s envelope: format version,
+/// key id, nonce, ciphertext and tag), bound to its record's scope.
+/// raft-store stores, compares and drops it; it never opens one.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Sealed(pub Vec<u8>);
+
+impl Sealed {
+    /// The id of the key it is sealed under, read without any key (`None`
+    /// for bytes that are not a sealed blob).
+    pub fn key_id(&self) -> Option<&str> {
+        once_seal::key_id_of(&self.0).ok()
+    }
+
+    /// Seals `answer` for the record at `scope` (its postcard form).
+    pub fn seal_answer(ring: &once_seal::KeyRing, scope: &Scope, answer: &StoredResponse) -> Self {
+        let plain = postcard::to_allocvec(answer).expect("an answer always serializes");
+        Self(ring.seal(&plain, &scope.associated_data(SealedField::Answer)))
+    }
+
+    /// Opens a stored answer of the record at `scope`.
+    pub fn open_answer(
+        &self,
+        ring: &once_seal::KeyRing,
+        scope: &Scope,
+    ) -> Result<StoredResponse, once_seal::SealError> {
+        let plain = ring.open(&self.0, &scope.associated_data(SealedField::Answer))?;
+        postcard::from_bytes(&plain)
+            .map_err(|_| once_seal::SealError::Format("the opened blob is not a stored answer"))
+    }
+}
+
+/// Which field of a record a sealed blob holds: part of its associated
+/// data, so a blob copied into another field does not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealedField {
+    /// The stored answer ([`StoredResponse`]).
+    Answer,
+    /// The command's facts ([`Record::payload`]).
+    Payload,
+}
+
+impl Scope {
+    /// The associated data of a blob of `field` in the record at this
+    /// scope: the field and the four parts, each length-prefixed so no two
+    /// scopes share an encoding. Binds a blob to its record.
+    pub fn associated_data(&self, field: SealedField) -> Vec<u8> {
+        let label: &[u8] = match field {
+            SealedField::Answer => b"once/answer",
+            SealedField::Payload => b"once/payload",
+        };
+        let mut ad = Vec::new();
+        for part in [
+            label,
+            self.tenant.as_bytes(),
+            self.principal.as_bytes(),
+            self.operation.as_bytes(),
+            self.key.as_bytes(),
+        ] {
+            ad.extend_from_slice(&(part.len() as u32).to_be_bytes());
+            ad.extend_from_slice(part);
+        }
+        ad
+    }
+}
+
+impl fmt::Debug for Sealed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sealed({} bytes", self.0.len())?;
+        if let Some(id) = self.key_id() {
+            write!(f, " under {id}")?;
+        }
+        f.write_str(")")
+    }
+}
+
 /// A response as it was first sent, kept to be replayed byte for byte.
+/// The node seals its postcard form ([`Sealed`]) before storing it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResponse {
     pub status: u16,
@@ -178,12 +265,14 @@ pub struct Record {
     pub payment_id: Option<String>,
     pub provider_key: Option<String>,
     pub business_key: Option<BusinessKey>,
-    /// The operation's facts, opaque to raft-store (the node keeps the
-    /// payment it creates here), so whichever region takes the record over
-    /// can finish it and materialize the payment in its own database.
-    pub payload: Option<Vec<u8>>,
-    /// Present when `status.is_replayable()`, until the record expires.
-    pub response: Option<StoredResponse>,
+    /// The operation's facts, sealed (the node keeps the payment it
+    /// creates here), so whichever region takes the record over can finish
+    /// it and materialize the payment in its own database. Dropped with the
+    /// answer when the record expires.
+    pub payload: Option<Sealed>,
+    /// The sealed [`StoredResponse`]: present when `status.is_replayable()`,
+    /// until the record expires.
+    pub response: Option<Sealed>,
     pub error_code: Option<String>,
     pub trace_id: Option<String>,
     pub region: String,
@@ -237,8 +326,8 @@ pub struct NewClaim {
     pub provider_key: Option<String>,
     /// The step the record starts at.
     pub step: Step,
-    /// Opaque facts stored with the record (see [`Record::payload`]).
-    pub payload: Option<Vec<u8>>,
+    /// Sealed facts stored with the record (see [`Record::payload`]).
+    pub payload: Option<Sealed>,
     pub trace_id: Option<String>,
     /// The claiming region and the placement epoch it believes in.
     pub region: String,
@@ -265,7 +354,7 @@ pub enum Op {
     Complete {
         scope: Scope,
         fence: u64,
-        response: StoredResponse,
+        response: Sealed,
         /// The replay window, from the leader's stamp: the record expires
         /// this many milliseconds after the write applies.
         expires_after_ms: i64,
@@ -276,7 +365,7 @@ pub enum Op {
         scope: Scope,
         fence: u64,
         replayable: bool,
-        response: Option<StoredResponse>,
+        response: Option<Sealed>,
         error_code: Option<String>,
         /// The replay window, from the leader's stamp: the record expires
         /// this many milliseconds after the write applies.
@@ -313,7 +402,7 @@ pub enum Op {
         scope: Scope,
         fence: u64,
         completed: bool,
-        response: StoredResponse,
+        response: Sealed,
         /// The replay window, from the leader's stamp: the record expires
         /// this many milliseconds after the write applies.
         expires_after_ms: i64,
@@ -338,6 +427,20 @@ pub enum Op {
     SetRegionStatus {
         region: String,
         status: RegionStatus,
+    },
+    /// Re-encryption: replace the record's sealed blobs with the same
+    /// contents sealed under a newer key. A compare-and-set on the whole
+    /// record as the re-encryptor read it (fence, status, `updated_at` and
+    /// both blobs): any owner write in between wins, and this answers
+    /// `Fenced`. Never changes anything but the blobs.
+    Reseal {
+        scope: Scope,
+        fence: u64,
+        updated_at: Millis,
+        seen_payload: Option<Sealed>,
+        seen_response: Option<Sealed>,
+        payload: Option<Sealed>,
+        response: Option<Sealed>,
     },
 }
 
@@ -513,6 +616,37 @@ mod tests {
                 4, b'/', b'p', b'/', b'1', //
                 2, b'{', b'}', // body
                 2,    // schema_version 1 (zigzag)
+            ]
+        );
+        // A sealed blob is plain bytes on the log and the wire.
+        let sealed = Sealed(vec![1, 2, 3]);
+        assert_eq!(json(&sealed), "[1,2,3]");
+        assert_eq!(postcard::to_allocvec(&sealed).unwrap(), [3, 1, 2, 3]);
+        let reseal = Op::Reseal {
+            scope: Scope {
+                tenant: "t".into(),
+                principal: "p".into(),
+                operation: "o".into(),
+                key: "k".into(),
+            },
+            fence: 1,
+            updated_at: 2,
+            seen_payload: None,
+            seen_response: Some(Sealed(vec![9])),
+            payload: None,
+            response: Some(Sealed(vec![8])),
+        };
+        assert_eq!(
+            postcard::to_allocvec(&reseal).unwrap(),
+            [
+                11, // Op::Reseal, the last variant
+                1, b't', 1, b'p', 1, b'o', 1, b'k', // scope
+                1,    // fence
+                4,    // updated_at 2 (zigzag)
+                0,    // no payload seen
+                1, 1, 9, // the response seen
+                0, // no payload
+                1, 1, 8, // the new response
             ]
         );
     }

@@ -119,6 +119,11 @@ pub struct RecordQuery {
     /// may finish. Judged by the member answering, against the placements
     /// it holds, so the limit counts only such records.
     pub homed_in: Option<String>,
+    /// Only records holding a blob (payload or answer) sealed under a key
+    /// other than this one: what re-encryption rewrites, and what keeps an
+    /// old key from being retired. Read from the blobs' headers, no key
+    /// needed.
+    pub sealed_not_under: Option<String>,
     /// At most this many, oldest (`created_at`) first.
     pub limit: u32,
 }
@@ -134,6 +139,12 @@ impl RecordQuery {
             && self.status.is_none_or(|s| r.status == s)
             && self.tenant.as_ref().is_none_or(|t| &r.scope.tenant == t)
             && self.key.as_ref().is_none_or(|k| &r.scope.key == k)
+            && self.sealed_not_under.as_ref().is_none_or(|id| {
+                [&r.payload, &r.response]
+                    .into_iter()
+                    .flatten()
+                    .any(|blob| blob.key_id() != Some(id.as_str()))
+            })
     }
 
     /// Whether a record of a tenant placed at `placement` passes `homed_in`.

@@ -50,6 +50,8 @@ const DATABASE_URL_PLACEHOLDER: &str =
 fn secret_file_placeholder(key: &str) -> String {
     match key {
         "keys" => format!("placeholder:placeholder:{}\n", "0".repeat(64)),
+        // The node checks its data key file at `--check-config`.
+        "data-keys" => once_seal::KeyRing::generate().to_file_text().to_string(),
         _ => format!("{SECRET_PLACEHOLDER}\n"),
     }
 }

@@ -46,6 +46,29 @@ pub use once_test_support::wait::eventually;
 /// where at compile time.
 pub const ONCE: &str = env!("CARGO_BIN_EXE_once");
 
+/// The data key file every node of this suite seals with, in-process or a
+/// real `once node` (`ONCE_DATA_KEYS`): made once per build directory, so
+/// a node restarted over the same database opens what it stored.
+pub fn test_data_keys() -> &'static std::path::Path {
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("api-data-keys");
+        match once_seal::KeyRing::generate().create_file(&path) {
+            Ok(()) => {}
+            // Made by an earlier run (or a racing test binary): reuse it.
+            Err(once_seal::KeyFileError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("creating {}: {e}", path.display()),
+        }
+        path
+    })
+}
+
+/// The suite's data keys, for probes that open what a store holds.
+pub fn test_key_ring() -> once_seal::KeyRing {
+    once_seal::KeyRing::load(test_data_keys()).expect("the suite's data key file")
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -195,29 +218,44 @@ impl TestDb {
                     status: r.status.as_str().to_owned(),
                     fence: r.fence as i64,
                     has_response: r.response.is_some(),
-                    schema_version: r.response.as_ref().map(|x| x.schema_version),
+                    schema_version: r.response.as_ref().map(|x| {
+                        x.open_answer(&test_key_ring(), &r.scope)
+                            .expect("a stored answer opens")
+                            .schema_version
+                    }),
                 })
                 .collect(),
             None => {
                 let db = self.pool().await;
                 let rows = sqlx::query(
-                    "SELECT status, fence, response_schema_version, \
-                     CASE WHEN response_body IS NULL THEN 0 ELSE 1 END AS has_response \
-                     FROM idempotency_requests",
+                    "SELECT tenant_id, principal_id, operation, idempotency_key, status, fence, \
+                     response_sealed FROM idempotency_requests",
                 )
                 .fetch_all(&db.pool)
                 .await
                 .expect("records");
                 db.pool.close().await;
+                let ring = test_key_ring();
                 rows.iter()
-                    .map(|row| RecordRow {
-                        status: row.try_get("status").unwrap(),
-                        fence: row.try_get("fence").unwrap(),
-                        has_response: row.try_get::<i32, _>("has_response").unwrap() == 1,
-                        schema_version: row
-                            .try_get::<Option<i64>, _>("response_schema_version")
-                            .unwrap()
-                            .map(|v| v as i32),
+                    .map(|row| {
+                        let sealed: Option<Vec<u8>> = row.try_get("response_sealed").unwrap();
+                        let scope = once_store_client::command::Scope {
+                            tenant: row.try_get("tenant_id").unwrap(),
+                            principal: row.try_get("principal_id").unwrap(),
+                            operation: row.try_get("operation").unwrap(),
+                            key: row.try_get("idempotency_key").unwrap(),
+                        };
+                        RecordRow {
+                            status: row.try_get("status").unwrap(),
+                            fence: row.try_get("fence").unwrap(),
+                            has_response: sealed.is_some(),
+                            schema_version: sealed.map(|blob| {
+                                once_store_client::command::Sealed(blob)
+                                    .open_answer(&ring, &scope)
+                                    .expect("a stored answer opens")
+                                    .schema_version
+                            }),
+                        }
                     })
                     .collect()
             }
@@ -279,6 +317,7 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
     // recovery worker (real-time ticks) would race them for the record.
     config.recovery_interval = Duration::from_secs(3600);
     config.drain_timeout = Duration::from_secs(5);
+    config.data_keys = Some(test_data_keys().to_owned());
     if let Some(cluster) = &db.store {
         config.idempotency_store = StoreMode::Raft(RaftStoreConfig {
             endpoints: cluster.endpoints(),
@@ -386,6 +425,7 @@ pub async fn start_role(
         ])
         .args(args)
         .env("ONCE_API_KEYS", API_KEYS)
+        .env("ONCE_DATA_KEYS", test_data_keys())
         .envs(env.iter().copied());
     let (process, (admin, public)) = Process::start(
         command,

@@ -10,6 +10,7 @@ mod crash;
 mod deploy;
 mod edge;
 mod email_sink;
+mod encryption;
 mod events;
 mod exposure;
 mod helpers;

@@ -252,6 +252,7 @@ async fn migrate_and_check_config_need_no_running_node() {
             "postgres://u:hunter2@db/x",
         ])
         .env("ONCE_API_KEYS", API_KEYS)
+        .env("ONCE_DATA_KEYS", test_data_keys())
         .output()
         .await
         .unwrap();
@@ -266,6 +267,27 @@ async fn migrate_and_check_config_need_no_running_node() {
             && !out.contains("hunter2")
             && !out.contains(ACME_KEY),
         "{out}"
+    );
+
+    // PostgreSQL without a data key file: refused before binding (every
+    // node of the database must seal with the same keys).
+    let keyless = tokio::process::Command::new(bin)
+        .args([
+            "node",
+            "--check-config",
+            "--database-url",
+            "postgres://u:hunter2@db/x",
+        ])
+        .env("ONCE_API_KEYS", API_KEYS)
+        .env_remove("ONCE_DATA_KEYS")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(keyless.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&keyless.stderr).contains("--data-keys"),
+        "{}",
+        String::from_utf8_lossy(&keyless.stderr)
     );
 
     let bad = tokio::process::Command::new(bin)

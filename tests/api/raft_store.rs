@@ -14,7 +14,7 @@ use std::time::Duration;
 use once_store_client::admin;
 use once_store_client::client::{ClientError, ClientOptions, StoreClient};
 use once_store_client::command::{
-    BusinessKey, NewClaim, Op, Record, RegionStatus, Reply, Scope, Status, Step, StoredResponse,
+    BusinessKey, NewClaim, Op, Record, RegionStatus, Reply, Scope, Sealed, Status, Step,
     TakeOverKind,
 };
 
@@ -59,13 +59,9 @@ fn claim(key: &str, reference: &str, fingerprint: &str) -> NewClaim {
     }
 }
 
-fn response(key: &str) -> StoredResponse {
-    StoredResponse {
-        status: 201,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: format!("{{\"id\":\"pay_{key}\"}}").into_bytes(),
-        schema_version: 1,
-    }
+/// A stored answer as the node sends it: sealed (opaque to raft-store).
+fn response(key: &str) -> Sealed {
+    Sealed(format!("sealed answer of {key}").into_bytes())
 }
 
 fn complete(key: &str, fence: u64) -> Op {

@@ -4,11 +4,14 @@
 //!
 //! Status, step and stored response need no mapping: they are one type,
 //! `once_store_client::command`'s, in both crates
-//! (docs/decisions/0027-one-record-model.md).
+//! (docs/decisions/0027-one-record-model.md). The answer and the payment
+//! facts are sealed in raft-store ([`DataKeys`], decision 0031): they are
+//! opened here, at the boundary.
 
 use once_store_client::command as rs;
 use serde::{Deserialize, Serialize};
 
+use crate::data_keys::DataKeys;
 use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, known_operation};
 use crate::payments::command::Channel;
@@ -37,7 +40,12 @@ pub fn scope_from_store(scope: &rs::Scope) -> Result<Scope, StoreError> {
     })
 }
 
-pub fn record_from_store(r: rs::Record) -> Result<Record, StoreError> {
+pub fn record_from_store(r: rs::Record, keys: &DataKeys) -> Result<Record, StoreError> {
+    let response = r
+        .response
+        .as_ref()
+        .map(|blob| keys.open_answer(&r.scope, blob))
+        .transpose()?;
     Ok(Record {
         scope: scope_from_store(&r.scope)?,
         fingerprint_version: r.fingerprint_version,
@@ -51,7 +59,7 @@ pub fn record_from_store(r: rs::Record) -> Result<Record, StoreError> {
             .map(|id| PaymentId::parse(&id).ok_or_else(|| corrupt("payment id")))
             .transpose()?,
         provider_key: r.provider_key,
-        response: r.response,
+        response,
         error_code: r.error_code,
         trace_id: r.trace_id,
         region: r.region,
@@ -125,10 +133,14 @@ impl PaymentFacts {
 /// The payment a record created, as far as the record tells: what a region
 /// that does not hold the payment's row answers for it. `None` when the
 /// record carries no payment.
-pub fn payment_of_record(r: &rs::Record) -> Result<Option<Payment>, StoreError> {
-    let Some(payload) = &r.payload else {
+///
+/// An expired record has no payload any more (expiry drops it with the
+/// answer): its payment is known only where its row is.
+pub fn payment_of_record(r: &rs::Record, keys: &DataKeys) -> Result<Option<Payment>, StoreError> {
+    let Some(blob) = &r.payload else {
         return Ok(None);
     };
+    let payload = keys.open_payload(&r.scope, blob)?;
     let status = match r.status {
         Status::Completed => PaymentStatus::Succeeded,
         // A replayable failure with a payment is the provider's decline.
@@ -137,10 +149,12 @@ pub fn payment_of_record(r: &rs::Record) -> Result<Option<Payment>, StoreError> 
             PaymentStatus::Pending
         }
         // Only finished records expire; the error code outlives the body.
+        // (Expiry drops the payload too, so this is for records written
+        // before it did.)
         Status::Expired if r.error_code.is_some() => PaymentStatus::Declined,
         Status::Expired => PaymentStatus::Succeeded,
     };
-    let facts = PaymentFacts::decode(payload)?;
+    let facts = PaymentFacts::decode(&payload)?;
     let payment = facts.payment()?;
     Ok(Some(Payment {
         id: payment.id,

@@ -1,7 +1,13 @@
 //! The `raft` store mode: records are claimed, fenced and finished in
 //! raft-store; the regional database ([`Materialized`]) follows. Implements
 //! every trait of [`crate::store`].
+//!
+//! Nothing readable reaches raft-store: answers and payment facts are
+//! sealed and business keys digested ([`DataKeys`]) before a command is
+//! proposed, and opened again when a record comes back
+//! (docs/decisions/0031-encryption-at-rest.md).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,13 +20,15 @@ use super::convert::{
     PaymentFacts, fence_to_store, payment_of_record, record_from_store, scope_to_store,
 };
 use super::placement::{Belief, PlacementBeliefs};
+use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{Payment, cut_page};
 use crate::sql::Materialized;
 use crate::store::{
     AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
-    PaymentPage, PaymentReads, Reclaim, Recovery, RequestPath, Resolution, StoreError, Sweeper,
+    PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
+    SealedCount, StoreError, Sweeper,
 };
 
 /// Where raft-store is and who this node is to it.
@@ -37,6 +45,7 @@ pub struct RaftStore {
     local: Materialized,
     region: String,
     placements: PlacementBeliefs,
+    keys: Arc<DataKeys>,
 }
 
 fn store_error(e: ClientError) -> StoreError {
@@ -63,6 +72,7 @@ impl RaftStore {
         config: &RaftStoreConfig,
         region: String,
         local: Materialized,
+        keys: Arc<DataKeys>,
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(
             !config.endpoints.is_empty(),
@@ -73,7 +83,13 @@ impl RaftStore {
             local,
             region,
             placements: PlacementBeliefs::default(),
+            keys,
         })
+    }
+
+    /// A record as raft-store keeps it, opened into the node's.
+    fn record(&self, r: rs::Record) -> Result<Record, StoreError> {
+        record_from_store(r, &self.keys)
     }
 
     pub fn client(&self) -> &StoreClient {
@@ -128,14 +144,13 @@ impl RaftStore {
     /// business key turned out to be taken.
     fn new_claim(&self, claim: &Claim, epoch: u64, with_payment: bool) -> rs::NewClaim {
         let p = &claim.payment;
+        let scope = scope_to_store(&claim.scope);
         rs::NewClaim {
-            scope: scope_to_store(&claim.scope),
             fingerprint_version: claim.fingerprint.version,
             fingerprint: claim.fingerprint.hash.clone(),
-            business_key: with_payment.then(|| rs::BusinessKey {
-                tenant: p.tenant.as_str().to_owned(),
-                account_id: p.account_id.clone(),
-                merchant_reference: p.merchant_reference.clone(),
+            business_key: with_payment.then(|| {
+                self.keys
+                    .business_key(p.tenant.as_str(), &p.account_id, &p.merchant_reference)
             }),
             payment_id: with_payment.then(|| p.id.as_str().to_owned()),
             provider_key: with_payment.then(|| p.id.provider_key()),
@@ -148,11 +163,15 @@ impl RaftStore {
             } else {
                 rs::Step::Received
             },
-            payload: with_payment.then(|| PaymentFacts::of(p, claim.now).encode()),
+            payload: with_payment.then(|| {
+                self.keys
+                    .seal_payload(&scope, &PaymentFacts::of(p, claim.now).encode())
+            }),
             trace_id: claim.trace_id.clone(),
             region: self.region.clone(),
             epoch,
             lease_ms: claim.lease.as_millis() as i64,
+            scope,
         }
     }
 
@@ -173,13 +192,13 @@ impl RaftStore {
     ) -> Result<Record, StoreError> {
         // The payment was created when the leader stamped its claim: the
         // record's time, which every region answers and lists it by.
-        if let Some(bytes) = &record.payload {
-            let facts = PaymentFacts::decode(bytes)?;
+        if let Some(blob) = &record.payload {
+            let facts = PaymentFacts::decode(&self.keys.open_payload(&record.scope, blob)?)?;
             self.local
                 .upsert_pending(&facts.payment()?, UnixMillis(record.created_at))
                 .await?;
         }
-        let mut owned = record_from_store(record)?;
+        let mut owned = self.record(record)?;
         owned.locked_until = asked_at.plus(lease);
         Ok(owned)
     }
@@ -233,7 +252,7 @@ impl RaftStore {
     async fn finish_record(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         let scope = scope_to_store(&owner.scope);
         let fence = fence_to_store(owner.fence);
-        let response = &finish.response;
+        let response = &self.keys.seal_answer(&scope, &finish.response);
         let op = match finish.status {
             Status::Completed => Op::Complete {
                 scope,
@@ -291,7 +310,7 @@ impl RaftStore {
             .await
             .map_err(store_error)?
             .into_iter()
-            .map(record_from_store)
+            .map(|r| self.record(r))
             .collect()
     }
 }
@@ -310,7 +329,7 @@ impl RequestPath for RaftStore {
             Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(Owned::fresh(
                 self.owned(record, claim.now, claim.lease).await?,
             ))),
-            Reply::Existing(record) => Ok(ClaimOutcome::Existing(record_from_store(record)?)),
+            Reply::Existing(record) => Ok(ClaimOutcome::Existing(self.record(record)?)),
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 // Nothing was written: own the key without a payment, so
                 // the 409 is stored and replayed like in the sql mode.
@@ -322,12 +341,10 @@ impl RequestPath for RaftStore {
                     .await?;
                 match reply {
                     Reply::Claimed(record) => Ok(ClaimOutcome::BusinessKeyTaken {
-                        record: record_from_store(record)?,
+                        record: self.record(record)?,
                         existing,
                     }),
-                    Reply::Existing(record) => {
-                        Ok(ClaimOutcome::Existing(record_from_store(record)?))
-                    }
+                    Reply::Existing(record) => Ok(ClaimOutcome::Existing(self.record(record)?)),
                     other => Err(unexpected(other)),
                 }
             }
@@ -362,7 +379,7 @@ impl RequestPath for RaftStore {
                 let existing = holder(payment_id)?;
                 match propose(false).await? {
                     Reply::Claimed(record) => Ok(Some(ClaimOutcome::BusinessKeyTaken {
-                        record: record_from_store(record)?,
+                        record: self.record(record)?,
                         existing,
                     })),
                     Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
@@ -380,7 +397,7 @@ impl RequestPath for RaftStore {
             .record_for_replay(&scope_to_store(scope))
             .await
             .map_err(store_error)?
-            .map(record_from_store)
+            .map(|r| self.record(r))
             .transpose()
     }
 
@@ -620,7 +637,7 @@ impl PaymentReads for RaftStore {
             .await
             .map_err(store_error)?;
         match record {
-            Some(record) => payment_of_record(&record),
+            Some(record) => payment_of_record(&record, &self.keys),
             None => Ok(None),
         }
     }
@@ -649,8 +666,15 @@ impl PaymentReads for RaftStore {
     ) -> Result<PaymentPage, StoreError> {
         let query = PaymentListQuery {
             tenant: tenant.as_str().to_owned(),
-            account_id: filter.account_id.clone(),
-            merchant_reference: filter.merchant_reference.clone(),
+            // raft-store holds business keys as digests: so do the filters.
+            account_id: filter
+                .account_id
+                .as_ref()
+                .map(|a| self.keys.account_digest(tenant.as_str(), a)),
+            merchant_reference: filter
+                .merchant_reference
+                .as_ref()
+                .map(|m| self.keys.reference_digest(tenant.as_str(), m)),
             after: after.map(|p| (p.created_at.0, p.id.as_str().to_owned())),
             limit: limit.saturating_add(1),
         };
@@ -673,8 +697,70 @@ impl PaymentReads for RaftStore {
         };
         let mut payments = Vec::with_capacity(records.len());
         for record in &records {
-            payments.extend(payment_of_record(record)?);
+            payments.extend(payment_of_record(record, &self.keys)?);
         }
         Ok(PaymentPage { payments, next })
+    }
+}
+
+#[async_trait]
+impl Reencryption for RaftStore {
+    /// Records with a blob under an older key, found by raft-store from the
+    /// blobs' headers (it needs no key for that), re-sealed here and
+    /// written back with `Op::Reseal`, a compare-and-set on the record as
+    /// read: an owner's write in between makes it `Fenced`, and it is
+    /// skipped.
+    async fn reseal_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+        let newest = self.keys.ring().sealing_key_id().to_owned();
+        let stale = self
+            .client
+            .records(RecordQuery {
+                sealed_not_under: Some(newest.clone()),
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                ..RecordQuery::default()
+            })
+            .await
+            .map_err(store_error)?;
+        let mut resealed = 0;
+        for record in stale {
+            let fresh = |field: Field, blob: &Option<rs::Sealed>| {
+                blob.as_ref()
+                    .map(|b| match b.key_id() {
+                        Some(id) if id == newest => Ok(b.clone()),
+                        _ => self.keys.reseal(field, &record.scope, b),
+                    })
+                    .transpose()
+            };
+            let op = Op::Reseal {
+                scope: record.scope.clone(),
+                fence: record.fence,
+                updated_at: record.updated_at,
+                payload: fresh(Field::Payload, &record.payload)?,
+                response: fresh(Field::Answer, &record.response)?,
+                seen_payload: record.payload.clone(),
+                seen_response: record.response.clone(),
+            };
+            match self.write(op, now).await? {
+                Reply::Updated(_) => resealed += 1,
+                Reply::Fenced { .. } | Reply::NotFound => {}
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(resealed)
+    }
+
+    async fn sealed_count(&self) -> Result<SealedCount, StoreError> {
+        let stale = self
+            .client
+            .count_records(RecordQuery {
+                sealed_not_under: Some(self.keys.ring().sealing_key_id().to_owned()),
+                ..RecordQuery::default()
+            })
+            .await
+            .map_err(store_error)?;
+        Ok(SealedCount {
+            stale,
+            by_key: None,
+        })
     }
 }

@@ -14,6 +14,7 @@
 //! in one statement (`single_statement.rs`, decision 0006); SQLite in one
 //! transaction.
 
+use once_store_client::command::Sealed;
 use sqlx::AnyConnection;
 
 use super::records::{Terminal, unavailable};
@@ -25,9 +26,10 @@ use once_db::{Database, Dialect};
 
 /// Where the record being finished lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordIn {
-    /// `sql` mode: in this database, finished here under `owner.fence`.
-    ThisDatabase,
+pub enum RecordIn<'a> {
+    /// `sql` mode: in this database, finished here under `owner.fence`,
+    /// storing `answer` (the finish's response, sealed by the caller).
+    ThisDatabase { answer: &'a Sealed },
     /// `raft` mode: raft-store finished it already.
     RaftStore,
 }
@@ -37,13 +39,16 @@ pub enum RecordIn {
 /// nothing written, when the record has a newer owner.
 pub async fn finish(
     db: &Database,
-    record: RecordIn,
+    record: RecordIn<'_>,
     owner: &Record,
     finish: &Finish,
     audit: Option<&Resolution>,
 ) -> Result<(), StoreError> {
     let _writer = db.writer().await;
-    if record == RecordIn::ThisDatabase && db.dialect == Dialect::Postgres && audit.is_none() {
+    if matches!(record, RecordIn::ThisDatabase { .. })
+        && db.dialect == Dialect::Postgres
+        && audit.is_none()
+    {
         // One statement: no transaction to open and commit.
         let mut conn = db.pool.acquire().await.map_err(unavailable)?;
         return write(&mut conn, db.dialect, record, owner, finish).await;
@@ -68,19 +73,19 @@ pub async fn finish(
 async fn write(
     conn: &mut AnyConnection,
     dialect: Dialect,
-    record: RecordIn,
+    record: RecordIn<'_>,
     owner: &Record,
     finish: &Finish,
 ) -> Result<(), StoreError> {
-    if record == RecordIn::ThisDatabase {
+    if let RecordIn::ThisDatabase { answer } = record {
         if dialect == Dialect::Postgres {
-            return single_statement::finish(conn, &owner.scope, owner.fence, finish).await;
+            return single_statement::finish(conn, &owner.scope, owner.fence, finish, answer).await;
         }
         records::finish(
             &mut *conn,
             &owner.scope,
             owner.fence,
-            &Terminal::completed(finish),
+            &Terminal::completed(finish, answer),
         )
         .await?;
     }

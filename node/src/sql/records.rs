@@ -1,17 +1,27 @@
 //! Queries on `idempotency_requests`. Every owner write is a compare-and-set
 //! on `fence`; callers learn whether they still own the record from the
 //! number of rows it touched.
+//!
+//! The stored answer is one sealed blob (`response_sealed`, with the id of
+//! its key in `sealed_with`; docs/decisions/0031-encryption-at-rest.md):
+//! sealed by the caller before it is written ([`Terminal::answer`]), opened
+//! here when a row is read, re-sealed under a newer key in place
+//! ([`reseal`]).
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
 
+use once_store_client::command::Sealed;
+
+use crate::data_keys::DataKeys;
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
-use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
+use crate::idempotency::record::{Record, Scope, Status, Step};
+use crate::raft::convert::scope_to_store;
 use crate::store::{AuditEntry, Claim, Finish, StoreError};
 
 const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
-     status, step, fence, locked_until, payment_id, provider_key, response_status, response_headers, \
-     response_body, response_schema_version, error_code, trace_id, region, takeovers, created_at, updated_at, expires_at";
+     status, step, fence, locked_until, payment_id, provider_key, response_sealed, \
+     error_code, trace_id, region, takeovers, created_at, updated_at, expires_at";
 
 const SCOPE_MATCHES: &str =
     "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
@@ -78,7 +88,7 @@ pub async fn insert<'e>(
 ) -> Result<bool, StoreError> {
     let sql = format!(
         "INSERT INTO idempotency_requests ({COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, NULL, NULL, NULL, NULL, NULL, $12, $13, 0, $14, $14, NULL) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, NULL, NULL, $12, $13, 0, $14, $14, NULL) \
          ON CONFLICT DO NOTHING"
     );
     let done = bind_scope(sqlx::query(&sql), &claim.scope)
@@ -101,13 +111,14 @@ pub async fn insert<'e>(
 pub async fn select<'e>(
     db: impl Executor<'e, Database = Any>,
     scope: &Scope,
+    keys: &DataKeys,
 ) -> Result<Option<Record>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM idempotency_requests WHERE {SCOPE_MATCHES}");
     let row = bind_scope(sqlx::query(&sql), scope)
         .fetch_optional(db)
         .await
         .map_err(unavailable)?;
-    row.map(|r| decode(&r, scope.operation)).transpose()
+    row.map(|r| decode(&r, scope.operation, keys)).transpose()
 }
 
 /// An expired lease (or an unknown outcome): bump the fence and renew the
@@ -170,7 +181,7 @@ pub async fn renew<'e>(
     FencedUpdate::new(
         "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
          fingerprint = $9, fingerprint_version = $10, payment_id = $11, provider_key = $12, \
-         response_status = NULL, response_headers = NULL, response_body = NULL, response_schema_version = NULL, \
+         response_sealed = NULL, sealed_with = NULL, \
          error_code = NULL, expires_at = NULL, purge_after = NULL, locked_until = $6, updated_at = $7, \
          trace_id = $8, created_at = $7, region = $13",
         Some(
@@ -249,20 +260,21 @@ pub async fn mark_unknown<'e>(
 pub struct Terminal<'a> {
     pub status: Status,
     pub step: Step,
-    /// The stored answer (replayable states only).
-    pub response: Option<&'a StoredResponse>,
+    /// The stored answer, sealed (replayable states only).
+    pub answer: Option<&'a Sealed>,
     pub error_code: Option<&'a str>,
     pub now: UnixMillis,
     pub expires_at: UnixMillis,
 }
 
 impl<'a> Terminal<'a> {
-    /// The operation finished: step `COMPLETED`, with the answer to replay.
-    pub fn completed(finish: &'a Finish) -> Self {
+    /// The operation finished: step `COMPLETED`, with the answer to replay
+    /// (`finish.response` sealed by the caller).
+    pub fn completed(finish: &'a Finish, answer: &'a Sealed) -> Self {
         Self {
             status: finish.status,
             step: Step::Completed,
-            response: Some(&finish.response),
+            answer: Some(answer),
             error_code: None,
             now: finish.now,
             expires_at: finish.expires_at,
@@ -277,21 +289,17 @@ pub async fn finish<'e>(
     fence: i64,
     terminal: &Terminal<'_>,
 ) -> Result<(), StoreError> {
-    let response = terminal.response;
-    let headers =
-        response.map(|r| serde_json::to_string(&r.headers).expect("header pairs serialize"));
+    let answer = terminal.answer;
     FencedUpdate::new(
-        "status = $6, step = $7, response_status = $8, response_headers = $9, response_body = $10, \
-         response_schema_version = $11, error_code = $12, updated_at = $13, expires_at = $14, locked_until = $13",
+        "status = $6, step = $7, response_sealed = $8, sealed_with = $9, \
+         error_code = $10, updated_at = $11, expires_at = $12, locked_until = $11",
         Some(UNFINISHED),
     )
     .run(db, scope, fence, |q| {
         q.bind(terminal.status.as_str())
             .bind(terminal.step.as_str())
-            .bind(response.map(|r| i64::from(r.status)))
-            .bind(headers)
-            .bind(response.map(|r| r.body.clone()))
-            .bind(response.map(|r| i64::from(r.schema_version)))
+            .bind(answer.map(|a| a.0.clone()))
+            .bind(answer.and_then(|a| a.key_id().map(str::to_owned)))
             .bind(terminal.error_code)
             .bind(terminal.now.0)
             .bind(terminal.expires_at.0)
@@ -299,7 +307,9 @@ pub async fn finish<'e>(
     .await
 }
 
-/// Purges stored answers past their window, a batch at a time. The
+/// Purges stored answers past their window, a batch at a time (the sql
+/// mode keeps no command payload in the record: the payment's facts are
+/// its row in `payments`). The
 /// statement names rows by primary key so each batch is a short write.
 pub async fn expire_batch<'e>(
     db: impl Executor<'e, Database = Any>,
@@ -308,7 +318,7 @@ pub async fn expire_batch<'e>(
     limit: i64,
 ) -> Result<u64, StoreError> {
     let done = sqlx::query(
-        "UPDATE idempotency_requests SET status = 'EXPIRED', response_headers = NULL, response_body = NULL, \
+        "UPDATE idempotency_requests SET status = 'EXPIRED', response_sealed = NULL, sealed_with = NULL, \
          purge_after = $2, updated_at = $1 \
          WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
              SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
@@ -351,6 +361,7 @@ pub async fn due_for_recovery<'e>(
     db: impl Executor<'e, Database = Any>,
     now: UnixMillis,
     limit: i64,
+    keys: &DataKeys,
 ) -> Result<Vec<Record>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM idempotency_requests \
@@ -363,13 +374,14 @@ pub async fn due_for_recovery<'e>(
         .fetch_all(db)
         .await
         .map_err(unavailable)?;
-    rows.iter().map(decode_any).collect()
+    rows.iter().map(|row| decode_any(row, keys)).collect()
 }
 
 pub async fn with_status<'e>(
     db: impl Executor<'e, Database = Any>,
     status: Status,
     limit: i64,
+    keys: &DataKeys,
 ) -> Result<Vec<Record>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM idempotency_requests WHERE status = $1 ORDER BY created_at LIMIT $2"
@@ -380,13 +392,14 @@ pub async fn with_status<'e>(
         .fetch_all(db)
         .await
         .map_err(unavailable)?;
-    rows.iter().map(decode_any).collect()
+    rows.iter().map(|row| decode_any(row, keys)).collect()
 }
 
 pub async fn by_tenant_and_key<'e>(
     db: impl Executor<'e, Database = Any>,
     tenant: &str,
     key: &str,
+    keys: &DataKeys,
 ) -> Result<Vec<Record>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM idempotency_requests WHERE tenant_id = $1 AND idempotency_key = $2 ORDER BY principal_id"
@@ -397,7 +410,7 @@ pub async fn by_tenant_and_key<'e>(
         .fetch_all(db)
         .await
         .map_err(unavailable)?;
-    rows.iter().map(decode_any).collect()
+    rows.iter().map(|row| decode_any(row, keys)).collect()
 }
 
 pub async fn count_with_status<'e>(
@@ -486,14 +499,14 @@ fn corrupt(what: impl std::fmt::Display) -> StoreError {
 }
 
 /// Decodes a row whose operation is read from the row itself.
-fn decode_any(row: &AnyRow) -> Result<Record, StoreError> {
+fn decode_any(row: &AnyRow, keys: &DataKeys) -> Result<Record, StoreError> {
     let operation: String = row.try_get("operation").map_err(unavailable)?;
     let operation = crate::idempotency::record::known_operation(&operation)
         .ok_or_else(|| corrupt(format!("operation {operation}")))?;
-    decode(row, operation)
+    decode(row, operation, keys)
 }
 
-fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
+fn decode(row: &AnyRow, operation: &'static str, keys: &DataKeys) -> Result<Record, StoreError> {
     let get_str = |c: &str| row.try_get::<String, _>(c).map_err(unavailable);
     let get_opt_str = |c: &str| row.try_get::<Option<String>, _>(c).map_err(unavailable);
     let get_i64 = |c: &str| row.try_get::<i64, _>(c).map_err(unavailable);
@@ -506,26 +519,17 @@ fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
         operation,
         key: IdempotencyKey::parse(get_str("idempotency_key")?.as_bytes()).map_err(corrupt)?,
     };
-    let response = match get_opt_i64("response_status")? {
-        Some(status) => {
-            let headers: Vec<(String, String)> = serde_json::from_str(
-                &get_opt_str("response_headers")?.unwrap_or_else(|| "[]".into()),
-            )
-            .map_err(corrupt)?;
-            Some(StoredResponse {
-                status: u16::try_from(status).map_err(corrupt)?,
-                headers,
-                body: row
-                    .try_get::<Option<Vec<u8>>, _>("response_body")
-                    .map_err(unavailable)?
-                    .unwrap_or_default(),
-                schema_version: i32::try_from(get_opt_i64("response_schema_version")?.unwrap_or(1))
-                    .map_err(corrupt)?,
-            })
-        }
-        None => None,
-    };
     let status: Status = get_str("status")?.parse().map_err(corrupt)?;
+    let sealed = row
+        .try_get::<Option<Vec<u8>>, _>("response_sealed")
+        .map_err(unavailable)?;
+    let response = match sealed {
+        // An expired record keeps its metadata, never its answer.
+        Some(blob) if status != Status::Expired => {
+            Some(keys.open_answer(&scope_to_store(&scope), &Sealed(blob))?)
+        }
+        _ => None,
+    };
     Ok(Record {
         scope,
         fingerprint: get_str("fingerprint")?,
@@ -536,12 +540,7 @@ fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
         locked_until: UnixMillis(get_i64("locked_until")?),
         payment_id: get_opt_str("payment_id")?.map(PaymentId::from_trusted),
         provider_key: get_opt_str("provider_key")?,
-        // An expired record keeps its metadata, never its answer.
-        response: if status == Status::Expired {
-            None
-        } else {
-            response
-        },
+        response,
         error_code: get_opt_str("error_code")?,
         trace_id: get_opt_str("trace_id")?,
         region: get_str("region")?,
@@ -550,4 +549,92 @@ fn decode(row: &AnyRow, operation: &'static str) -> Result<Record, StoreError> {
         updated_at: UnixMillis(get_i64("updated_at")?),
         expires_at: get_opt_i64("expires_at")?.map(UnixMillis),
     })
+}
+
+/// A row whose answer is sealed under a key other than the newest.
+#[derive(Debug)]
+pub struct StaleAnswer {
+    pub scope: Scope,
+    pub answer: Sealed,
+}
+
+/// Up to `limit` rows whose answer is sealed under a key other than
+/// `newest` (served by the partial index on `sealed_with`).
+pub async fn stale_answers<'e>(
+    db: impl Executor<'e, Database = Any>,
+    newest: &str,
+    limit: i64,
+) -> Result<Vec<StaleAnswer>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT tenant_id, principal_id, operation, idempotency_key, response_sealed \
+         FROM idempotency_requests \
+         WHERE sealed_with IS NOT NULL AND sealed_with <> $1 AND response_sealed IS NOT NULL LIMIT $2",
+    )
+    .bind(newest)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+    .map_err(unavailable)?;
+    rows.iter()
+        .map(|row| {
+            let get_str = |c: &str| row.try_get::<String, _>(c).map_err(unavailable);
+            let operation = get_str("operation")?;
+            Ok(StaleAnswer {
+                scope: Scope {
+                    tenant: TenantId::parse(&get_str("tenant_id")?)
+                        .ok_or_else(|| corrupt("tenant_id"))?,
+                    principal: PrincipalId::parse(&get_str("principal_id")?)
+                        .ok_or_else(|| corrupt("principal_id"))?,
+                    operation: crate::idempotency::record::known_operation(&operation)
+                        .ok_or_else(|| corrupt(format!("operation {operation}")))?,
+                    key: IdempotencyKey::parse(get_str("idempotency_key")?.as_bytes())
+                        .map_err(corrupt)?,
+                },
+                answer: Sealed(
+                    row.try_get::<Vec<u8>, _>("response_sealed")
+                        .map_err(unavailable)?,
+                ),
+            })
+        })
+        .collect()
+}
+
+/// Replaces a row's sealed answer with `resealed` if it still holds `seen`:
+/// a compare-and-set on the blob, so an owner's write in between (a new
+/// answer, an expiry) always wins. Whether it applied.
+pub async fn reseal<'e>(
+    db: impl Executor<'e, Database = Any>,
+    scope: &Scope,
+    seen: &Sealed,
+    resealed: &Sealed,
+) -> Result<bool, StoreError> {
+    let sql = format!(
+        "UPDATE idempotency_requests SET response_sealed = $5, sealed_with = $6 \
+         WHERE {SCOPE_MATCHES} AND response_sealed = $7"
+    );
+    let done = bind_scope(sqlx::query(&sql), scope)
+        .bind(resealed.0.clone())
+        .bind(resealed.key_id().map(str::to_owned))
+        .bind(seen.0.clone())
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// How many stored answers each key id seals.
+pub async fn answers_by_key<'e>(
+    db: impl Executor<'e, Database = Any>,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT sealed_with, COUNT(*) AS n FROM idempotency_requests \
+         WHERE sealed_with IS NOT NULL GROUP BY sealed_with ORDER BY sealed_with",
+    )
+    .fetch_all(db)
+    .await
+    .map_err(unavailable)?;
+    rows.iter()
+        .map(|row| Ok((row.try_get("sealed_with")?, row.try_get("n")?)))
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(unavailable)
 }

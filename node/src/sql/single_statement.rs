@@ -8,6 +8,8 @@
 
 use sqlx::{Any, Executor, Row};
 
+use once_store_client::command::Sealed;
+
 use super::records::unavailable;
 use crate::idempotency::record::{Scope, Status, Step};
 use crate::payments::model::PaymentStatus;
@@ -78,26 +80,25 @@ pub async fn finish<'e>(
     scope: &Scope,
     fence: i64,
     finish: &Finish,
+    answer: &Sealed,
 ) -> Result<(), StoreError> {
-    let r = &finish.response;
-    let headers = serde_json::to_string(&r.headers).expect("header pairs serialize");
     let payment = finish.payment.as_ref();
     let event = finish.event.as_ref();
     let row = sqlx::query(
         "WITH rec AS ( \
-           UPDATE idempotency_requests SET status = $6, step = 'COMPLETED', response_status = $7, \
-             response_headers = $8, response_body = $9, response_schema_version = $10, error_code = NULL, \
-             updated_at = $11, expires_at = $12, locked_until = $11 \
+           UPDATE idempotency_requests SET status = $6, step = 'COMPLETED', response_sealed = $7, \
+             sealed_with = $8, error_code = NULL, \
+             updated_at = $9, expires_at = $10, locked_until = $9 \
            WHERE tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4 \
              AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') \
            RETURNING 1 \
          ), pay AS ( \
-           UPDATE payments SET status = $13, provider_charge_id = $14, decline_code = $15, updated_at = $11 \
-           WHERE id = $16 AND EXISTS (SELECT 1 FROM rec) RETURNING 1 \
+           UPDATE payments SET status = $11, provider_charge_id = $12, decline_code = $13, updated_at = $9 \
+           WHERE id = $14 AND EXISTS (SELECT 1 FROM rec) RETURNING 1 \
          ), evt AS ( \
            INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, \
              traceparent) \
-           SELECT $17, $18, $19, $20, $1, $21, $11, $22 WHERE $17 IS NOT NULL AND EXISTS (SELECT 1 FROM rec) \
+           SELECT $15, $16, $17, $18, $1, $19, $9, $20 WHERE $15 IS NOT NULL AND EXISTS (SELECT 1 FROM rec) \
            RETURNING 1 \
          ) \
          SELECT (SELECT COUNT(*) FROM rec) AS owned, (SELECT COUNT(*) FROM pay) AS paid",
@@ -108,10 +109,8 @@ pub async fn finish<'e>(
     .bind(scope.key.as_str())
     .bind(fence)
     .bind(finish.status.as_str())
-    .bind(i64::from(r.status))
-    .bind(headers)
-    .bind(r.body.clone())
-    .bind(i64::from(r.schema_version))
+    .bind(answer.0.clone())
+    .bind(answer.key_id().map(str::to_owned))
     .bind(finish.now.0)
     .bind(finish.expires_at.0)
     .bind(payment.map(|p| p.status.as_str()))

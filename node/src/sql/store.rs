@@ -1,7 +1,11 @@
 //! The `sql` store mode on the regional database: the claim, the payment it
 //! creates and the completion each commit atomically with the rows they
 //! belong with. Implements every trait of [`crate::store`].
+//!
+//! Stored answers are sealed with the node's data keys before they are
+//! written and opened when read ([`DataKeys`]; decision 0031).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,12 +14,15 @@ use tracing::instrument;
 use super::finish::{self, RecordIn};
 use super::records::{Terminal, unavailable};
 use super::{payments, records, single_statement};
+use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{NewPayment, Payment};
+use crate::raft::convert::scope_to_store;
 use crate::store::{
     AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
-    PaymentPage, PaymentReads, Reclaim, Recovery, RequestPath, Resolution, StoreError, Sweeper,
+    PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
+    SealedCount, StoreError, Sweeper,
 };
 use once_db::{Database, Dialect};
 
@@ -23,11 +30,18 @@ use once_db::{Database, Dialect};
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Database,
+    keys: Arc<DataKeys>,
 }
 
 impl SqlStore {
-    pub fn new(db: Database) -> Self {
-        Self { db }
+    pub fn new(db: Database, keys: Arc<DataKeys>) -> Self {
+        Self { db, keys }
+    }
+
+    /// `finish.response`, sealed for `owner`'s record.
+    fn seal(&self, owner: &Record, finish: &Finish) -> once_store_client::command::Sealed {
+        self.keys
+            .seal_answer(&scope_to_store(&owner.scope), &finish.response)
     }
 
     pub fn database(&self) -> &Database {
@@ -116,7 +130,7 @@ impl SqlStore {
 
 impl SqlStore {
     async fn existing(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
-        records::select(&self.db.pool, &claim.scope)
+        records::select(&self.db.pool, &claim.scope, &self.keys)
             .await?
             .map(ClaimOutcome::Existing)
             .ok_or_else(|| {
@@ -189,7 +203,7 @@ impl RequestPath for SqlStore {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
-        let record = records::select(&mut *tx, &seen.scope)
+        let record = records::select(&mut *tx, &seen.scope, &self.keys)
             .await?
             .ok_or_else(|| {
                 StoreError::Corrupt("record vanished inside its own transaction".into())
@@ -228,7 +242,7 @@ impl RequestPath for SqlStore {
 
     #[instrument(name = "load the record", skip_all, fields(db.system = %self.db.system()))]
     async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError> {
-        records::select(&self.db.pool, scope).await
+        records::select(&self.db.pool, scope, &self.keys).await
     }
 
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = %self.db.system()))]
@@ -239,7 +253,15 @@ impl RequestPath for SqlStore {
 
     #[instrument(name = "finish the operation", skip_all, fields(db.system = %self.db.system()))]
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
-        finish::finish(&self.db, RecordIn::ThisDatabase, owner, finish, None).await
+        let answer = self.seal(owner, finish);
+        finish::finish(
+            &self.db,
+            RecordIn::ThisDatabase { answer: &answer },
+            owner,
+            finish,
+            None,
+        )
+        .await
     }
 
     #[instrument(name = "mark the operation retryable", skip_all, fields(db.system = %self.db.system()))]
@@ -254,7 +276,7 @@ impl RequestPath for SqlStore {
         let terminal = Terminal {
             status: Status::FailedRetryable,
             step: owner.step,
-            response: None,
+            answer: None,
             error_code: Some(error_code),
             now,
             expires_at,
@@ -289,7 +311,7 @@ impl Recovery for SqlStore {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
         }
-        let record = records::select(&mut *tx, &seen.scope).await?;
+        let record = records::select(&mut *tx, &seen.scope, &self.keys).await?;
         tx.commit().await.map_err(unavailable)?;
         Ok(record.map(Owned::taken_over))
     }
@@ -299,18 +321,18 @@ impl Recovery for SqlStore {
         now: UnixMillis,
         limit: i64,
     ) -> Result<Vec<Record>, StoreError> {
-        records::due_for_recovery(&self.db.pool, now, limit).await
+        records::due_for_recovery(&self.db.pool, now, limit, &self.keys).await
     }
 }
 
 #[async_trait]
 impl Operators for SqlStore {
     async fn list(&self, status: Status, limit: i64) -> Result<Vec<Record>, StoreError> {
-        records::with_status(&self.db.pool, status, limit).await
+        records::with_status(&self.db.pool, status, limit, &self.keys).await
     }
 
     async fn find(&self, tenant: &TenantId, key: &str) -> Result<Vec<Record>, StoreError> {
-        records::by_tenant_and_key(&self.db.pool, tenant.as_str(), key).await
+        records::by_tenant_and_key(&self.db.pool, tenant.as_str(), key, &self.keys).await
     }
 
     #[instrument(name = "apply an operator resolution", skip_all, fields(db.system = %self.db.system()))]
@@ -321,7 +343,15 @@ impl Operators for SqlStore {
         audit: &Resolution,
     ) -> Result<(), StoreError> {
         if let Some(f) = finish {
-            return finish::finish(&self.db, RecordIn::ThisDatabase, owner, f, Some(audit)).await;
+            let answer = self.seal(owner, f);
+            return finish::finish(
+                &self.db,
+                RecordIn::ThisDatabase { answer: &answer },
+                owner,
+                f,
+                Some(audit),
+            )
+            .await;
         }
         // Not charged: the operation may run again under the same record.
         let _writer = self.db.writer().await;
@@ -329,7 +359,7 @@ impl Operators for SqlStore {
         let terminal = Terminal {
             status: Status::FailedRetryable,
             step: owner.step,
-            response: None,
+            answer: None,
             error_code: Some("RESOLVED_NOT_CHARGED"),
             now: audit.at,
             expires_at: audit.expires_at,
@@ -408,5 +438,43 @@ impl PaymentReads for SqlStore {
         limit: u32,
     ) -> Result<PaymentPage, StoreError> {
         payments::list(&self.db.pool, tenant, filter, after, limit).await
+    }
+}
+
+#[async_trait]
+impl Reencryption for SqlStore {
+    async fn reseal_batch(&self, _now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
+        let newest = self.keys.ring().sealing_key_id().to_owned();
+        let stale = records::stale_answers(&self.db.pool, &newest, limit).await?;
+        let mut resealed = 0;
+        for row in stale {
+            let fresh =
+                self.keys
+                    .reseal(Field::Answer, &scope_to_store(&row.scope), &row.answer)?;
+            let _writer = self.db.writer().await;
+            if records::reseal(&self.db.pool, &row.scope, &row.answer, &fresh).await? {
+                resealed += 1;
+            }
+        }
+        Ok(resealed)
+    }
+
+    async fn sealed_count(&self) -> Result<SealedCount, StoreError> {
+        let newest = self.keys.ring().sealing_key_id().to_owned();
+        let by_key = records::answers_by_key(&self.db.pool).await?;
+        let stale = by_key
+            .iter()
+            .filter(|(id, _)| *id != newest)
+            .map(|(_, n)| u64::try_from(*n).unwrap_or(0))
+            .sum();
+        Ok(SealedCount {
+            stale,
+            by_key: Some(
+                by_key
+                    .into_iter()
+                    .map(|(id, n)| (id, u64::try_from(n).unwrap_or(0)))
+                    .collect(),
+            ),
+        })
     }
 }
