@@ -33,6 +33,11 @@
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
 //!   [`group_commit`], [`read_index`], [`metrics`].
+//! - **trust**: [`authz`] — who may call what, by the identity of the
+//!   caller's client certificate: members speak Raft, nodes and routers
+//!   use their role's commands and reads, operators the rest. All three
+//!   listeners serve mutual TLS (`once-tls`) unless the member runs with
+//!   `--insecure-plaintext`.
 //! - **simulated WAN**: [`wan`] — member regions, a per-RPC latency between
 //!   regions and partitions (an isolated member, regions cut off from a
 //!   member), enforced by the transports themselves. The client's side of
@@ -172,6 +177,7 @@
 
 pub mod api_service;
 pub mod apply;
+pub mod authz;
 pub mod config;
 pub mod group_commit;
 pub mod log_store;

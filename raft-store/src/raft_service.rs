@@ -2,6 +2,9 @@
 //! (apart from the client API, so client load and body limits never stall
 //! heartbeats), handing each postcard request to the local `Raft`.
 //!
+//! Only store members may call it ([`crate::authz`]): a forged vote or
+//! append from any other identity is refused before raft sees it.
+//!
 //! While this member is isolated ([`crate::wan`]), RPCs from another region
 //! are refused before they reach raft, and so are RPCs from a region cut off
 //! from it or refused one way, with an answer the sender maps to
@@ -15,6 +18,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
 
+use once_tls::Role;
+
+use crate::authz::{self, Access, Require};
 use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
@@ -25,15 +31,24 @@ use crate::wire::Postcard;
 
 /// `max_body` bounds one append batch or snapshot chunk; a sender over it
 /// gets 413 and splits the batch. `wan` decides which senders get through.
-pub fn router(raft: Raft, max_body: usize, wan: Arc<SimulatedWan>) -> Router {
+pub fn router(raft: Raft, max_body: usize, wan: Arc<SimulatedWan>, access: Access) -> Router {
     Router::new()
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(INITIALIZED_PATH, get(initialized))
         .layer(DefaultBodyLimit::max(max_body))
-        // Outermost: a partitioned sender's body is never even read.
+        // A partitioned sender's body is never even read.
         .layer(axum::middleware::from_fn_with_state(wan, partition))
+        // Outermost: only members speak Raft, partition or not.
+        .layer(axum::middleware::from_fn_with_state(
+            Require {
+                access,
+                roles: &[Role::StoreMember],
+                what: "speak Raft",
+            },
+            authz::require,
+        ))
         .with_state(raft)
 }
 

@@ -163,12 +163,15 @@ impl TestDb {
     pub fn node_args(&self) -> Vec<String> {
         match &self.store {
             None => vec![],
-            Some(cluster) => vec![
+            Some(cluster) => [
                 "--idempotency-store".into(),
                 "raft".into(),
                 "--store-endpoints".into(),
                 cluster.endpoints().join(","),
-            ],
+            ]
+            .into_iter()
+            .chain(cluster.tls_flags("node", once_tls::Role::Node))
+            .collect(),
         }
     }
 
@@ -272,7 +275,10 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
     if let Some(cluster) = &db.store {
         config.idempotency_store = StoreMode::Raft(RaftStoreConfig {
             endpoints: cluster.endpoints(),
-            client: Default::default(),
+            client: once_store_client::client::ClientOptions {
+                tls: Some(cluster.identity("node", once_tls::Role::Node)),
+                ..Default::default()
+            },
         });
     }
     config

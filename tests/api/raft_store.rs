@@ -3,8 +3,12 @@
 //! restart, a member wiped and re-added through a snapshot, a partition,
 //! a member whose clock runs 60 s ahead, and a region isolated by the
 //! members' own simulated WAN (`once store --peer-regions`, `/admin/partition`).
+//! Every link is mutual TLS (`cluster`); `trust` replays issue 14's attacks
+//! against the members, `certs` checks `once certs` and the plaintext switch.
 
+mod certs;
 pub mod cluster;
+mod trust;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -119,7 +123,7 @@ async fn killing_the_leader_under_concurrent_claims_loses_no_acknowledged_claim_
     let client = Arc::new(cluster.client(ClientOptions {
         attempt_timeout: Duration::from_secs(2),
         deadline: Duration::from_secs(20),
-        ..ClientOptions::default()
+        ..cluster.client_options()
     }));
     let acked: Arc<Mutex<Vec<Reply>>> = Arc::default();
     let answered = Arc::new(AtomicUsize::new(0));
@@ -318,7 +322,7 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
             .unwrap();
     }
     let admin_endpoints = cluster.admin_endpoints();
-    admin::change_membership(&cluster::operator(), &admin_endpoints, vec![1, 2])
+    admin::change_membership(&cluster.operator(), &admin_endpoints, vec![1, 2])
         .await
         .expect("remove member 3");
     cluster.kill(3).await;
@@ -331,7 +335,7 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
     }
     let leader = cluster.wait_for_leader(&[1, 2]).await;
     admin::snapshot(
-        &cluster::operator(),
+        &cluster.operator(),
         &cluster.members[&leader].admin_endpoint(),
     )
     .await
@@ -345,21 +349,23 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
 
     cluster.spawn(3, None).await;
     // Alive, but not a member yet: not ready (a rolling upgrade waits).
+    let operator = cluster.operator();
     let probe = |path: &str| {
-        let url = format!("http://{}{path}", cluster.members[&3].endpoint());
-        async move { reqwest::get(url).await.unwrap().status().as_u16() }
+        let url = format!("https://{}{path}", cluster.members[&3].endpoint());
+        let http = operator.http().clone();
+        async move { http.get(url).send().await.unwrap().status().as_u16() }
     };
     assert_eq!(probe("/healthz").await, 200);
     assert_eq!(probe("/readyz").await, 503);
     let raft_addr = cluster.advertised(3);
-    admin::add_learner(&cluster::operator(), &admin_endpoints, 3, &raft_addr)
+    admin::add_learner(&cluster.operator(), &admin_endpoints, 3, &raft_addr)
         .await
         .expect("add learner");
     eventually(Duration::from_secs(20), || async {
         (probe("/readyz").await == 200).then_some(())
     })
     .await;
-    admin::change_membership(&cluster::operator(), &admin_endpoints, vec![1, 2, 3])
+    admin::change_membership(&cluster.operator(), &admin_endpoints, vec![1, 2, 3])
         .await
         .expect("promote");
     cluster.wait_for_convergence(&[1, 2, 3]).await;
@@ -389,7 +395,7 @@ async fn a_minority_cannot_claim_and_the_majority_can() {
         ClientOptions {
             attempt_timeout: Duration::from_secs(1),
             deadline: Duration::from_secs(4),
-            ..ClientOptions::default()
+            ..cluster.client_options()
         },
     )
     .unwrap();
@@ -411,7 +417,7 @@ async fn a_minority_cannot_claim_and_the_majority_can() {
             .iter()
             .map(|id| cluster.members[id].endpoint())
             .collect::<Vec<_>>(),
-        ClientOptions::default(),
+        cluster.client_options(),
     )
     .unwrap();
     let Reply::Claimed(won) = majority_client
@@ -484,7 +490,7 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
     let admin_endpoint_1 = cluster.members[&1].admin_endpoint();
     // Make the skewed member the leader: every command passes through it.
     eventually(Duration::from_secs(30), || async {
-        let _ = admin::elect(&cluster::operator(), &admin_endpoint_1).await;
+        let _ = admin::elect(&cluster.operator(), &admin_endpoint_1).await;
         let leader = cluster.wait_for_leader(&cluster.ids()).await;
         (leader == 1).then_some(())
     })
@@ -509,7 +515,7 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
     // is the documented cost of skew), but the old owner is then fenced…
     let fast = cluster.client(ClientOptions {
         clock_offset_ms: 60_000,
-        ..ClientOptions::default()
+        ..cluster.client_options()
     });
     let Reply::Claimed(r2) = owner.claim(claim("k2", "o2", "fp")).await.unwrap() else {
         panic!("claimed");
@@ -566,9 +572,10 @@ async fn a_member_sixty_seconds_ahead_never_causes_a_duplicate_or_overwrites_a_c
 async fn every_member_exposes_raft_metrics() {
     let cluster = Cluster::start(3).await;
     let leader = cluster.wait_for_leader(&cluster.ids()).await;
-    let client = reqwest::Client::new();
+    let operator = cluster.operator();
+    let client = operator.http();
     for id in cluster.ids() {
-        let url = format!("http://{}/metrics", cluster.members[&id].admin_endpoint());
+        let url = format!("https://{}/metrics", cluster.members[&id].admin_endpoint());
         let text = client.get(url).send().await.unwrap().text().await.unwrap();
         let value = |name: &str| -> i64 {
             text.lines()
@@ -607,12 +614,12 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
         .collect();
     let isolated_endpoint = cluster.members[&isolated].endpoint();
     let isolated_admin = cluster.members[&isolated].admin_endpoint();
-    let isolated_region = admin::partition(&cluster::operator(), &isolated_admin)
+    let isolated_region = admin::partition(&cluster.operator(), &isolated_admin)
         .await
         .unwrap()
         .region;
     let other_region = admin::partition(
-        &cluster::operator(),
+        &cluster.operator(),
         &cluster.members[&majority[0]].admin_endpoint(),
     )
     .await
@@ -620,11 +627,11 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
     .region;
     assert_ne!(isolated_region, other_region);
 
-    admin::set_partition(&cluster::operator(), &isolated_admin, true)
+    admin::set_partition(&cluster.operator(), &isolated_admin, true)
         .await
         .unwrap();
     assert!(
-        admin::partition(&cluster::operator(), &isolated_admin)
+        admin::partition(&cluster.operator(), &isolated_admin)
             .await
             .unwrap()
             .isolated
@@ -639,7 +646,7 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
     let short = ClientOptions {
         attempt_timeout: Duration::from_secs(1),
         deadline: Duration::from_secs(3),
-        ..ClientOptions::default()
+        ..cluster.client_options()
     };
     let stranded = StoreClient::new(
         std::slice::from_ref(&isolated_endpoint),
@@ -682,7 +689,7 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
         &cluster.endpoints(),
         ClientOptions {
             region: Some(other_region.clone()),
-            ..ClientOptions::default()
+            ..cluster.client_options()
         },
     )
     .unwrap();
@@ -696,11 +703,11 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
 
     // Healing: the isolated member rejoins under the new term, drops its
     // uncommitted claim and catches up with the majority's.
-    admin::set_partition(&cluster::operator(), &isolated_admin, false)
+    admin::set_partition(&cluster.operator(), &isolated_admin, false)
         .await
         .unwrap();
     assert!(
-        !admin::partition(&cluster::operator(), &isolated_admin)
+        !admin::partition(&cluster.operator(), &isolated_admin)
             .await
             .unwrap()
             .isolated
@@ -732,7 +739,7 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
         std::slice::from_ref(&isolated_endpoint),
         ClientOptions {
             region: Some(other_region),
-            ..ClientOptions::default()
+            ..cluster.client_options()
         },
     )
     .unwrap();
