@@ -42,7 +42,11 @@ KEY=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$HOME
 STORE=$(json "$C" "d['regions'][0]['store']['admin_url']")
 STORE_ID=$(json "$C" "d['regions'][0]['store']['id']")
 ENDPOINTS=$(json "$C" "','.join(r['store']['api_url'] for r in d['regions'])")
-curl -sf -X POST -H "Authorization: Bearer $(json "$C" "d['admin_token']")" "$STORE/admin/elect" >/dev/null
+# The members speak mutual TLS only: once up's operator certificate.
+export ONCE_TLS_CA=$(json "$C" "d['tls']['ca']") ONCE_TLS_CERT=$(json "$C" "d['tls']['operator']['cert']") \
+  ONCE_TLS_KEY=$(json "$C" "d['tls']['operator']['key']")
+curl -sf --cacert "$ONCE_TLS_CA" --cert "$ONCE_TLS_CERT" --key "$ONCE_TLS_KEY" -X POST \
+  -H "Authorization: Bearer $(json "$C" "d['admin_token']")" "$STORE/admin/elect" >/dev/null
 for _ in $(seq 1 100); do
   [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
 done

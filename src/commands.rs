@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod api_keys;
+pub mod certs;
 pub mod drill;
 pub mod edge;
 pub mod events;
@@ -11,6 +12,7 @@ pub mod provider_sim;
 pub mod records;
 pub mod router;
 pub mod store;
+pub mod tls;
 pub mod up;
 
 /// Marks an error as bad configuration: `main` exits with code 64 before

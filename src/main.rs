@@ -30,6 +30,9 @@ enum Command {
     /// Manage API keys.
     #[command(subcommand)]
     Keys(commands::keys::KeysCommand),
+    /// Make a CA and issue the certificates of the internal links (mutual TLS).
+    #[command(subcommand)]
+    Certs(commands::certs::CertsCommand),
     /// Run the payment-provider simulator.
     ProviderSim(commands::provider_sim::ProviderSimArgs),
     /// Inspect and resolve idempotency records through a node's admin API.
@@ -54,6 +57,7 @@ impl Command {
             Command::Store(_) => ("once-store", None),
             Command::Migrate(_)
             | Command::Keys(_)
+            | Command::Certs(_)
             | Command::Records(_)
             | Command::Events(_)
             | Command::Bench(_)
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
             Command::Router(args) => commands::router::run(args).await,
             Command::Store(args) => commands::store::run(args).await,
             Command::Keys(cmd) => commands::keys::run(cmd),
+            Command::Certs(cmd) => commands::certs::run(cmd),
             Command::ProviderSim(args) => commands::provider_sim::run(args).await,
             Command::Records(args) => commands::records::run(args).await,
             Command::Events(args) => commands::events::run(args).await,

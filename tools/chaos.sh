@@ -28,9 +28,16 @@ grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
 # Every store member's role, term and commit index once a second, kept with
 # every report: what an election storm looks like from outside.
 python3 - "$DIR/up/cluster.json" >"$DIR/members.log" 2>&1 <<'PY' &
-import json, sys, time, urllib.request
+import json, ssl, sys, time, urllib.request
 cluster = json.load(open(sys.argv[1]))
 token = cluster["admin_token"]
+# The members speak mutual TLS only: present once up's operator certificate.
+tls = cluster.get("tls")
+context = None
+if tls:
+    context = ssl.create_default_context(cafile=tls["ca"])
+    context.check_hostname = False  # the identity, not the host name, is what counts
+    context.load_cert_chain(tls["operator"]["cert"], tls["operator"]["key"])
 while True:
     row = [time.strftime("%H:%M:%S"), open("/proc/loadavg").read().split()[0]]
     for region in cluster["regions"]:
@@ -38,7 +45,7 @@ while True:
         try:
             req = urllib.request.Request(store["admin_url"] + "/api/status",
                                          headers={"Authorization": "Bearer " + token})
-            s = json.load(urllib.request.urlopen(req, timeout=1))
+            s = json.load(urllib.request.urlopen(req, timeout=1, context=context))
             row.append(f"{s['id']}:{s['state']}/leader {s['leader']}/term {s['term']}/commit {s['committed_index']}")
         except Exception:
             row.append(f"{store['id']}:unreachable")

@@ -237,7 +237,8 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
     // Pids changed with the restarts: the evidence is read from the
     // cluster as it is now.
     let cluster = ctx.cluster()?;
-    let http = reqwest::Client::builder()
+    let http = cluster
+        .http_client()?
         .timeout(Duration::from_secs(30))
         .build()?;
     let evidence = gather::gather(&cluster, log.snapshot(), &http).await;

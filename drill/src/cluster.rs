@@ -27,6 +27,69 @@ pub struct Cluster {
     /// up` did not start.
     #[serde(default)]
     pub control: Option<Endpoint>,
+    /// The cluster's CA and the operator certificate the drill presents to
+    /// the store members (mutual TLS); absent for a cluster in plaintext.
+    #[serde(default)]
+    pub tls: Option<ClusterTls>,
+}
+
+/// Where `once up` keeps the CA and the operator's certificate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterTls {
+    pub ca: std::path::PathBuf,
+    pub operator: CertificatePair,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertificatePair {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
+
+impl Cluster {
+    /// The operator's identity, when the cluster runs mutual TLS.
+    pub fn operator_tls(&self) -> anyhow::Result<Option<once_tls::Tls>> {
+        let Some(tls) = &self.tls else {
+            return Ok(None);
+        };
+        let files = once_tls::TlsFiles {
+            ca: tls.ca.clone(),
+            cert: tls.operator.cert.clone(),
+            key: tls.operator.key.clone(),
+        };
+        Ok(Some(once_tls::Tls::load(&files).map_err(|e| {
+            anyhow::anyhow!("loading the operator's certificate: {e}")
+        })?))
+    }
+
+    /// An HTTP client for every URL of the cluster: plain ones, and the
+    /// store members' `https://` ones with the operator's certificate.
+    pub fn http_client(&self) -> anyhow::Result<reqwest::ClientBuilder> {
+        Ok(match self.operator_tls()? {
+            Some(tls) => tls.http_client(),
+            None => reqwest::Client::builder(),
+        })
+    }
+
+    /// A reader of the members' status: the operator's certificate with
+    /// mutual TLS, no admin token.
+    pub fn observer(&self) -> anyhow::Result<once_store_client::admin::Operator> {
+        Ok(once_store_client::admin::Operator::with_tls(
+            None,
+            self.operator_tls()?.as_ref(),
+        ))
+    }
+
+    /// The operator of the store members: the admin token, and the
+    /// operator's certificate with mutual TLS.
+    pub fn operator(&self) -> anyhow::Result<once_store_client::admin::Operator> {
+        let token = once_edge::AdminToken::new(self.admin_token.clone())
+            .map_err(|e| anyhow::anyhow!("the cluster's admin token: {e}"))?;
+        Ok(once_store_client::admin::Operator::with_tls(
+            Some(&token),
+            self.operator_tls()?.as_ref(),
+        ))
+    }
 }
 
 /// A service reachable at a base URL.

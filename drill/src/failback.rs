@@ -32,12 +32,16 @@ pub struct FailbackResult {
 /// down moves its tenants away again.
 pub async fn wait_until_healthy(
     store_endpoints: &[String],
+    tls: Option<once_tls::Tls>,
     region: &str,
     timeout: Duration,
 ) -> anyhow::Result<()> {
     let store = once_store_client::client::StoreClient::new(
         store_endpoints,
-        once_store_client::client::ClientOptions::default(),
+        once_store_client::client::ClientOptions {
+            tls,
+            ..Default::default()
+        },
     )?;
     let deadline = Instant::now() + timeout;
     let mut tick = tokio::time::interval(Duration::from_millis(250));

@@ -40,8 +40,18 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
         Err(e) => evidence.gaps.push(format!("the provider's ledger: {e:#}")),
     }
     let mut statuses = Vec::new();
+    let operator = match cluster.observer() {
+        Ok(operator) => Some(operator),
+        Err(e) => {
+            evidence.gaps.push(format!("the store's operator: {e:#}"));
+            None
+        }
+    };
     for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {
-        let status = once_store_client::admin::status(member.admin()).await.ok();
+        let status = match &operator {
+            Some(operator) => operator.status(member.admin()).await.ok(),
+            None => None,
+        };
         statuses.push((member.admin().to_owned(), status));
     }
     let mut store_errors = Vec::new();

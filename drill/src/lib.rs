@@ -175,7 +175,8 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         args.rate
     ));
 
-    let http = reqwest::Client::builder()
+    let http = cluster
+        .http_client()?
         .timeout(Duration::from_secs(10))
         .build()?;
     let log = Arc::new(SharedLog::default());
@@ -276,7 +277,14 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
                 .collect();
             let timeout = Duration::from_secs(args.failback_timeout);
             timeline.record(
-                match failback::wait_until_healthy(&endpoints, &region.name, timeout).await {
+                match failback::wait_until_healthy(
+                    &endpoints,
+                    cluster.operator_tls()?,
+                    &region.name,
+                    timeout,
+                )
+                .await
+                {
                     Ok(()) => format!("region {} healthy again in raft-store", region.name),
                     Err(e) => format!("region {} not seen healthy: {e:#}", region.name),
                 },

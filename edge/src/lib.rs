@@ -7,7 +7,9 @@
 //!
 //! - [`server`]: the one server builder: connection cap, header/idle
 //!   timeouts, the whole-request deadline, one in-flight limit per listener
-//!   with load shedding, panic catching, graceful drain. [`limits`] holds its
+//!   with load shedding, panic catching, graceful drain, and optionally
+//!   TLS ([`Server::with_tls`]; the client's `once_tls::Identity` rides on
+//!   each request for the role's authorisation). [`limits`] holds its
 //!   tunables and their defaults.
 //! - [`body`]: reading a request body within a size limit and a deadline.
 //! - [`error`]: the API's error type, its stable codes and JSON shape.

@@ -16,6 +16,15 @@
 //! | whole request | timeout around the router | `503`, `Retry-After` |
 //! | a path with dot segments, encoded dots or slashes | before any layer | `400 INVALID_PATH` |
 //! | a panicking handler | `catch_unwind` around the whole request | `500 INTERNAL_ERROR` |
+//! | TLS handshake time (with [`Server::with_tls`]) | the header read timeout, from accept | connection closed |
+//!
+//! With [`Server::with_tls`] every connection is TLS first; the rustls
+//! configuration decides whether a client certificate is required (the
+//! internal listeners require one chained to the CA, see `once-tls`). The
+//! identity the client's certificate names is put on each of its requests
+//! as an [`Identity`] extension, for the role's authorisation layer; a
+//! plaintext listener puts none. A client that fails the handshake (plain
+//! HTTP, no certificate, another CA) is closed before hyper sees a byte.
 //!
 //! Memory per connection is then bounded by hyper's read buffer
 //! (`max_header_bytes`) and the role's body limit, and the number of
@@ -41,12 +50,15 @@ use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use once_tls::Identity;
 use std::panic::AssertUnwindSafe;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
 use crate::body::DeadlineBody;
@@ -56,12 +68,23 @@ use crate::metrics::{CloseLabels, EdgeMetrics, ListenerLabel};
 use prometheus_client::metrics::counter::Counter;
 
 /// A bound listener with its limits, not serving yet.
-#[derive(Debug)]
 pub struct Server {
     name: &'static str,
     listener: TcpListener,
     limits: ServerLimits,
     metrics: EdgeMetrics,
+    tls: Option<TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.name)
+            .field("listener", &self.listener)
+            .field("limits", &self.limits)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Server {
@@ -79,7 +102,17 @@ impl Server {
             listener,
             limits,
             metrics,
+            tls: None,
         })
+    }
+
+    /// Serves TLS with `config` (which says whether a client certificate is
+    /// required); each request carries the client's [`Identity`].
+    pub fn with_tls(self, config: Arc<rustls::ServerConfig>) -> Self {
+        Self {
+            tls: Some(TlsAcceptor::from(config)),
+            ..self
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -101,6 +134,7 @@ impl Server {
             listener,
             limits,
             metrics,
+            tls,
         } = self;
         let service = requests(router, &limits);
         let (stop, stopping) = watch::channel(false);
@@ -132,6 +166,7 @@ impl Server {
             let _ = stream.set_nodelay(true);
             connections.spawn(connection(
                 stream,
+                tls.clone(),
                 service.clone(),
                 limits,
                 Conn {
@@ -266,6 +301,9 @@ struct Conn {
 enum CloseReason {
     HeaderTimeout,
     IdleTimeout,
+    /// No TLS session within the header timeout: plain HTTP, no or a
+    /// foreign client certificate, or too slow.
+    TlsHandshake,
 }
 
 impl CloseReason {
@@ -273,9 +311,26 @@ impl CloseReason {
         match self {
             Self::HeaderTimeout => "header_timeout",
             Self::IdleTimeout => "idle_timeout",
+            Self::TlsHandshake => "tls_handshake",
         }
     }
 }
+
+impl Conn {
+    fn closed(&self, reason: CloseReason) {
+        self.metrics
+            .connections_closed
+            .get_or_create(&CloseLabels {
+                listener: self.label.listener.clone(),
+                reason: reason.as_str(),
+            })
+            .inc();
+    }
+}
+
+/// A connection's byte stream, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// Drives one connection and closes it when its client overstays: the
 /// headers of a request must be complete within the header read timeout of
@@ -283,6 +338,7 @@ impl CloseReason {
 /// kept-alive connection may sit idle for the idle timeout.
 async fn connection<S>(
     stream: TcpStream,
+    tls: Option<TlsAcceptor>,
     service: S,
     limits: ServerLimits,
     conn: Conn,
@@ -298,10 +354,38 @@ async fn connection<S>(
         .clone();
     open.inc();
     let activity = Arc::new(Activity::new());
-    let io = TokioIo::new(Watched {
+    let watched = Watched {
         inner: stream,
         activity: activity.clone(),
-    });
+    };
+    let (io, peer): (Box<dyn Io>, Option<Identity>) = match tls {
+        None => (Box::new(watched), None),
+        Some(acceptor) => {
+            match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(watched)).await {
+                Ok(Ok(session)) => {
+                    let peer = session
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|cert| Identity::of_certificate(cert));
+                    (Box::new(session), peer)
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake refused");
+                    conn.closed(CloseReason::TlsHandshake);
+                    open.dec();
+                    return;
+                }
+                Err(_) => {
+                    conn.closed(CloseReason::TlsHandshake);
+                    open.dec();
+                    return;
+                }
+            }
+        }
+    };
+    let io = TokioIo::new(io);
     let body_timeout = limits.body_read_timeout;
     let tracked = activity.clone();
     let refusals = Refusals::new(&conn.metrics, &conn.label, limits.request_deadline);
@@ -312,7 +396,10 @@ async fn connection<S>(
         // Before anything else: a path that could mean two things is
         // refused here, in every role, whatever its routes are.
         let canonical = crate::path::is_canonical(request.uri().path());
-        let request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+        let mut request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
+        if let Some(peer) = &peer {
+            request.extensions_mut().insert(peer.clone());
+        }
         let refusals = refusals.clone();
         async move {
             let response = if canonical {
@@ -350,13 +437,7 @@ async fn connection<S>(
         let recheck_at = match activity.due(&limits) {
             Ok(at) => at,
             Err(reason) => {
-                conn.metrics
-                    .connections_closed
-                    .get_or_create(&CloseLabels {
-                        listener: conn.label.listener.clone(),
-                        reason: reason.as_str(),
-                    })
-                    .inc();
+                conn.closed(reason);
                 break;
             }
         };

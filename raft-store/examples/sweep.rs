@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use once_raft_store::command::{
-    Batch, BusinessKey, ClientRequest, NewClaim, Op, Reply, Scope, Step, StoredResponse,
+    Batch, BusinessKey, ClientRequest, NewClaim, Op, Reply, Scope, Sealed, Step,
 };
 use once_raft_store::state_machine::StateMachine;
 use once_raft_store::types::{Entry, LogId};
@@ -90,7 +90,7 @@ async fn main() {
                     payment_id: Some(format!("pay_{k:032x}")),
                     provider_key: None,
                     step: Step::ProviderRequestSent,
-                    payload: Some(vec![0; 64]),
+                    payload: Some(Sealed(vec![0; 64])),
                     trace_id: None,
                     region: "eu".into(),
                     epoch: 0,
@@ -105,12 +105,7 @@ async fn main() {
             .map(|k| Op::Complete {
                 scope: scope(*k),
                 fence: 1,
-                response: StoredResponse {
-                    status: 201,
-                    headers: vec![],
-                    body: vec![b'x'; 200],
-                    schema_version: 1,
-                },
+                response: Sealed(vec![b'x'; 260]),
                 expires_after_ms: window,
             })
             .collect();

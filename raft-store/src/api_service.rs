@@ -3,9 +3,10 @@
 //!
 //! | listener | routes | credential |
 //! |---|---|---|
-//! | client API | write, read, status, `/healthz`, `/readyz` | none (issue: mTLS) |
-//! | admin | status, `/metrics`, `/healthz`, `/readyz` | none |
-//! | admin | records dump, add-learner, change-membership, snapshot, elect, partition | admin token |
+//! | client API | write, read, status, `/healthz`, `/readyz` | a client certificate; each command and read by role ([`crate::authz`]) |
+//! | admin | `/healthz`, `/readyz` | TLS, no client certificate needed (probes) |
+//! | admin | status, `/metrics` | a client certificate of the CA |
+//! | admin | records dump, add-learner, change-membership, snapshot, elect, partition | an operator's certificate and the admin token |
 //!
 //! Writes go through group commit; linearizable reads through the coalesced
 //! read index. A read that only needs a *final* record (`COMPLETED` or
@@ -32,6 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -39,13 +41,15 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use once_edge::{AdminToken, EdgeMetrics};
+use once_tls::Role;
 
+use crate::authz::{self, Access, Caller, Require};
 use crate::command::Record;
 use crate::group_commit::GroupCommit;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
     ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
-    Status, WRITE_PATH, WriteAnswer, WriteRequest,
+    Status, WRITE_PATH, WriteRequest,
 };
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
@@ -59,6 +63,9 @@ pub struct ApiState {
     pub admin_token: Option<Arc<AdminToken>>,
     /// The edge's metrics of this member's three listeners.
     pub edge: EdgeMetrics,
+    /// Whether callers' identities are checked (always, but with
+    /// `--insecure-plaintext`).
+    pub access: Access,
     pub id: NodeId,
     pub raft: Raft,
     /// A clone of the state machine: reads go straight to redb (MVCC read
@@ -96,6 +103,21 @@ pub fn client_router(state: Arc<ApiState>) -> Router {
             state.clone(),
             refuse_across_partition,
         ))
+        // The caller, for the per-command and per-read checks.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.access,
+            authz::identify,
+        ))
+        // Outside the partition check: a caller with no identity learns
+        // nothing, not even that the member is isolated.
+        .route_layer(axum::middleware::from_fn_with_state(
+            Require {
+                access: state.access,
+                roles: authz::ANY_ROLE,
+                what: "use the client API",
+            },
+            authz::require,
+        ))
         // A server span per request, continuing the caller's trace.
         .layer(axum::middleware::from_fn(server_span))
         .with_state(state)
@@ -112,15 +134,37 @@ pub fn admin_router(state: Arc<ApiState>) -> Router {
         .route(ELECT_PATH, post(elect))
         .route(PARTITION_PATH, get(partition).post(set_partition));
     #[cfg(feature = "failpoints")]
-    let operator_only = operator_only.route(CLOCK_ADVANCE_PATH, post(advance_clock));
-    let operator_only = operator_only.route_layer(axum::middleware::from_fn_with_state(
-        state.admin_token.clone(),
-        once_edge::admin::require,
-    ));
+    let operator_only =
+        operator_only.route(crate::protocol::CLOCK_ADVANCE_PATH, post(advance_clock));
+    let operator_only = operator_only
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.admin_token.clone(),
+            once_edge::admin::require,
+        ))
+        // Outside the token check: only an operator's certificate gets as
+        // far as presenting a token.
+        .route_layer(axum::middleware::from_fn_with_state(
+            Require {
+                access: state.access,
+                roles: &[Role::Operator],
+                what: "change membership, elect, snapshot, partition or dump records, move the clock",
+            },
+            authz::require,
+        ));
     Router::new()
         .merge(operator_only)
         .route(STATUS_PATH, get(status))
         .route("/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Require {
+                access: state.access,
+                roles: authz::ANY_ROLE,
+                what: "use the admin listener",
+            },
+            authz::require,
+        ))
+        // After the layer above, so outside it: the only routes a client
+        // without a certificate (a kubelet's probe) gets an answer from.
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .layer(axum::middleware::from_fn(server_span))
@@ -176,16 +220,24 @@ async fn set_partition(
 #[tracing::instrument(name = "raft write", skip_all)]
 async fn write(
     State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
     Postcard(request): Postcard<WriteRequest>,
-) -> Postcard<WriteAnswer> {
-    Postcard(state.group_commit.submit(request).await)
+) -> Response {
+    if !caller.may_write(&request.op) {
+        return authz::forbidden(&caller, "propose this command");
+    }
+    Postcard(state.group_commit.submit(request).await).into_response()
 }
 
 async fn read(
     State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
     Postcard(read): Postcard<Read>,
-) -> Postcard<ReadAnswer> {
-    Postcard(serve_read(&state, read).await)
+) -> Response {
+    if !caller.may_read(&read) {
+        return authz::forbidden(&caller, "make this read");
+    }
+    Postcard(serve_read(&state, read).await).into_response()
 }
 
 async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
@@ -388,12 +440,10 @@ async fn snapshot(State(state): State<Arc<ApiState>>) -> Response {
     }
 }
 
-/// Test builds only: moves this member's clock forward by the body's
-/// milliseconds, so scenario tests can run a lease or a replay window out
-/// without waiting (every member is moved; see `crate::clock`).
-#[cfg(feature = "failpoints")]
-pub const CLOCK_ADVANCE_PATH: &str = "/admin/clock/advance";
-
+/// Test builds only (`CLOCK_ADVANCE_PATH`): moves this member's clock
+/// forward by the body's milliseconds, so scenario tests can run a lease or
+/// a replay window out without waiting (every member is moved; see
+/// `crate::clock`).
 #[cfg(feature = "failpoints")]
 async fn advance_clock(State(state): State<Arc<ApiState>>, Json(by_ms): Json<i64>) -> Response {
     state.clock.advance(by_ms);

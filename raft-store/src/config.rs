@@ -52,6 +52,11 @@ pub struct StoreConfig {
     pub admin_addr: SocketAddr,
     /// Bearer token of the operator endpoints; `None` turns them off (404).
     pub admin_token: Option<AdminToken>,
+    /// This member's CA and certificate: every listener serves mutual TLS,
+    /// every peer RPC presents the certificate, and callers are authorised
+    /// by identity ([`crate::authz`]). `None` is plaintext with no checks
+    /// (development only: `once store --insecure-plaintext`).
+    pub tls: Option<once_tls::Tls>,
     /// What the client API and admin listeners tolerate; the Raft listener
     /// gets the same with deadlines long enough for a snapshot chunk.
     pub limits: ServerLimits,
@@ -94,6 +99,7 @@ impl StoreConfig {
             api_addr,
             admin_addr: SocketAddr::new(api_addr.ip(), 0),
             admin_token: None,
+            tls: None,
             limits: ServerLimits::default(),
             data_dir,
             peers: BTreeMap::new(),

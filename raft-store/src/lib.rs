@@ -37,6 +37,11 @@
 //!   and admin endpoints, answering [`protocol`]'s messages),
 //!   [`group_commit`], [`read_index`], [`metrics`], [`clock`] (leader-stamped
 //!   time and the clock checks between members).
+//! - **trust**: [`authz`] — who may call what, by the identity of the
+//!   caller's client certificate: members speak Raft, nodes and routers
+//!   use their role's commands and reads, operators the rest. All three
+//!   listeners serve mutual TLS (`once-tls`) unless the member runs with
+//!   `--insecure-plaintext`.
 //! - **simulated WAN**: [`wan`] — member regions, a per-RPC latency between
 //!   regions and partitions (an isolated member, regions cut off from a
 //!   member), enforced by the transports themselves. The client's side of
@@ -173,6 +178,7 @@
 
 pub mod api_service;
 pub mod apply;
+pub mod authz;
 pub mod clock;
 pub mod config;
 pub mod group_commit;

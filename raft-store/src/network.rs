@@ -72,6 +72,9 @@ pub const INITIALIZED_PATH: &str = "/raft/initialized";
 pub struct Network {
     id: NodeId,
     http: reqwest::Client,
+    /// `https` with a certificate (every peer is then dialled with mutual
+    /// TLS, presenting this member's certificate), `http` without.
+    scheme: &'static str,
     max_body: usize,
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
@@ -85,8 +88,13 @@ impl Network {
         local_address: Option<IpAddr>,
         connect_timeout: Duration,
         max_body: usize,
+        tls: Option<&once_tls::Tls>,
     ) -> reqwest::Result<Self> {
-        let http = reqwest::Client::builder()
+        let (builder, scheme) = match tls {
+            Some(tls) => (tls.http_client().https_only(true), "https"),
+            None => (reqwest::Client::builder(), "http"),
+        };
+        let http = builder
             .local_address(local_address)
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
@@ -95,6 +103,7 @@ impl Network {
         Ok(Self {
             id,
             http,
+            scheme,
             max_body,
             wan: Arc::new(SimulatedWan::new(WanConfig::alone(id))),
             clock: Arc::new(ClockGuard::new(
@@ -124,7 +133,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             link: Arc::new(Link {
                 id: self.id,
                 target,
-                base: format!("http://{}", node.addr),
+                base: format!("{}://{}", self.scheme, node.addr),
                 http: self.http.clone(),
                 max_body: self.max_body,
                 wan: self.wan.clone(),

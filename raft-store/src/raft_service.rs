@@ -7,6 +7,9 @@
 //! request from a candidate whose clock disagrees with this member's is
 //! refused before raft sees it (`409`).
 //!
+//! Only store members may call it ([`crate::authz`]): a forged vote or
+//! append from any other identity is refused before raft sees it.
+//!
 //! While this member is isolated ([`crate::wan`]), RPCs from another region
 //! are refused before they reach raft, and so are RPCs from a region cut off
 //! from it or refused one way, with an answer the sender maps to
@@ -21,6 +24,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
+use once_tls::Role;
+
+use crate::authz::{self, Access, Require};
 use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
@@ -31,12 +37,13 @@ use crate::wire::Postcard;
 
 /// `max_body` bounds one append batch or snapshot chunk; a sender over it
 /// gets 413 and splits the batch. `wan` decides which senders get through;
-/// `clock` reads and judges their clocks.
+/// `clock` reads and judges their clocks; `access` admits members only.
 pub fn router(
     raft: Raft,
     max_body: usize,
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
+    access: Access,
 ) -> Router {
     Router::new()
         .route(APPEND_PATH, post(append))
@@ -45,8 +52,17 @@ pub fn router(
         .route(INITIALIZED_PATH, get(initialized))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(clock, exchange_clocks))
-        // Outermost: a partitioned sender's body is never even read.
+        // A partitioned sender's body is never even read.
         .layer(axum::middleware::from_fn_with_state(wan, partition))
+        // Outermost: only members speak Raft, partition or not.
+        .layer(axum::middleware::from_fn_with_state(
+            Require {
+                access,
+                roles: &[Role::StoreMember],
+                what: "speak Raft",
+            },
+            authz::require,
+        ))
         .with_state(raft)
 }
 

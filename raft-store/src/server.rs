@@ -1,7 +1,8 @@
 //! One raft-store member: opens the log and state machine in its data
 //! directory, starts openraft, binds its three listeners (Raft RPC, client
-//! API, admin) on the edge's server, and bootstraps the cluster when it is a
-//! founding member of a new one.
+//! API, admin) on the edge's server — each serving mutual TLS with the
+//! member's certificate unless it runs in plaintext for development — and
+//! bootstraps the cluster when it is a founding member of a new one.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,6 +14,7 @@ use openraft::{Config, SnapshotPolicy};
 use tokio::sync::watch;
 
 use crate::api_service::{self, ApiState};
+use crate::authz::Access;
 use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
 use crate::group_commit::GroupCommit;
@@ -110,6 +112,11 @@ impl StoreServer {
             .map_err(StartError::StateMachine)?;
 
         let edge = EdgeMetrics::default();
+        let access = if config.tls.is_some() {
+            Access::Verified
+        } else {
+            Access::Open
+        };
         // A snapshot chunk may take its whole timeout to arrive and apply.
         let raft_limits = ServerLimits {
             body_read_timeout: config
@@ -122,9 +129,30 @@ impl StoreServer {
                 .max(t.snapshot_chunk_timeout + std::time::Duration::from_secs(5)),
             ..config.limits
         };
-        let raft_server = bind("raft", config.raft_addr, raft_limits, &edge).await?;
-        let api_server = bind("api", config.api_addr, config.limits, &edge).await?;
-        let admin_server = bind("admin", config.admin_addr, config.limits, &edge).await?;
+        // The Raft and client API listeners require a client certificate;
+        // the admin listener lets a client without one finish the
+        // handshake for `/healthz` and `/readyz` only (a kubelet's probes
+        // present none) and refuses it everything else (`authz`).
+        let bind = |what, addr, limits, anonymous: bool| {
+            let tls = config.tls.as_ref().map(|tls| {
+                if anonymous {
+                    tls.server_config_anonymous_allowed()
+                } else {
+                    tls.server_config()
+                }
+            });
+            let edge = edge.clone();
+            async move {
+                let server = bind(what, addr, limits, &edge).await?;
+                Ok::<_, StartError>(match tls {
+                    Some(tls) => server.with_tls(tls),
+                    None => server,
+                })
+            }
+        };
+        let raft_server = bind("raft", config.raft_addr, raft_limits, false).await?;
+        let api_server = bind("api", config.api_addr, config.limits, false).await?;
+        let admin_server = bind("admin", config.admin_addr, config.limits, true).await?;
         let raft_addr = raft_server.local_addr();
         let api_addr = api_server.local_addr();
         let admin_addr = admin_server.local_addr();
@@ -140,6 +168,7 @@ impl StoreServer {
             Some(raft_addr.ip()),
             t.connect_timeout,
             config.max_body,
+            config.tls.as_ref(),
         )
         .map_err(StartError::Client)?
         .with_wan(wan.clone())
@@ -171,6 +200,7 @@ impl StoreServer {
             clock: clock.clone(),
             admin_token: config.admin_token.clone().map(Arc::new),
             edge,
+            access,
         });
         let (stop, stopping) = watch::channel(false);
         // Only an explicit stop ends them: a test that drops its handle
@@ -182,8 +212,13 @@ impl StoreServer {
         };
         let drain = std::time::Duration::from_secs(5);
         tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
-        let raft_router =
-            raft_service::router(raft.clone(), config.max_body, wan.clone(), clock.clone());
+        let raft_router = raft_service::router(
+            raft.clone(),
+            config.max_body,
+            wan.clone(),
+            clock.clone(),
+            access,
+        );
         tokio::spawn(raft_server.serve(raft_router, stopped(stopping.clone()), drain));
         let api_router = api_service::client_router(api.clone());
         tokio::spawn(api_server.serve(api_router, stopped(stopping.clone()), drain));
@@ -196,6 +231,7 @@ impl StoreServer {
             config.peers.clone(),
             raft_addr.ip(),
             wan.region().to_owned(),
+            config.tls.clone(),
         );
         Ok(Self {
             id: config.id,
@@ -264,6 +300,7 @@ fn bootstrap(
     peers: BTreeMap<NodeId, String>,
     local: std::net::IpAddr,
     region: String,
+    tls: Option<once_tls::Tls>,
 ) {
     if peers.keys().next() != Some(&id) {
         return;
@@ -274,7 +311,11 @@ fn bootstrap(
         if let Ok(value) = reqwest::header::HeaderValue::from_str(&region) {
             headers.insert(REGION_HEADER, value);
         }
-        let http = match reqwest::Client::builder()
+        let builder = match &tls {
+            Some(tls) => tls.http_client(),
+            None => reqwest::Client::builder(),
+        };
+        let http = match builder
             .local_address(local)
             .default_headers(headers)
             .timeout(std::time::Duration::from_secs(2))
@@ -296,7 +337,8 @@ fn bootstrap(
                     return;
                 }
             }
-            match peers_state(&http, id, &peers).await {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            match peers_state(&http, scheme, id, &peers).await {
                 PeersState::AllBlank => break,
                 PeersState::SomeInitialised(peer) => {
                     tracing::warn!(
@@ -336,11 +378,12 @@ enum PeersState {
 
 async fn peers_state(
     http: &reqwest::Client,
+    scheme: &str,
     id: NodeId,
     peers: &BTreeMap<NodeId, String>,
 ) -> PeersState {
     for (peer, addr) in peers.iter().filter(|(p, _)| **p != id) {
-        let url = format!("http://{addr}{INITIALIZED_PATH}");
+        let url = format!("{scheme}://{addr}{INITIALIZED_PATH}");
         let answer = match http.get(url).send().await {
             Ok(r) if r.status().is_success() => r.bytes().await.ok(),
             _ => None,

@@ -55,7 +55,7 @@ fn append_of(n: u64, bytes_each: usize) -> AppendEntriesRequest {
 }
 
 async fn connection_to(addr: String, max_body: usize) -> once_raft_store::network::Connection {
-    let mut network = Network::new(2, None, Duration::from_secs(1), max_body).unwrap();
+    let mut network = Network::new(2, None, Duration::from_secs(1), max_body, None).unwrap();
     network.new_client(1, &Node { addr }).await
 }
 
@@ -125,7 +125,7 @@ async fn connection_through(
     addr: String,
     wan: Arc<SimulatedWan>,
 ) -> once_raft_store::network::Connection {
-    let mut network = Network::new(2, None, Duration::from_secs(1), 1 << 20)
+    let mut network = Network::new(2, None, Duration::from_secs(1), 1 << 20, None)
         .unwrap()
         .with_wan(wan);
     network.new_client(1, &Node { addr }).await

@@ -47,6 +47,7 @@ impl RouterApp {
                 // store applies to this router too: a router cut off with
                 // its region cannot write failovers the majority never saw.
                 region: Some(config.region.clone()),
+                tls: config.store_tls.clone(),
                 ..ClientOptions::default()
             },
         )

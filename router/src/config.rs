@@ -43,6 +43,9 @@ pub struct RouterConfig {
     /// served here, and forwarding elsewhere pays `wan_latency`.
     pub region: String,
     pub store_endpoints: Vec<String>,
+    /// The router's CA and certificate for raft-store (mutual TLS, a
+    /// router identity); `None` for members in plaintext (development).
+    pub store_tls: Option<once_tls::Tls>,
     pub nodes: NodeDirectory,
     pub health: HealthConfig,
     /// How often the whole placement table is re-read (a 421 re-reads the
@@ -104,6 +107,7 @@ impl RouterConfig {
             tenant_limits: TenantLimits::default(),
             region: region.to_owned(),
             store_endpoints,
+            store_tls: None,
             nodes,
             health: HealthConfig::default(),
             placement_refresh: Duration::from_secs(2),

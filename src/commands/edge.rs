@@ -13,13 +13,6 @@ use once_edge::{AdminToken, ServerLimits, TenantLimit, TenantLimits};
 /// The environment variable the admin token is read from, in every role.
 pub const ADMIN_TOKEN_ENV: &str = "ONCE_ADMIN_TOKEN";
 
-/// What each role's `--help` says of it.
-pub const ADMIN_TOKEN_HELP: &str = "\
-Secrets:
-  ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
-  admin listener; at least 16 characters, or the process exits with code 64. Unset: the
-  operator endpoints are off (404). Never passed as a flag: a command line shows in `ps`.";
-
 #[derive(Debug, Args)]
 pub struct EdgeArgs {
     /// Time from accept (or a request's first byte) to the end of its headers.

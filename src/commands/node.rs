@@ -16,7 +16,7 @@ use once_store_client::client::ClientOptions;
 use super::config_error;
 
 #[derive(Debug, Args)]
-#[command(after_help = super::edge::ADMIN_TOKEN_HELP)]
+#[command(after_help = super::tls::ROLE_HELP)]
 pub struct NodeArgs {
     /// Address to listen on; port 0 picks a free one (printed on stdout).
     #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]
@@ -29,6 +29,9 @@ pub struct NodeArgs {
     pub edge: super::edge::EdgeArgs,
     #[command(flatten)]
     pub tenants: super::edge::TenantArgs,
+    /// The node's certificate (a node identity), presented to raft-store.
+    #[command(flatten)]
+    pub tls: super::tls::TlsArgs,
     /// This node's region.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -169,6 +172,7 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
                 local_endpoints: 1,
                 // Declared so a member cut off from this region refuses us.
                 region: Some(args.region.clone()),
+                tls: args.tls.load(&[once_tls::Role::Node])?,
                 ..ClientOptions::default()
             },
         }),

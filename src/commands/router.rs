@@ -11,7 +11,7 @@ use once_router::{HealthConfig, NodeDirectory, RouterApp, RouterConfig};
 use super::config_error;
 
 #[derive(Debug, Args)]
-#[command(after_help = super::edge::ADMIN_TOKEN_HELP)]
+#[command(after_help = super::tls::ROLE_HELP)]
 pub struct RouterArgs {
     /// Address to listen on; port 0 picks a free one (printed on stdout).
     #[arg(long, env = "ONCE_LISTEN", default_value = "127.0.0.1:8080")]
@@ -24,6 +24,9 @@ pub struct RouterArgs {
     pub edge: super::edge::EdgeArgs,
     #[command(flatten)]
     pub tenants: super::edge::TenantArgs,
+    /// The router's certificate (a router identity), presented to raft-store.
+    #[command(flatten)]
+    pub tls: super::tls::TlsArgs,
     /// This router's region: tenants without a placement are served here.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -124,6 +127,7 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         Some(NodeDirectory::parse(&args.node_admins)?)
     };
     config.drill_reports = args.drill_reports.clone();
+    config.store_tls = args.tls.load(&[once_tls::Role::Router])?;
     config.validate()?;
     Ok(config)
 }

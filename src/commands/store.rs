@@ -37,7 +37,16 @@ Secrets:
   ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
   admin listener (membership, elections, snapshots, record dumps, the partition switch);
   at least 16 characters, or the process exits with code 64. Unset: those endpoints are
-  off (404). Never passed as a flag: a command line shows in `ps`.";
+  off (404). Never passed as a flag: a command line shows in `ps`.
+
+Mutual TLS:
+  A member serves all three listeners with mutual TLS and authorises every caller by the
+  identity in its client certificate: only store members speak Raft, nodes and routers use
+  their role's client API operations, and membership, elections, snapshots, partitions and
+  record dumps need an operator certificate (and the admin token). --tls-ca, --tls-cert and
+  --tls-key (or ONCE_TLS_CA, ONCE_TLS_CERT, ONCE_TLS_KEY) are required, except with
+  --insecure-plaintext (development only: no TLS, nobody checked). The admin commands
+  (status, add-learner, ...) take the same flags with an operator certificate.";
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true, after_help = WAN_HELP)]
@@ -46,6 +55,10 @@ pub struct StoreArgs {
     admin: Option<AdminCommand>,
     #[command(flatten)]
     member: MemberArgs,
+    /// The member's certificate (a store identity), or the operator's for
+    /// the admin commands.
+    #[command(flatten)]
+    tls: super::tls::TlsArgs,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +127,11 @@ struct MemberArgs {
     /// exit without binding, opening the data directory or contacting peers.
     #[arg(long)]
     check_config: bool,
+    /// Development only: serve plaintext and check nobody (anyone who can
+    /// reach a listener can change membership, placements and records).
+    /// Without it, --tls-ca, --tls-cert and --tls-key are required.
+    #[arg(long)]
+    insecure_plaintext: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -192,12 +210,12 @@ enum AdminCommand {
 
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     match args.admin {
-        Some(command) => run_admin(command).await,
-        None => run_member(args.member).await,
+        Some(command) => run_admin(command, &args.tls).await,
+        None => run_member(args.member, &args.tls).await,
     }
 }
 
-async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
+async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Result<()> {
     let id = args
         .id
         .ok_or_else(|| config_error(anyhow::anyhow!("--id is required")))?;
@@ -226,6 +244,29 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
     let mut config = StoreConfig::new(id, args.raft_addr, args.api_addr, data_dir);
     config.admin_addr = args.admin_listen;
     config.admin_token = super::edge::admin_token().map_err(config_error)?;
+    config.tls = tls.load(&[once_tls::Role::StoreMember])?;
+    match (&config.tls, args.insecure_plaintext) {
+        (Some(_), true) => {
+            return Err(config_error(anyhow::anyhow!(
+                "--insecure-plaintext and --tls-* exclude each other"
+            )));
+        }
+        (None, false) => {
+            return Err(config_error(anyhow::anyhow!(
+                "mutual TLS is required: give --tls-ca, --tls-cert and --tls-key \
+                 (a store certificate: `once certs issue --role store`), or \
+                 --insecure-plaintext for development"
+            )));
+        }
+        (None, true) => {
+            let warning = "INSECURE: --insecure-plaintext: this member serves plaintext and \
+                           checks no caller; anyone who reaches it owns the store. \
+                           Development only.";
+            eprintln!("WARNING: {warning}");
+            tracing::warn!("{warning}");
+        }
+        (Some(_), false) => {}
+    }
     config.limits = args.edge.limits().map_err(config_error)?;
     config.peers = peers;
     config.wan = WanConfig {
@@ -259,6 +300,7 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
                 "apiAddr": args.api_addr.to_string(),
                 "adminListen": args.admin_listen.to_string(),
                 "adminEndpoints": config.admin_token.is_some(),
+                "tls": config.tls.as_ref().and_then(|t| t.identity()).map(|i| i.uri()),
                 "limits": super::edge::describe(&config.limits),
                 "dataDir": config.data_dir.display().to_string(),
                 "peers": config.peers,
@@ -288,7 +330,8 @@ async fn run_member(args: MemberArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
+async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::Result<()> {
+    let tls = tls.load(&[once_tls::Role::Operator])?;
     // Operator actions need the token; status and bench do not.
     let operator = || -> anyhow::Result<admin::Operator> {
         let token = super::edge::admin_token()?.with_context(|| {
@@ -297,12 +340,13 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
                 super::edge::ADMIN_TOKEN_ENV
             )
         })?;
-        Ok(admin::Operator::new(&token))
+        Ok(admin::Operator::with_tls(Some(&token), tls.as_ref()))
     };
     match command {
         AdminCommand::Status { endpoints } => {
+            let observer = admin::Operator::with_tls(None, tls.as_ref());
             for e in &endpoints {
-                match admin::status(e).await {
+                match observer.status(e).await {
                     Ok(s) => println!("{}", serde_json::to_string(&s)?),
                     Err(err) => println!("{{\"endpoint\":{e:?},\"error\":{:?}}}", err.to_string()),
                 }
@@ -329,9 +373,9 @@ async fn run_admin(command: AdminCommand) -> anyhow::Result<()> {
                 (Some(url), _) => bench::etcd_claims(&url, concurrency, requests).await?,
                 (None, Some(ms)) => {
                     let rtt = Duration::from_millis(ms);
-                    bench::wan_claims(&endpoints, requests, rtt, local_member).await?
+                    bench::wan_claims(&endpoints, requests, rtt, local_member, tls).await?
                 }
-                (None, None) => bench::claims(&endpoints, concurrency, requests).await?,
+                (None, None) => bench::claims(&endpoints, concurrency, requests, tls).await?,
             };
             println!("{}", serde_json::to_string(&report)?);
         }

@@ -16,10 +16,15 @@
 //! (`cluster.json` → `control.url`, see `control`): restart a killed
 //! region, or restart one process — gracefully, as a crash, with its wall
 //! clock skewed, or a store member with its data wiped.
+//!
+//! Every internal link is mutual TLS ([`pki`]): `once up` makes a local CA
+//! and a certificate per process in `DIR/tls/` on the first start, reuses
+//! them on resume, and starts every child with `--tls-*`.
 
 mod children;
 mod control;
 mod layout;
+mod pki;
 mod restart;
 mod shutdown;
 mod skew;
@@ -37,6 +42,7 @@ use serde_json::json;
 
 use self::children::ChildProcess;
 use self::layout::{Layout, RegionLayout};
+use self::pki::Pki;
 use self::shutdown::Shutdown;
 use super::keys::generate_key;
 
@@ -186,6 +192,8 @@ pub(crate) struct Plan {
     admin_token: String,
     api_keys: String,
     data_keys: PathBuf,
+    /// The CA and every process's certificate.
+    pki: Pki,
 }
 
 impl Plan {
@@ -229,6 +237,7 @@ impl Plan {
             "--peer-regions".into(),
             self.layout.peer_regions(),
         ];
+        args.extend(self.pki.flags(&format!("store-{}", region.name)));
         if self.wan_latency == 0 {
             // Members on one machine: fast elections, fast failover.
             args.extend(
@@ -273,6 +282,7 @@ impl Plan {
             "--data-keys".into(),
             self.data_keys.display().to_string(),
         ];
+        args.extend(self.pki.flags(&format!("node-{}", region.name)));
         args.extend(self.latency());
         let mut env = vec![
             ("ONCE_API_KEYS", self.api_keys.clone()),
@@ -303,6 +313,7 @@ impl Plan {
             "--drill-reports".into(),
             self.dir.display().to_string(),
         ];
+        args.extend(self.pki.flags("router"));
         args.extend(self.latency());
         let mut env = vec![
             ("ONCE_API_KEYS", self.api_keys.clone()),
@@ -316,11 +327,16 @@ impl Plan {
 /// Homes tenant i in region i mod N, unless it already has a placement (a
 /// resumed cluster keeps whatever failovers decided).
 async fn place_tenants(
-    layout: &Layout,
+    plan: &Plan,
     keys: &[(String, String)],
 ) -> anyhow::Result<Vec<(String, String)>> {
+    let layout = &plan.layout;
     let endpoints = layout.store_endpoints_from(&layout.regions[0]);
-    let store = StoreClient::new(&endpoints, ClientOptions::default())?;
+    let options = ClientOptions {
+        tls: Some(plan.pki.operator().clone()),
+        ..ClientOptions::default()
+    };
+    let store = StoreClient::new(&endpoints, options)?;
     let names: Vec<String> = layout.regions.iter().map(|r| r.name.clone()).collect();
     let mut homes = Vec::new();
     for (i, (tenant, _)) in keys.iter().enumerate() {
@@ -338,12 +354,13 @@ async fn place_tenants(
 
 /// Polls the members until one of them leads (a fresh cluster elects within
 /// a few election timeouts).
-async fn wait_for_leader(endpoints: &[String]) -> anyhow::Result<()> {
+async fn wait_for_leader(plan: &Plan, endpoints: &[String]) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + START_LIMIT;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let operator = once_store_client::admin::Operator::with_tls(None, Some(plan.pki.operator()));
     loop {
         tick.tick().await;
-        match once_store_client::admin::leader_endpoint(endpoints).await {
+        match operator.leader_endpoint(endpoints).await {
             Ok(_) => return Ok(()),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(anyhow::Error::new(e).context("waiting for a raft-store leader"));
@@ -361,22 +378,31 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     for (store, region) in running.stores.iter_mut().zip(&layout.regions) {
         store
             .wait_ready(
-                &format!("http://{}/api/status", region.store_api),
+                plan.pki.http(),
+                &format!("https://{}/api/status", region.store_api),
                 START_LIMIT,
             )
             .await?;
     }
-    wait_for_leader(&layout.store_endpoints_from(&layout.regions[0])).await?;
+    wait_for_leader(plan, &layout.store_endpoints_from(&layout.regions[0])).await?;
     for region in &layout.regions {
         running.nodes.push(plan.node(region, &[])?);
     }
     for (node, region) in running.nodes.iter_mut().zip(&layout.regions) {
-        node.wait_ready(&format!("http://{}/readyz", region.node), START_LIMIT)
-            .await?;
+        node.wait_ready(
+            plan.pki.http(),
+            &format!("http://{}/readyz", region.node),
+            START_LIMIT,
+        )
+        .await?;
     }
     let mut router = plan.router(&[])?;
     router
-        .wait_ready(&format!("http://{}/readyz", plan.listen), START_LIMIT)
+        .wait_ready(
+            plan.pki.http(),
+            &format!("http://{}/readyz", plan.listen),
+            START_LIMIT,
+        )
         .await?;
     running.router = Some(router);
     Ok(())
@@ -399,6 +425,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let keys = demo_keys(&args.dir)?;
     let admin_token = demo_admin_token(&args.dir)?;
     let data_keys = demo_data_keys(&args.dir)?;
+    let pki = Pki::prepare(&args.dir.join("tls"), &layout)?;
 
     // The provider simulator, in this process: nodes reach it over real
     // HTTP, exactly as they would a real provider. Its ledger is journaled
@@ -437,12 +464,13 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(","),
         data_keys: data_keys.clone(),
+        pki,
     });
     let mut running = Running::default();
     let homes = tokio::select! {
         homes = async {
             start(&plan, &mut running).await?;
-            place_tenants(&layout, &keys).await
+            place_tenants(&plan, &keys).await
         } => homes,
         () = shutdown.requested() => Err(anyhow::anyhow!("interrupted while starting")),
     };
@@ -472,6 +500,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         "admin_token": admin_token,
         // The drill opens raft-store's sealed answers with it.
         "data_keys": data_keys.display().to_string(),
+        "tls": plan.pki.describe(),
         "wan_latency_ms": args.wan_latency,
         "tenants": keys.iter().zip(&homes).map(|((t, k), (_, home))| json!({
             "id": t, "api_key": k, "home_region": home,
@@ -479,7 +508,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         "regions": layout.regions.iter().zip(running_now.nodes.iter().zip(&running_now.stores)).map(|(r, (node, store))| json!({
             "name": r.name,
             "node": { "url": format!("http://{}", r.node), "admin_url": format!("http://{}", r.node_admin), "pid": node.pid() },
-            "store": { "id": r.store_id, "api_url": format!("http://{}", r.store_api), "admin_url": format!("http://{}", r.store_admin), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
+            "store": { "id": r.store_id, "api_url": format!("https://{}", r.store_api), "admin_url": format!("https://{}", r.store_admin), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
             "database_url": plan.database_url(r),
         })).collect::<Vec<_>>(),
     });
@@ -541,6 +570,11 @@ impl Welcome<'_> {
         // The token rides in the fragment: browsers never send it anywhere.
         println!("  console {console_url}#token={admin_token}");
         println!("  cluster description: {}", cluster_path.display());
+        // Every store link is mutual TLS; `cluster.json` names the operator's.
+        println!(
+            "  certificates (mutual TLS): {}",
+            args.dir.join("tls").display()
+        );
         println!("  logs: {}", args.dir.join("logs").display());
         println!();
         let (tenant, key) = &keys[0];

@@ -3,6 +3,12 @@
 //! each member's admin listener, with the admin token, following the leader
 //! when a member redirects. `status` needs no token and is also served on
 //! the client API listener (the store client finds the leader with it).
+//!
+//! With mutual TLS ([`Operator::with_tls`]) every request presents the
+//! operator's certificate and goes to `https://`; the members let only an
+//! operator identity make the changes. The plain [`status`] and
+//! [`leader_endpoint`] are for members started with `--insecure-plaintext`;
+//! [`Operator::status`] and [`Operator::leader_endpoint`] work with both.
 
 use std::time::Duration;
 
@@ -11,8 +17,8 @@ use serde::Serialize;
 
 use crate::NodeId;
 use crate::protocol::{
-    ADD_LEARNER_PATH, AddLearner, CHANGE_MEMBERSHIP_PATH, ChangeMembership, ELECT_PATH,
-    SNAPSHOT_PATH, STATUS_PATH, Status,
+    ADD_LEARNER_PATH, AddLearner, CHANGE_MEMBERSHIP_PATH, CLOCK_ADVANCE_PATH, ChangeMembership,
+    ELECT_PATH, SNAPSHOT_PATH, STATUS_PATH, Status,
 };
 use crate::wan::{PARTITION_PATH, PartitionState, SetPartition};
 
@@ -42,12 +48,20 @@ impl AdminError {
     }
 }
 
-fn base(endpoint: &str) -> String {
-    if endpoint.starts_with("http") {
+/// The URL of `endpoint`: as given when it is one, else `https://` (with
+/// TLS) or `http://` before the `host:port`.
+pub fn url_of(endpoint: &str, tls: bool) -> String {
+    if endpoint.starts_with("http://") || endpoint.starts_with("https://") {
         endpoint.trim_end_matches('/').to_owned()
+    } else if tls {
+        format!("https://{endpoint}")
     } else {
         format!("http://{endpoint}")
     }
+}
+
+fn base(endpoint: &str) -> String {
+    url_of(endpoint, false)
 }
 
 fn http() -> reqwest::Client {
@@ -57,30 +71,75 @@ fn http() -> reqwest::Client {
         .expect("static client configuration")
 }
 
-/// An operator: the admin token on every request.
+/// An operator: the admin token on every request, and the operator's
+/// certificate with mutual TLS.
 #[derive(Debug, Clone)]
 pub struct Operator {
     http: reqwest::Client,
+    tls: bool,
 }
 
 impl Operator {
+    /// Plaintext, for members started with `--insecure-plaintext`.
     pub fn new(token: &AdminToken) -> Self {
+        Self::with_tls(Some(token), None)
+    }
+
+    /// With `tls`, every request presents its certificate; without a token
+    /// only status and the reads an operator certificate allows work.
+    pub fn with_tls(token: Option<&AdminToken>, tls: Option<&once_tls::Tls>) -> Self {
         let mut headers = reqwest::header::HeaderMap::new();
-        let mut bearer =
-            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                .expect("an admin token is printable ASCII");
-        bearer.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        if let Some(token) = token {
+            let mut bearer =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                    .expect("an admin token is printable ASCII");
+            bearer.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, bearer);
+        }
+        let builder = match tls {
+            Some(tls) => tls.http_client(),
+            None => reqwest::Client::builder(),
+        };
         Self {
-            http: reqwest::Client::builder()
+            http: builder
                 .timeout(Duration::from_secs(60))
                 .default_headers(headers)
                 .build()
                 .expect("static client configuration"),
+            tls: tls.is_some(),
         }
+    }
+
+    fn url(&self, endpoint: &str, path: &str) -> String {
+        format!("{}{path}", url_of(endpoint, self.tls))
+    }
+
+    /// The status of the member at `endpoint` (its API or admin listener).
+    pub async fn status(&self, endpoint: &str) -> Result<Status, AdminError> {
+        get_json_at(&self.http, self.url(endpoint, STATUS_PATH)).await
+    }
+
+    /// The endpoint (among `endpoints`) of the member that reports itself
+    /// leader.
+    pub async fn leader_endpoint(&self, endpoints: &[String]) -> Result<String, AdminError> {
+        for e in endpoints {
+            if let Ok(s) = self.status(e).await
+                && s.leader == Some(s.id)
+            {
+                return Ok(e.clone());
+            }
+        }
+        Err(AdminError::NoLeader)
+    }
+
+    /// The HTTP client, presenting the operator's certificate (record
+    /// dumps and other raw reads).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 }
 
+/// Plaintext status (see the module docs).
 pub async fn status(endpoint: &str) -> Result<Status, AdminError> {
     get_json(&http(), endpoint, STATUS_PATH).await
 }
@@ -91,7 +150,13 @@ async fn get_json<T: serde::de::DeserializeOwned>(
     endpoint: &str,
     path: &str,
 ) -> Result<T, AdminError> {
-    let url = format!("{}{path}", base(endpoint));
+    get_json_at(http, format!("{}{path}", base(endpoint))).await
+}
+
+async fn get_json_at<T: serde::de::DeserializeOwned>(
+    http: &reqwest::Client,
+    url: String,
+) -> Result<T, AdminError> {
     let r = http
         .get(&url)
         .timeout(Duration::from_secs(3))
@@ -124,7 +189,7 @@ async fn post<T: Serialize>(
     path: &str,
     body: &T,
 ) -> Result<(), AdminError> {
-    let url = format!("{}{path}", base(endpoint));
+    let url = operator.url(endpoint, path);
     let r = operator
         .http
         .post(&url)
@@ -155,7 +220,7 @@ pub async fn add_learner(
         id,
         raft_addr: raft_addr.to_owned(),
     };
-    on_leader(endpoints, LEADER_WAIT, |leader| async move {
+    on_leader(operator, endpoints, LEADER_WAIT, |leader| async move {
         post(operator, &leader, ADD_LEARNER_PATH, request).await
     })
     .await
@@ -170,7 +235,7 @@ pub async fn change_membership(
     voters: Vec<NodeId>,
 ) -> Result<(), AdminError> {
     let request = &ChangeMembership { voters };
-    on_leader(endpoints, LEADER_WAIT, |leader| async move {
+    on_leader(operator, endpoints, LEADER_WAIT, |leader| async move {
         post(operator, &leader, CHANGE_MEMBERSHIP_PATH, request).await
     })
     .await
@@ -186,6 +251,7 @@ pub const LEADER_WAIT: Duration = Duration::from_secs(15);
 /// actions that name their outcome (these voters, this learner), so that
 /// repeating one that already took effect changes nothing.
 async fn on_leader<F, Fut>(
+    operator: &Operator,
     endpoints: &[String],
     wait: Duration,
     action: F,
@@ -199,7 +265,7 @@ where
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
-        let result = match leader_endpoint(endpoints).await {
+        let result = match operator.leader_endpoint(endpoints).await {
             Ok(leader) => action(leader).await,
             Err(e) => Err(e),
         };
@@ -218,6 +284,17 @@ pub async fn snapshot(operator: &Operator, endpoint: &str) -> Result<(), AdminEr
 /// Starts an election on the member at `endpoint`.
 pub async fn elect(operator: &Operator, endpoint: &str) -> Result<(), AdminError> {
     post(operator, endpoint, ELECT_PATH, &()).await
+}
+
+/// Moves the clock of the member at `endpoint` forward by `by_ms`. Only a
+/// test build of raft-store (`failpoints`) has the endpoint; others answer
+/// 404.
+pub async fn advance_clock(
+    operator: &Operator,
+    endpoint: &str,
+    by_ms: i64,
+) -> Result<(), AdminError> {
+    post(operator, endpoint, CLOCK_ADVANCE_PATH, &by_ms).await
 }
 
 /// Isolates the member at `endpoint` from every other region (`true`) or
@@ -272,7 +349,7 @@ pub async fn set_refused_regions(
 /// Whether the member at `endpoint` is isolated, which regions it cuts
 /// off (both ways or one way), and its region.
 pub async fn partition(operator: &Operator, endpoint: &str) -> Result<PartitionState, AdminError> {
-    get_json(&operator.http, endpoint, PARTITION_PATH).await
+    get_json_at(&operator.http, operator.url(endpoint, PARTITION_PATH)).await
 }
 
 #[cfg(test)]
@@ -342,10 +419,15 @@ mod tests {
     #[tokio::test]
     async fn a_leader_that_never_comes_is_waited_for_no_longer_than_asked() {
         let (url, calls) = member(vec![421]).await;
-        let e = on_leader(&[url], Duration::from_millis(500), |leader| async move {
-            let request = ChangeMembership { voters: vec![1] };
-            super::post(&operator(), &leader, CHANGE_MEMBERSHIP_PATH, &request).await
-        })
+        let e = on_leader(
+            &operator(),
+            &[url],
+            Duration::from_millis(500),
+            |leader| async move {
+                let request = ChangeMembership { voters: vec![1] };
+                super::post(&operator(), &leader, CHANGE_MEMBERSHIP_PATH, &request).await
+            },
+        )
         .await
         .expect_err("never anything but 421");
         assert!(e.leadership_moved(), "{e}");

@@ -70,6 +70,11 @@ pub struct ClientOptions {
     /// isolated from it, or cutting it off, refuses. Default none: every
     /// member serves it.
     pub region: Option<String>,
+    /// This process's CA and certificate: every request is mutual TLS
+    /// (`https`), and the members authorise it by the certificate's
+    /// identity. `None`: plaintext, for members started with
+    /// `--insecure-plaintext` only.
+    pub tls: Option<once_tls::Tls>,
 }
 
 impl Default for ClientOptions {
@@ -81,6 +86,7 @@ impl Default for ClientOptions {
             wan_latency: Duration::ZERO,
             local_endpoints: 1,
             region: None,
+            tls: None,
         }
     }
 }
@@ -157,17 +163,15 @@ impl StoreClient {
     pub fn new(endpoints: &[String], options: ClientOptions) -> reqwest::Result<Self> {
         let endpoints = endpoints
             .iter()
-            .map(|e| {
-                if e.starts_with("http") {
-                    e.trim_end_matches('/').to_owned()
-                } else {
-                    format!("http://{e}")
-                }
-            })
+            .map(|e| crate::admin::url_of(e, options.tls.is_some()))
             .collect();
+        let builder = match &options.tls {
+            Some(tls) => tls.http_client().https_only(true),
+            None => reqwest::Client::builder(),
+        };
         Ok(Self {
             endpoints,
-            http: reqwest::Client::builder()
+            http: builder
                 .tcp_nodelay(true)
                 .connect_timeout(Duration::from_secs(1))
                 // Below the members' idle timeout (60 s by default), so a
@@ -512,6 +516,11 @@ impl StoreClient {
             Ok(r) if wan::is_partition_refusal(r.status().as_u16(), r.headers()) => {
                 Attempt::NotSent(format!("member {target} is partitioned from this region"))
             }
+            // Refused by the member's authorisation, before any proposal.
+            Ok(r) if r.status() == reqwest::StatusCode::FORBIDDEN => Attempt::NotSent(format!(
+                "member {target} refused this identity: {}",
+                r.text().await.unwrap_or_default()
+            )),
             Ok(r) => Attempt::Maybe(format!("member answered {}", r.status())),
             // Connection refused: nothing reached the member.
             Err(e) if e.is_connect() => Attempt::NotSent(e.to_string()),

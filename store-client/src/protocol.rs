@@ -17,6 +17,9 @@ pub const ADD_LEARNER_PATH: &str = "/admin/add-learner";
 pub const CHANGE_MEMBERSHIP_PATH: &str = "/admin/change-membership";
 pub const SNAPSHOT_PATH: &str = "/admin/snapshot";
 pub const ELECT_PATH: &str = "/admin/elect";
+/// Test builds of raft-store only (`failpoints`): moves the member's clock
+/// forward, so scenario tests run a lease or a window out without waiting.
+pub const CLOCK_ADVANCE_PATH: &str = "/admin/clock/advance";
 
 /// How the answer to a write or read came back from one member.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

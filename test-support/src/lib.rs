@@ -1,7 +1,8 @@
 //! `once-test-support`: the harness the workspace's test suites share, a
 //! dev-dependency only (`publish = false`, linked into no binary). It
-//! depends on no crate of the workspace, so each of them — `once-edge`
-//! included — can use it without a cycle; what needs a workspace type stays
+//! depends on no crate of the workspace but `once-tls` (which depends on
+//! none), so each of them — `once-edge` included — can use it without a
+//! cycle; what needs a workspace type stays
 //! with its suite (`tests/api/helpers.rs`: backends, nodes, the raft-store
 //! cluster; `router/tests/common`: an in-process router).
 //!
@@ -24,11 +25,13 @@
 //! | [`client`] | the payments API from a client: `post`, `send`, [`client::Answer`] |
 //! | [`metrics`] | a metric from a Prometheus `/metrics` page |
 //! | [`router_admin`] | a router's admin API: partition switch, health view |
+//! | [`pki`] | a test's own CA and per-process certificates (mutual TLS as `once up` runs it) |
 
 pub mod cleanup;
 pub mod client;
 pub mod fixtures;
 pub mod metrics;
+pub mod pki;
 pub mod ports;
 pub mod postgres;
 pub mod postgres_server;

@@ -56,6 +56,22 @@ fn secret_file_placeholder(key: &str) -> String {
     }
 }
 
+/// A `once-tls-<role>` Secret's files (`once certs issue` output: `ca.pem`,
+/// `cert.pem`, `key.pem`), issued for the role by a throwaway CA: the
+/// binary loads them, so placeholders would not do.
+fn tls_secret(name: &str) -> Option<BTreeMap<String, String>> {
+    let role: once_tls::Role = name.strip_prefix("once-tls-")?.parse().ok()?;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = once_tls::LocalCa::create(dir.path(), "deploy test CA").unwrap();
+    let identity = once_tls::Identity::new("deploy-test", role).unwrap();
+    let issued = ca.issue(&identity, &[], &[]).unwrap();
+    Some(BTreeMap::from([
+        ("ca.pem".to_owned(), issued.ca_pem.clone()),
+        ("cert.pem".to_owned(), issued.cert_pem.clone()),
+        ("key.pem".to_owned(), issued.key_pem.clone()),
+    ]))
+}
+
 pub(crate) fn kubectl_available() -> bool {
     let found = Command::new("kubectl")
         .args(["version", "--client"])
@@ -246,10 +262,15 @@ fn resolve_container(
             "{what}: mounts undeclared volume {name}"
         );
         if let Some(secret) = volume.and_then(|v| v.get("secret")) {
+            let certificates = str_at(secret, "/secretName").and_then(tls_secret);
             for item in array_at(secret, "/items") {
                 let key = str_at(item, "/key").unwrap();
                 let file = str_at(item, "/path").unwrap();
-                std::fs::write(local.join(file), secret_file_placeholder(key)).unwrap();
+                let contents = certificates
+                    .as_ref()
+                    .and_then(|files| files.get(key).cloned())
+                    .unwrap_or_else(|| secret_file_placeholder(key));
+                std::fs::write(local.join(file), contents).unwrap();
             }
         } else if let Some(cm) = volume.and_then(|v| v.get("configMap")) {
             let map = str_at(cm, "/name").unwrap();

@@ -278,6 +278,7 @@ async fn a_short_admin_token_fails_start_up_in_every_role() {
         vec![
             "store".into(),
             "--check-config".into(),
+            "--insecure-plaintext".into(),
             "--id".into(),
             "1".into(),
             "--data-dir".into(),

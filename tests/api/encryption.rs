@@ -12,7 +12,6 @@ use once_store_client::protocol::RecordQuery;
 use sqlx::Row;
 
 use crate::helpers::*;
-use crate::raft_store::cluster;
 use crate::{on_every_backend, on_sql_backends};
 
 on_every_backend!(a_rotation_and_the_old_keys_retirement_keep_replays_byte_identical);
@@ -301,7 +300,7 @@ async fn raft_stores_log_state_machine_and_snapshots_hold_no_plaintext() {
     let cluster = db.store.as_ref().unwrap();
     for id in cluster.ids() {
         once_store_client::admin::snapshot(
-            &cluster::operator(),
+            &cluster.operator(),
             &cluster.members[&id].admin_endpoint(),
         )
         .await

@@ -193,12 +193,15 @@ impl TestDb {
     pub fn node_args(&self) -> Vec<String> {
         match &self.store {
             None => vec![],
-            Some(cluster) => vec![
+            Some(cluster) => [
                 "--idempotency-store".into(),
                 "raft".into(),
                 "--store-endpoints".into(),
                 cluster.endpoints().join(","),
-            ],
+            ]
+            .into_iter()
+            .chain(cluster.tls_flags("node", once_tls::Role::Node))
+            .collect(),
         }
     }
 
@@ -299,9 +302,9 @@ pub struct TestApp {
     pub admin_url: String,
     pub state: AppState,
     pub clock: ManualClock,
-    /// The raft-store members' admin endpoints (raft mode), whose clocks
-    /// [`Self::advance`] moves with the node's.
-    store_admins: Vec<String>,
+    /// The raft-store members' admin endpoints and their operator (raft
+    /// mode), whose clocks [`Self::advance`] moves with the node's.
+    store_admins: Option<(Vec<String>, once_store_client::admin::Operator)>,
     /// The node's provider: its ledger is the test's count of charges.
     pub provider: Arc<InProcessProvider>,
     pub client: reqwest::Client,
@@ -321,7 +324,10 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
     if let Some(cluster) = &db.store {
         config.idempotency_store = StoreMode::Raft(RaftStoreConfig {
             endpoints: cluster.endpoints(),
-            client: Default::default(),
+            client: once_store_client::client::ClientOptions {
+                tls: Some(cluster.identity("node", once_tls::Role::Node)),
+                ..Default::default()
+            },
         });
     }
     config
@@ -333,15 +339,12 @@ impl TestApp {
     /// replay windows are judged by.
     pub async fn advance(&self, by: Duration) {
         self.clock.advance(by);
-        for admin in &self.store_admins {
-            self.client
-                .post(format!("http://{admin}/admin/clock/advance"))
-                .bearer_auth(once_test_support::fixtures::STORE_ADMIN_TOKEN)
-                .json(&(by.as_millis() as i64))
-                .send()
-                .await
-                .and_then(reqwest::Response::error_for_status)
-                .expect("move a member's clock");
+        if let Some((admins, operator)) = &self.store_admins {
+            for admin in admins {
+                once_store_client::admin::advance_clock(operator, admin, by.as_millis() as i64)
+                    .await
+                    .expect("move a member's clock");
+            }
         }
     }
 
@@ -374,8 +377,7 @@ impl TestApp {
         let store_admins = db
             .store
             .as_ref()
-            .map(|c| c.members.values().map(|m| m.admin_endpoint()).collect())
-            .unwrap_or_default();
+            .map(|c| (c.admin_endpoints(), c.operator()));
         Self {
             url,
             admin_url,

@@ -740,7 +740,8 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
     let mut up = Up::start(root.path(), &listen).await;
     let cluster = up.cluster.clone();
-    let client = reqwest::Client::new();
+    // Presents the operator's certificate to the store members.
+    let client = crate::up::cluster_http(&cluster);
 
     // A payment, its replay and a mismatch through the router.
     let router = cluster["router"]["url"].as_str().unwrap();

@@ -123,6 +123,7 @@ impl Regions {
             "--placement-refresh".to_owned(),
             "200ms".to_owned(),
         ];
+        args.extend(self.cluster.tls_flags("router", once_tls::Role::Router));
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }
@@ -604,7 +605,7 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
         Reply::Placement(p) => p,
         other => panic!("{other:?}"),
     };
-    let router = RouterProcess::start(&[
+    let mut args = vec![
         "--region".to_owned(),
         "eu".to_owned(),
         "--store-endpoints".to_owned(),
@@ -614,8 +615,9 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
         "--placement-refresh".to_owned(),
         "1h".to_owned(),
         "--auto-failover=false".to_owned(),
-    ])
-    .await;
+    ];
+    args.extend(cluster.tls_flags("router", once_tls::Role::Router));
+    let router = RouterProcess::start(&args).await;
     let first = router
         .pay(
             ACME_KEY,

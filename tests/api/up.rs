@@ -56,6 +56,25 @@ impl Up {
     }
 }
 
+/// `once up`'s operator certificate, as `cluster` names it: what the tests
+/// present to the store members (every internal link is mutual TLS).
+pub(crate) fn operator_tls(cluster: &serde_json::Value) -> once_tls::Tls {
+    let tls = &cluster["tls"];
+    let path = |v: &serde_json::Value| std::path::PathBuf::from(v.as_str().expect("a path"));
+    once_tls::Tls::load(&once_tls::TlsFiles {
+        ca: path(&tls["ca"]),
+        cert: path(&tls["operator"]["cert"]),
+        key: path(&tls["operator"]["key"]),
+    })
+    .expect("once up's operator certificate")
+}
+
+/// An HTTP client for every URL of `cluster`: plain ones, and the store
+/// members' `https://` ones with the operator's certificate.
+pub(crate) fn cluster_http(cluster: &serde_json::Value) -> reqwest::Client {
+    operator_tls(cluster).http_client().build().unwrap()
+}
+
 /// The pid of every child `once up` runs now, as `dir/cluster.json` says:
 /// read again each time, since restarting a killed region rewrites it with
 /// the new processes' pids.

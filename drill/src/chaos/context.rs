@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use once_store_client::admin::{self, Operator};
+use once_store_client::admin::Operator;
 use once_store_client::protocol::Status;
 
 use crate::chaos::nemesis::{ProcessRef, Role};
@@ -37,14 +37,13 @@ impl Ctx {
             .control
             .as_ref()
             .context("cluster.json has no control endpoint (start the cluster with `once up`)")?;
-        let token = once_edge::AdminToken::new(cluster.admin_token.clone())
-            .context("the cluster's admin token")?;
         Ok(Self {
             cluster_path,
-            http: reqwest::Client::builder()
+            http: cluster
+                .http_client()?
                 .timeout(Duration::from_secs(5))
                 .build()?,
-            operator: Operator::new(&token),
+            operator: cluster.operator()?,
             control: Control::new(&control.url)?,
         })
     }
@@ -79,7 +78,7 @@ impl Ctx {
     pub async fn members(&self) -> anyhow::Result<Vec<Member>> {
         let mut members = Vec::new();
         for (region, store) in self.stores()? {
-            if let Ok(status) = admin::status(store.admin()).await {
+            if let Ok(status) = self.operator.status(store.admin()).await {
                 members.push(Member {
                     region,
                     admin_url: store.admin().to_owned(),

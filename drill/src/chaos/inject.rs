@@ -420,7 +420,7 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
             "{process}: pid {} → {} wiped={}",
             restarted.previous_pid, restarted.pid, restarted.wiped
         ));
-        if let Some(status) = record.check(admin::status(&member.admin_url).await) {
+        if let Some(status) = record.check(ctx.operator.status(&member.admin_url).await) {
             record.saw(format!(
                 "{process} blank: last log index {:?}, voters {:?}",
                 status.last_log_index, status.voters
@@ -463,7 +463,14 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
         ));
         return;
     };
-    match caught_up(&url, id, leader.status.committed_index.unwrap_or(0)).await {
+    match caught_up(
+        &ctx.operator,
+        &url,
+        id,
+        leader.status.committed_index.unwrap_or(0),
+    )
+    .await
+    {
         Ok(status) => {
             record.saw(format!(
                 "store-{region} a voter again and caught up: applied {:?} (leader had committed {:?}), snapshot index {:?}",
@@ -487,6 +494,7 @@ const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
 /// Polls the member at `url` until it counts itself among the voters and
 /// has applied at least `target`.
 async fn caught_up(
+    operator: &admin::Operator,
     url: &str,
     id: u64,
     target: u64,
@@ -495,7 +503,7 @@ async fn caught_up(
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
-        let status = admin::status(url).await;
+        let status = operator.status(url).await;
         if let Ok(status) = &status
             && status.voters.contains(&id)
             && status.applied_index.unwrap_or(0) >= target

@@ -27,6 +27,19 @@ pub struct Scope {
     pub key: IdempotencyKey,
 }
 
+impl Scope {
+    /// The scope as the store's records carry it (and as sealed blobs are
+    /// bound to it, in every store mode).
+    pub fn to_store(&self) -> store::Scope {
+        store::Scope {
+            tenant: self.tenant.as_str().to_owned(),
+            principal: self.principal.as_str().to_owned(),
+            operation: self.operation.to_owned(),
+            key: self.key.as_str().to_owned(),
+        }
+    }
+}
+
 /// The operation of `POST /payments`.
 pub const CREATE_PAYMENT: &str = "payments.create";
 

@@ -19,12 +19,7 @@ use crate::payments::model::{NewPayment, Payment, PaymentStatus};
 use crate::store::StoreError;
 
 pub fn scope_to_store(scope: &Scope) -> rs::Scope {
-    rs::Scope {
-        tenant: scope.tenant.as_str().to_owned(),
-        principal: scope.principal.as_str().to_owned(),
-        operation: scope.operation.to_owned(),
-        key: scope.key.as_str().to_owned(),
-    }
+    scope.to_store()
 }
 
 fn corrupt(what: &str) -> StoreError {

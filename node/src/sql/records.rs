@@ -16,7 +16,6 @@ use once_store_client::command::Sealed;
 use crate::data_keys::DataKeys;
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
-use crate::raft::convert::scope_to_store;
 use crate::store::{AuditEntry, Claim, Finish, StoreError};
 
 const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
@@ -526,7 +525,7 @@ fn decode(row: &AnyRow, operation: &'static str, keys: &DataKeys) -> Result<Reco
     let response = match sealed {
         // An expired record keeps its metadata, never its answer.
         Some(blob) if status != Status::Expired => {
-            Some(keys.open_answer(&scope_to_store(&scope), &Sealed(blob))?)
+            Some(keys.open_answer(&Scope::to_store(&scope), &Sealed(blob))?)
         }
         _ => None,
     };

@@ -18,7 +18,6 @@ use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{NewPayment, Payment};
-use crate::raft::convert::scope_to_store;
 use crate::store::{
     AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
     PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
@@ -41,7 +40,7 @@ impl SqlStore {
     /// `finish.response`, sealed for `owner`'s record.
     fn seal(&self, owner: &Record, finish: &Finish) -> once_store_client::command::Sealed {
         self.keys
-            .seal_answer(&scope_to_store(&owner.scope), &finish.response)
+            .seal_answer(&Scope::to_store(&owner.scope), &finish.response)
     }
 
     pub fn database(&self) -> &Database {
@@ -450,7 +449,7 @@ impl Reencryption for SqlStore {
         for row in stale {
             let fresh =
                 self.keys
-                    .reseal(Field::Answer, &scope_to_store(&row.scope), &row.answer)?;
+                    .reseal(Field::Answer, &Scope::to_store(&row.scope), &row.answer)?;
             let _writer = self.db.writer().await;
             if records::reseal(&self.db.pool, &row.scope, &row.answer, &fresh).await? {
                 resealed += 1;

@@ -116,8 +116,13 @@ pub async fn claims(
     endpoints: &[String],
     concurrency: usize,
     requests: usize,
+    tls: Option<once_tls::Tls>,
 ) -> Result<BenchReport, reqwest::Error> {
-    let client = StoreClient::new(endpoints, ClientOptions::default())?;
+    let options = ClientOptions {
+        tls,
+        ..ClientOptions::default()
+    };
+    let client = StoreClient::new(endpoints, options)?;
     Ok(claims_through(Arc::new(client), rand::random(), concurrency, requests).await)
 }
 
@@ -138,9 +143,12 @@ pub async fn wan_claims(
     requests: usize,
     rtt: Duration,
     local: LocalMember,
+    tls: Option<once_tls::Tls>,
 ) -> Result<BenchReport, BenchError> {
     let mut ordered = endpoints.to_vec();
-    let leader = admin::leader_endpoint(endpoints).await?;
+    let leader = admin::Operator::with_tls(None, tls.as_ref())
+        .leader_endpoint(endpoints)
+        .await?;
     let local_index = match local {
         LocalMember::First => 0,
         LocalMember::Leader => ordered.iter().position(|e| *e == leader).unwrap_or(0),
@@ -153,6 +161,7 @@ pub async fn wan_claims(
     let options = ClientOptions {
         wan_latency: rtt,
         local_endpoints: 1,
+        tls,
         ..ClientOptions::default()
     };
     let client = Arc::new(StoreClient::new(&ordered, options)?);

@@ -82,10 +82,13 @@ impl ChildProcess {
     }
 
     /// Waits until `url` answers 2xx, failing early if the process exits.
-    pub async fn wait_ready(&mut self, url: &str, limit: Duration) -> anyhow::Result<()> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()?;
+    /// `http` presents `once up`'s certificate to a store member.
+    pub async fn wait_ready(
+        &mut self,
+        http: &reqwest::Client,
+        url: &str,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + limit;
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
@@ -95,6 +98,7 @@ impl ChildProcess {
             }
             if http
                 .get(url)
+                .timeout(Duration::from_secs(1))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())

@@ -255,7 +255,7 @@ impl Layout {
     pub fn store_endpoints_from(&self, region: &RegionLayout) -> Vec<String> {
         std::iter::once(region)
             .chain(self.regions.iter().filter(|r| r.name != region.name))
-            .map(|r| format!("http://{}", r.store_api))
+            .map(|r| format!("https://{}", r.store_api))
             .collect()
     }
 
@@ -352,7 +352,10 @@ mod tests {
         assert_eq!(first, again);
         assert!(Layout::load_or_create(dir.path(), 2, &[]).is_err());
         let from_us = first.store_endpoints_from(&first.regions[1]);
-        assert_eq!(from_us[0], format!("http://{}", first.regions[1].store_api));
+        assert_eq!(
+            from_us[0],
+            format!("https://{}", first.regions[1].store_api)
+        );
         assert_eq!(from_us.len(), 3);
     }
 

@@ -83,7 +83,7 @@ impl Process {
         match self {
             Self::Router => format!("http://{}/readyz", plan.listen),
             Self::Node(i) => format!("http://{}/readyz", plan.layout.regions[i].node),
-            Self::Store(i) => format!("http://{}/api/status", plan.layout.regions[i].store_api),
+            Self::Store(i) => format!("https://{}/api/status", plan.layout.regions[i].store_api),
         }
     }
 
@@ -191,8 +191,9 @@ pub(crate) async fn restart_process(
     let pid = slot.pid();
     record_pids(cluster_path, &plan.layout, &[(process, pid)])?;
     let ready_url = process.ready_url(plan);
-    slot.wait_ready(&ready_url, START_LIMIT).await?;
-    skew.verify(&name, &ready_url).await?;
+    slot.wait_ready(plan.pki.http(), &ready_url, START_LIMIT)
+        .await?;
+    skew.verify(plan.pki.http(), &name, &ready_url).await?;
     tracing::warn!(
         process = %name,
         pid,
@@ -245,7 +246,7 @@ pub(crate) async fn restart_region(
         }
         let mut child = process.spawn(plan, &[])?;
         child
-            .wait_ready(&process.ready_url(plan), START_LIMIT)
+            .wait_ready(plan.pki.http(), &process.ready_url(plan), START_LIMIT)
             .await?;
         *slot = child;
         restarted.push(what);

@@ -114,12 +114,17 @@ impl ClockSkew {
     /// at `url` and fails unless it is this offset off (within a
     /// tolerance). Checked for the real clock too: a child that inherited
     /// a skew is caught as well.
-    pub async fn verify(self, process: &str, url: &str) -> Result<(), SkewError> {
+    pub async fn verify(
+        self,
+        http: &reqwest::Client,
+        process: &str,
+        url: &str,
+    ) -> Result<(), SkewError> {
         let no_date = || SkewError::NoDate {
             process: process.to_owned(),
             url: url.to_owned(),
         };
-        let answer = reqwest::Client::new()
+        let answer = http
             .get(url)
             .timeout(Duration::from_secs(5))
             .send()

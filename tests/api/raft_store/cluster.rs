@@ -1,6 +1,10 @@
 //! A raft-store cluster of real `once store` processes for the tests:
 //! member N listens on 127.0.0.N with its data in the test's temp dir, and
 //! its peers reach its Raft listener through a [`LinkProxy`] the test owns.
+//! Every link is mutual TLS, as `once up` runs it: the cluster has a CA of
+//! its own, each member a store certificate, and the test talks to the
+//! members as an operator (or with the node's or router's certificate
+//! where it says so).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,9 +16,11 @@ use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::Record;
 use once_store_client::protocol::{RECORDS_PATH, Status};
 use once_test_support::fixtures::STORE_ADMIN_TOKEN as ADMIN_TOKEN;
+use once_test_support::pki::{self, TestPki};
 use once_test_support::ports::port_outside_ephemeral_range;
 use once_test_support::process::{self, Process};
 use once_test_support::proxy::LinkProxy;
+use once_tls::{Role, Tls};
 
 use crate::helpers::{ONCE, eventually};
 
@@ -56,11 +62,6 @@ impl Member {
     }
 }
 
-/// An operator holding [`ADMIN_TOKEN`].
-pub fn operator() -> once_store_client::admin::Operator {
-    once_store_client::admin::Operator::new(&once_edge::AdminToken::new(ADMIN_TOKEN).unwrap())
-}
-
 #[derive(Debug)]
 pub struct Cluster {
     pub members: BTreeMap<u64, Member>,
@@ -71,6 +72,10 @@ pub struct Cluster {
     proxy_port: u16,
     /// Extra `once store` flags for every member.
     extra_args: Vec<String>,
+    /// The cluster's CA; each member's certificate is issued at its start.
+    pub pki: TestPki,
+    /// The test's own identity towards the members.
+    operator_tls: Tls,
 }
 
 impl Cluster {
@@ -81,8 +86,13 @@ impl Cluster {
 
     /// As [`Self::start`], with extra flags and each member's extra env.
     pub async fn start_with(n: u64, extra_args: &[&str], env: impl Fn(u64) -> MemberEnv) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pki = TestPki::new(&dir.path().join("tls"));
+        let operator_tls = pki.tls("operator", "test", Role::Operator);
         let mut cluster = Self {
-            dir: tempfile::tempdir().expect("temp dir"),
+            pki,
+            operator_tls,
+            dir,
             members: BTreeMap::new(),
             raft_port: free_port(),
             api_port: free_port(),
@@ -142,10 +152,17 @@ impl Cluster {
 
     /// Starts member `id`'s process; `peers` only for a founding start.
     pub async fn spawn(&mut self, id: u64, peers: Option<&str>) {
+        let certificate = self.pki.issue(
+            &format!("member-{id}"),
+            &format!("member-{id}"),
+            Role::StoreMember,
+            &[member_ip(id)],
+        );
         let m = self.members.get_mut(&id).expect("member");
         let mut command = process::command(ONCE);
         command
             .args(["store", "--id", &id.to_string()])
+            .args(pki::flags(&certificate))
             .args(["--raft-addr", &m.raft_addr.to_string()])
             .args(["--api-addr", &m.api_addr.to_string()])
             .args(["--admin-listen", &m.admin_addr.to_string()])
@@ -193,12 +210,46 @@ impl Cluster {
         self.members.values().map(Member::admin_endpoint).collect()
     }
 
+    /// A store client; an operator's unless `options` holds another identity.
     pub fn client(&self, options: ClientOptions) -> StoreClient {
-        StoreClient::new(&self.endpoints(), options).expect("client")
+        StoreClient::new(&self.endpoints(), self.with_tls(options)).expect("client")
+    }
+
+    /// `options` with the operator's certificate, unless they hold one.
+    pub fn with_tls(&self, mut options: ClientOptions) -> ClientOptions {
+        options.tls.get_or_insert_with(|| self.operator_tls.clone());
+        options
+    }
+
+    /// Client options with the operator's certificate.
+    pub fn client_options(&self) -> ClientOptions {
+        self.with_tls(ClientOptions::default())
+    }
+
+    /// The test's identity: an operator holding [`ADMIN_TOKEN`].
+    pub fn operator(&self) -> admin::Operator {
+        admin::Operator::with_tls(
+            Some(&once_edge::AdminToken::new(ADMIN_TOKEN).unwrap()),
+            Some(&self.operator_tls),
+        )
+    }
+
+    /// A certificate of this cluster's CA for `role` (a node's, a router's).
+    pub fn identity(&self, name: &str, role: Role) -> Tls {
+        self.pki.tls(name, "test", role)
+    }
+
+    /// `--tls-*` flags of a process of `role` (a `once node`, a `once
+    /// router`) that uses this cluster.
+    pub fn tls_flags(&self, name: &str, role: Role) -> Vec<String> {
+        pki::flags(&self.pki.issue(name, "test", role, &[]))
     }
 
     pub async fn status(&self, id: u64) -> Option<Status> {
-        admin::status(&self.members[&id].endpoint()).await.ok()
+        self.operator()
+            .status(&self.members[&id].endpoint())
+            .await
+            .ok()
     }
 
     /// Waits until one of `among` leads and every running one of them
@@ -235,8 +286,10 @@ impl Cluster {
 
     /// Member `id`'s applied records, sorted by scope.
     pub async fn records(&self, id: u64) -> Vec<Record> {
-        let url = format!("http://{}{RECORDS_PATH}", self.members[&id].admin_addr);
-        let bytes = reqwest::Client::new()
+        let url = format!("https://{}{RECORDS_PATH}", self.members[&id].admin_addr);
+        let bytes = self
+            .operator()
+            .http()
             .get(url)
             .bearer_auth(ADMIN_TOKEN)
             .send()

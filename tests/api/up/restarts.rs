@@ -307,8 +307,9 @@ async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
     control: &Control,
     cluster: &serde_json::Value,
 ) {
-    let operator = Operator::new(
-        &once_edge::AdminToken::new(cluster["admin_token"].as_str().unwrap()).unwrap(),
+    let operator = Operator::with_tls(
+        Some(&once_edge::AdminToken::new(cluster["admin_token"].as_str().unwrap()).unwrap()),
+        Some(&super::operator_tls(cluster)),
     );
     let regions = cluster["regions"].as_array().unwrap();
     let members: Vec<(u64, String, String)> = regions
@@ -324,7 +325,7 @@ async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
         .collect();
     let admin_endpoints: Vec<String> = members.iter().map(|(_, a, _)| a.clone()).collect();
     let every_id: Vec<u64> = members.iter().map(|(id, _, _)| *id).collect();
-    let leader = admin::leader_endpoint(&admin_endpoints).await.unwrap();
+    let leader = operator.leader_endpoint(&admin_endpoints).await.unwrap();
     // A follower: wiping the leader would test an election too.
     let (at, (id, endpoint, raft_addr)) = members
         .iter()
@@ -354,7 +355,8 @@ async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
     assert!(wiped.wiped);
     assert_eq!(wiped.previous_pid as i32, before);
     assert_eq!(pid_in_cluster_json(dir, region, "store"), wiped.pid as i32);
-    let blank = admin::status(endpoint)
+    let blank = operator
+        .status(endpoint)
         .await
         .expect("a blank member answers");
     assert!(!blank.voters.contains(id), "{blank:?}");
@@ -368,14 +370,15 @@ async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
     admin::change_membership(&operator, &admin_endpoints, every_id.clone())
         .await
         .expect("make it a voter again");
-    let leader = admin::leader_endpoint(&admin_endpoints).await.unwrap();
-    let target = admin::status(&leader)
+    let leader = operator.leader_endpoint(&admin_endpoints).await.unwrap();
+    let target = operator
+        .status(&leader)
         .await
         .unwrap()
         .applied_index
         .expect("the leader has applied the membership change");
     let caught_up = eventually(Duration::from_secs(60), || async {
-        let s = admin::status(endpoint).await.ok()?;
+        let s = operator.status(endpoint).await.ok()?;
         (s.voters.contains(id) && s.applied_index >= Some(target)).then_some(s)
     })
     .await;

@@ -1,0 +1,76 @@
+//! The flags every process on an internal link shares: the CA it trusts
+//! and its own certificate and key (`--tls-ca`, `--tls-cert`, `--tls-key`,
+//! or `ONCE_TLS_CA`, `ONCE_TLS_CERT`, `ONCE_TLS_KEY`). The certificate names
+//! the process's identity (`spiffe://once/<region>/<role>`); the files are
+//! reloaded when they change (see `once_tls::reload`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use once_tls::{Role, Tls, TlsFiles};
+
+use super::config_error;
+
+/// What the node's and router's `--help` say: the admin token and mutual TLS.
+pub const ROLE_HELP: &str = "\
+Secrets:
+  ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
+  admin listener; at least 16 characters, or the process exits with code 64. Unset: the
+  operator endpoints are off (404). Never passed as a flag: a command line shows in `ps`.
+
+Mutual TLS:
+  --tls-ca, --tls-cert and --tls-key (or ONCE_TLS_CA, ONCE_TLS_CERT, ONCE_TLS_KEY) name the
+  CA this process trusts and its own certificate and key (PEM). The certificate's URI SAN
+  spiffe://once/<region>/<role> is who the process is; raft-store members authorise every
+  call by it. `once up` makes a CA and every certificate; `once certs` does for a
+  deployment. The certificate and key are reloaded when their files change.";
+
+#[derive(Debug, Args, Clone, Default)]
+pub struct TlsArgs {
+    /// The CA certificate (PEM) this process trusts; peers must present a
+    /// certificate it signed.
+    #[arg(long, env = "ONCE_TLS_CA", global = true, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// This process's certificate (PEM), naming its identity.
+    #[arg(long, env = "ONCE_TLS_CERT", global = true, value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// This process's private key (PEM; keep it 0600).
+    #[arg(long, env = "ONCE_TLS_KEY", global = true, value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    pub fn files(&self) -> anyhow::Result<Option<TlsFiles>> {
+        TlsFiles::from_parts(
+            self.tls_ca.clone(),
+            self.tls_cert.clone(),
+            self.tls_key.clone(),
+        )
+        .map_err(config_error)
+    }
+
+    /// The loaded files, or `None` when none is given; a configuration
+    /// error (exit 64) when they do not load or the certificate is not
+    /// one of `roles`.
+    pub fn load(&self, roles: &[Role]) -> anyhow::Result<Option<Tls>> {
+        let Some(files) = self.files()? else {
+            return Ok(None);
+        };
+        let tls = Tls::load(&files).map_err(config_error)?;
+        let identity = tls
+            .identity()
+            .expect("a loaded certificate names an identity");
+        if !roles.contains(&identity.role()) {
+            return Err(config_error(anyhow::anyhow!(
+                "{} names {identity}; this command needs a {} certificate",
+                files.cert.display(),
+                roles
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )));
+        }
+        Ok(Some(tls))
+    }
+}
