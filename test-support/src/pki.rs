@@ -41,15 +41,3 @@ impl TestPki {
         Tls::load(&files).expect("a test certificate loads")
     }
 }
-
-/// `--tls-ca`, `--tls-cert`, `--tls-key` for `files`.
-pub fn flags(files: &TlsFiles) -> Vec<String> {
-    vec![
-        "--tls-ca".into(),
-        files.ca.display().to_string(),
-        "--tls-cert".into(),
-        files.cert.display().to_string(),
-        "--tls-key".into(),
-        files.key.display().to_string(),
-    ]
-}

@@ -20,6 +20,19 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
+    /// The flags that hand these files to a role: `--tls-ca`, `--tls-cert`,
+    /// `--tls-key`.
+    pub fn flags(&self) -> Vec<String> {
+        vec![
+            "--tls-ca".into(),
+            self.ca.display().to_string(),
+            "--tls-cert".into(),
+            self.cert.display().to_string(),
+            "--tls-key".into(),
+            self.key.display().to_string(),
+        ]
+    }
+
     /// `ca.pem`, `cert.pem` and `key.pem` in `dir`: what `once certs issue
     /// --out DIR` writes and a Kubernetes Secret mounts.
     pub fn in_dir(dir: &Path) -> Self {

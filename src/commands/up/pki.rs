@@ -83,15 +83,7 @@ impl Pki {
 
     /// `--tls-ca`, `--tls-cert`, `--tls-key` of process `name`.
     pub(crate) fn flags(&self, name: &str) -> Vec<String> {
-        let files = self.files(name);
-        vec![
-            "--tls-ca".into(),
-            files.ca.display().to_string(),
-            "--tls-cert".into(),
-            files.cert.display().to_string(),
-            "--tls-key".into(),
-            files.key.display().to_string(),
-        ]
+        self.files(name).flags()
     }
 
     /// `once up`'s own identity.

@@ -16,7 +16,7 @@ use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::Record;
 use once_store_client::protocol::{RECORDS_PATH, Status};
 use once_test_support::fixtures::STORE_ADMIN_TOKEN as ADMIN_TOKEN;
-use once_test_support::pki::{self, TestPki};
+use once_test_support::pki::TestPki;
 use once_test_support::ports::port_outside_ephemeral_range;
 use once_test_support::process::{self, Process};
 use once_test_support::proxy::LinkProxy;
@@ -162,7 +162,7 @@ impl Cluster {
         let mut command = process::command(ONCE);
         command
             .args(["store", "--id", &id.to_string()])
-            .args(pki::flags(&certificate))
+            .args(certificate.flags())
             .args(["--raft-addr", &m.raft_addr.to_string()])
             .args(["--api-addr", &m.api_addr.to_string()])
             .args(["--admin-listen", &m.admin_addr.to_string()])
@@ -242,7 +242,7 @@ impl Cluster {
     /// `--tls-*` flags of a process of `role` (a `once node`, a `once
     /// router`) that uses this cluster.
     pub fn tls_flags(&self, name: &str, role: Role) -> Vec<String> {
-        pki::flags(&self.pki.issue(name, "test", role, &[]))
+        self.pki.issue(name, "test", role, &[]).flags()
     }
 
     pub async fn status(&self, id: u64) -> Option<Status> {
