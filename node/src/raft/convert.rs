@@ -18,10 +18,6 @@ use crate::payments::command::Channel;
 use crate::payments::model::{NewPayment, Payment, PaymentStatus};
 use crate::store::StoreError;
 
-pub fn scope_to_store(scope: &Scope) -> rs::Scope {
-    scope.to_store()
-}
-
 fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("raft-store record: {what}"))
 }

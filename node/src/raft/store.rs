@@ -16,9 +16,7 @@ use once_store_client::command::{self as rs, Op, Reply, TakeOverKind};
 use once_store_client::protocol::{PaymentListQuery, RecordQuery};
 use tracing::{instrument, warn};
 
-use super::convert::{
-    PaymentFacts, fence_to_store, payment_of_record, record_from_store, scope_to_store,
-};
+use super::convert::{PaymentFacts, fence_to_store, payment_of_record, record_from_store};
 use super::placement::{Belief, PlacementBeliefs};
 use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
@@ -144,7 +142,7 @@ impl RaftStore {
     /// business key turned out to be taken.
     fn new_claim(&self, claim: &Claim, epoch: u64, with_payment: bool) -> rs::NewClaim {
         let p = &claim.payment;
-        let scope = scope_to_store(&claim.scope);
+        let scope = claim.scope.to_store();
         rs::NewClaim {
             fingerprint_version: claim.fingerprint.version,
             fingerprint: claim.fingerprint.hash.clone(),
@@ -211,7 +209,7 @@ impl RaftStore {
         renew: Option<rs::NewClaim>,
     ) -> Op {
         Op::TakeOver {
-            scope: scope_to_store(&seen.scope),
+            scope: seen.scope.to_store(),
             fence: fence_to_store(seen.fence),
             kind,
             region: self.region.clone(),
@@ -235,7 +233,7 @@ impl RaftStore {
             Ok(Reply::Fenced { .. } | Reply::NotFound) => Err(StoreError::Fenced),
             Ok(other) => Err(unexpected(other)),
             Err(ClientError::Ambiguous(why)) => {
-                let scope = scope_to_store(&owner.scope);
+                let scope = owner.scope.to_store();
                 match self.client.record(&scope).await.map_err(store_error)? {
                     Some(r) if r.fence == fence_to_store(owner.fence) && applied(&r) => Ok(()),
                     Some(r) if r.fence != fence_to_store(owner.fence) => Err(StoreError::Fenced),
@@ -250,7 +248,7 @@ impl RaftStore {
 
     /// Completes or fails the record in raft-store (fenced), as `finish`.
     async fn finish_record(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
-        let scope = scope_to_store(&owner.scope);
+        let scope = owner.scope.to_store();
         let fence = fence_to_store(owner.fence);
         let response = &self.keys.seal_answer(&scope, &finish.response);
         let op = match finish.status {
@@ -394,7 +392,7 @@ impl RequestPath for RaftStore {
     #[instrument(name = "load the record", skip_all, fields(db.system = "raft-store"))]
     async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError> {
         self.client
-            .record_for_replay(&scope_to_store(scope))
+            .record_for_replay(&scope.to_store())
             .await
             .map_err(store_error)?
             .map(|r| self.record(r))
@@ -404,7 +402,7 @@ impl RequestPath for RaftStore {
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = "raft-store"))]
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
         let op = Op::AdvanceStep {
-            scope: scope_to_store(&owner.scope),
+            scope: owner.scope.to_store(),
             fence: fence_to_store(owner.fence),
             step,
         };
@@ -426,7 +424,7 @@ impl RequestPath for RaftStore {
         expires_at: UnixMillis,
     ) -> Result<(), StoreError> {
         let op = Op::Fail {
-            scope: scope_to_store(&owner.scope),
+            scope: owner.scope.to_store(),
             fence: fence_to_store(owner.fence),
             replayable: false,
             response: None,
@@ -445,7 +443,7 @@ impl RequestPath for RaftStore {
         retry_at: UnixMillis,
     ) -> Result<(), StoreError> {
         let op = Op::MarkUnknown {
-            scope: scope_to_store(&owner.scope),
+            scope: owner.scope.to_store(),
             fence: fence_to_store(owner.fence),
             retry_after_ms: retry_at.0 - now.0,
         };
