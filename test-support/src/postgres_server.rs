@@ -48,17 +48,21 @@ fn is_root() -> bool {
         .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
 }
 
-/// Runs `program args` as the server's owner; panics with its output if it
-/// fails.
-fn run_as_owner(program: &str, args: &[&str]) {
-    let mut command = if is_root() {
+/// `program`, to run as the server's owner (`postgres` when this is root).
+fn as_owner(program: &str) -> Command {
+    if is_root() {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--", program]);
         c
     } else {
         Command::new(program)
-    };
-    let output = command.args(args).output().expect(program);
+    }
+}
+
+/// Runs `program args` as the server's owner; panics with its output if it
+/// fails.
+fn run_as_owner(program: &str, args: &[&str]) {
+    let output = as_owner(program).args(args).output().expect(program);
     assert!(
         output.status.success(),
         "{program} {args:?} failed: {}{}",
