@@ -43,12 +43,13 @@ pub enum ErrorCode {
     RequestTimeout,
     InvalidPath,
     MethodNotAllowed,
+    Forbidden,
 }
 
 impl ErrorCode {
     /// Every code. The node's API document test checks this against the
     /// enum's derived schema, so a new code cannot be left out.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         Self::IdempotencyKeyRequired,
         Self::IdempotencyKeyInvalid,
         Self::IdempotencyKeyReusedWithDifferentRequest,
@@ -69,6 +70,7 @@ impl ErrorCode {
         Self::RequestTimeout,
         Self::InvalidPath,
         Self::MethodNotAllowed,
+        Self::Forbidden,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +97,7 @@ impl ErrorCode {
             Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::InvalidPath => "INVALID_PATH",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::Forbidden => "FORBIDDEN",
         }
     }
 }
@@ -183,6 +186,10 @@ pub enum ApiError {
         "the request path is not in canonical form (dot segments, encoded dots and encoded slashes are refused)"
     )]
     InvalidPath,
+    /// A listener that answers only some roles over mutual TLS (a node
+    /// behind routers) was called by another.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl ApiError {
@@ -232,6 +239,9 @@ impl ApiError {
                 timeout: Duration::from_secs(10),
             },
             Self::InvalidPath,
+            Self::Forbidden(
+                "this listener answers routers and operators only; the client certificate names spiffe://once/eu-west/node".into(),
+            ),
         ];
         // No wildcard: a new variant does not compile until it is listed above.
         for example in &examples {
@@ -257,7 +267,8 @@ impl ApiError {
                 | Self::Overloaded { .. }
                 | Self::DeadlineExceeded { .. }
                 | Self::BodyTimeout { .. }
-                | Self::InvalidPath => {}
+                | Self::InvalidPath
+                | Self::Forbidden(_) => {}
             }
         }
         examples
@@ -280,6 +291,7 @@ impl ApiError {
             Self::InvalidPath => StatusCode::BAD_REQUEST,
             Self::InvalidCommand(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::PaymentNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -313,6 +325,7 @@ impl ApiError {
             Self::DeadlineExceeded { .. } => ErrorCode::ServiceUnavailable,
             Self::BodyTimeout { .. } => ErrorCode::RequestTimeout,
             Self::InvalidPath => ErrorCode::InvalidPath,
+            Self::Forbidden(_) => ErrorCode::Forbidden,
         }
     }
 
@@ -450,6 +463,7 @@ mod tests {
                 None,
             ),
             (ApiError::InvalidPath, 400, "INVALID_PATH", None),
+            (ApiError::Forbidden("no".into()), 403, "FORBIDDEN", None),
         ];
         for (error, status, code, retry_after) in cases {
             assert_eq!(error.code().as_str(), code);

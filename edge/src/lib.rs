@@ -20,6 +20,9 @@
 //!   characters) and the check of every operator endpoint.
 //! - [`tenants`]: per-tenant fairness: a token bucket and an in-flight
 //!   quota per tenant, `429 RATE_LIMITED` with `Retry-After`.
+//! - [`public_tls`]: how a public listener speaks (plain, TLS with the
+//!   API's certificate, or mutual TLS answering only some roles: a node
+//!   behind routers) and the `403 FORBIDDEN` of the others.
 //! - [`path`]: refusing paths that could mean two things (dot segments,
 //!   encoded dots and slashes) before routing.
 //! - [`observe`]: the server span, trace ids on every answer, and the one
@@ -49,6 +52,7 @@ pub mod metrics;
 pub mod observe;
 pub mod ops;
 pub mod path;
+pub mod public_tls;
 pub mod server;
 pub mod shutdown;
 pub mod tenants;
@@ -59,6 +63,7 @@ pub use error::{ApiError, ErrorBody, ErrorCode, InternalCause};
 pub use identity::{PrincipalId, TenantId};
 pub use limits::ServerLimits;
 pub use metrics::EdgeMetrics;
+pub use public_tls::PublicTls;
 pub use server::Server;
 pub use shutdown::{LIFELINE_ENV, shutdown_signal};
 pub use tenants::{TenantLimit, TenantLimits};

@@ -16,12 +16,13 @@ use tracing::info;
 
 use crate::auth::ApiKeys;
 use crate::config::{NodeConfig, StoreMode};
+use crate::database_clock::{DatabaseClock, RESAMPLE};
 use crate::domain::{Clock, SystemClock};
 use crate::idempotency::ReplayCache;
 use crate::metrics::Metrics;
 use crate::provider::{HttpProvider, InProcessProvider, PaymentProvider};
 use crate::raft::RaftStore;
-use crate::sql::{Database, Materialized, SqlStore};
+use crate::sql::{Database, Dialect, Materialized, SqlStore};
 use crate::state::{App, AppState};
 use crate::store::Stores;
 use crate::{admin, http, ops, recovery, routes, sweeper};
@@ -41,7 +42,8 @@ pub struct Application {
 pub struct Builder {
     config: NodeConfig,
     api_keys: ApiKeys,
-    clock: Arc<dyn Clock>,
+    /// `None`: the database's clock on PostgreSQL, the system clock on SQLite.
+    clock: Option<Arc<dyn Clock>>,
     provider: Arc<dyn PaymentProvider>,
     events: crate::events::runtime::Overrides,
 }
@@ -68,7 +70,7 @@ impl Builder {
     }
 
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
     }
 
@@ -86,13 +88,18 @@ impl Builder {
         let db =
             Database::connect(&self.config.database_url, self.config.max_db_connections).await?;
         db.migrate().await?;
+        let clock: Arc<dyn Clock> = match (self.clock, db.dialect) {
+            (Some(clock), _) => clock,
+            (None, Dialect::Postgres) => DatabaseClock::start(&db.pool, RESAMPLE).await?,
+            (None, Dialect::Sqlite) => Arc::new(SystemClock),
+        };
         let metrics = Metrics::new();
         let events_db =
             Database::connect(&self.config.database_url, self.config.events.pool_size()).await?;
         let events = crate::events::Events::connect(
             events_db,
             &self.config.events,
-            self.clock.clone(),
+            clock.clone(),
             metrics.events.clone(),
             self.events,
         )
@@ -123,6 +130,7 @@ impl Builder {
         )
         .await
         .with_context(|| format!("binding {}", self.config.listen))?;
+        let public = self.config.public_tls.serve_on(public);
         let admin = Server::bind(
             "admin",
             self.config.admin_listen,
@@ -137,7 +145,7 @@ impl Builder {
             api_keys: Arc::new(self.api_keys),
             store,
             provider,
-            clock: self.clock,
+            clock,
             metrics,
             data_keys,
         }));
@@ -156,7 +164,7 @@ impl Application {
         Builder {
             config,
             api_keys,
-            clock: Arc::new(SystemClock),
+            clock: None,
             provider: Arc::new(InProcessProvider::default()),
             events: Default::default(),
         }
@@ -224,7 +232,8 @@ impl Application {
     }
 }
 
-/// The public listener: the payments API, its contract and probes. A
+/// The public listener: the payments API, its contract and probes. Behind
+/// routers only routers and operators get past its mutual TLS (403); a
 /// payments request is authenticated (401) and passes its tenant's gate
 /// (429) before the handler reads the body.
 pub fn public_router(state: AppState) -> Router {
@@ -238,6 +247,7 @@ pub fn public_router(state: AppState) -> Router {
         .merge(payments)
         .merge(ops::health(&state))
         .merge(ops::openapi());
+    let routes = state.config.public_tls.guard(routes);
     observe::outermost(routes, observing(&state)).with_state(state)
 }
 

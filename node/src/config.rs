@@ -15,6 +15,10 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// The admin listener: `/metrics`, `/admin/*`, health and readiness.
     pub admin_listen: SocketAddr,
+    /// How the public listener speaks and whom it answers: plaintext, TLS
+    /// with the API's certificate, or mutual TLS answering routers only
+    /// (decision 0034).
+    pub public_tls: once_edge::PublicTls,
     /// What each listener tolerates (timeouts, connection cap, in-flight limit).
     pub limits: ServerLimits,
     /// Each tenant's rate and in-flight quota on the public listener.
@@ -95,6 +99,7 @@ impl NodeConfig {
             response_schema: ResponseSchema::CURRENT,
             drain_timeout: Duration::from_secs(10),
             admin_listen: SocketAddr::new(listen.ip(), 0),
+            public_tls: once_edge::PublicTls::Plain,
             limits: ServerLimits::default(),
             tenant_limits: TenantLimits::default(),
             replay_cache_bytes: 32 * 1024 * 1024,

@@ -7,6 +7,8 @@
 //! - [`config`]: validated node configuration.
 //! - [`state`]: the shared state every handler and worker sees.
 //! - [`auth`]: API keys → (tenant, principal).
+//! - [`database_clock`]: on PostgreSQL, the node's time is the database's
+//!   clock, read every few seconds and carried on the monotonic clock.
 //! - [`data_keys`]: encryption at rest — the data key file (or the one
 //!   created beside SQLite), its reload, sealing answers and payloads bound
 //!   to their record, digests of business keys.
@@ -57,6 +59,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod data_keys;
+pub mod database_clock;
 pub mod domain;
 pub mod engine;
 pub mod error;

@@ -47,13 +47,19 @@ impl RouterApp {
                 // store applies to this router too: a router cut off with
                 // its region cannot write failovers the majority never saw.
                 region: Some(config.region.clone()),
-                tls: config.store_tls.clone(),
+                tls: config.tls.clone(),
                 ..ClientOptions::default()
             },
         )
         .context("building the raft-store client")?;
         let store = Arc::new(store);
-        let http = reqwest::Client::builder()
+        // Mutual TLS to nodes with the router's certificate (their URLs are
+        // https, checked by validate), plaintext without one.
+        let http = match &config.tls {
+            Some(tls) => tls.http_client(),
+            None => reqwest::Client::builder(),
+        };
+        let http = http
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(1))
             // Below the nodes' idle timeout (60 s by default), so a pooled
@@ -68,6 +74,7 @@ impl RouterApp {
         let public = Server::bind("public", config.listen, config.limits, metrics.edge.clone())
             .await
             .with_context(|| format!("binding {}", config.listen))?;
+        let public = config.public_tls.serve_on(public);
         let admin = Server::bind(
             "admin",
             config.admin_listen,

@@ -27,6 +27,10 @@ pub enum ConfigError {
         "--node-timeout ({node:?}) must be shorter than --request-deadline ({deadline:?}), so a node's late answer is a 503 of the router's own and not a cut-off stream"
     )]
     NodeTimeoutPastDeadline { node: Duration, deadline: Duration },
+    #[error(
+        "node URL {0} is plaintext: a router with a certificate (--tls-*) forwards to nodes over mutual TLS only; give https:// URLs of nodes started with --api-callers routers"
+    )]
+    PlaintextNode(String),
 }
 
 #[derive(Debug)]
@@ -43,9 +47,13 @@ pub struct RouterConfig {
     /// served here, and forwarding elsewhere pays `wan_latency`.
     pub region: String,
     pub store_endpoints: Vec<String>,
-    /// The router's CA and certificate for raft-store (mutual TLS, a
-    /// router identity); `None` for members in plaintext (development).
-    pub store_tls: Option<once_tls::Tls>,
+    /// The router's CA and certificate (a router identity): mutual TLS
+    /// to raft-store and to every node, whose URLs must then be `https://`.
+    /// `None`: plaintext to both (development).
+    pub tls: Option<once_tls::Tls>,
+    /// How the public listener speaks: plaintext or TLS with the API's
+    /// certificate (`--public-tls-*`).
+    pub public_tls: once_edge::PublicTls,
     pub nodes: NodeDirectory,
     pub health: HealthConfig,
     /// How often the whole placement table is re-read (a 421 re-reads the
@@ -107,7 +115,8 @@ impl RouterConfig {
             tenant_limits: TenantLimits::default(),
             region: region.to_owned(),
             store_endpoints,
-            store_tls: None,
+            tls: None,
+            public_tls: once_edge::PublicTls::Plain,
             nodes,
             health: HealthConfig::default(),
             placement_refresh: Duration::from_secs(2),
@@ -139,6 +148,16 @@ impl RouterConfig {
             return Err(ConfigError::ZeroBodyLimit);
         }
         self.limits.validate()?;
+        if self.tls.is_some() {
+            let regions: Vec<&str> = self.nodes.regions().collect();
+            if let Some(plain) = regions
+                .iter()
+                .flat_map(|region| self.nodes.urls(region))
+                .find(|url| !url.starts_with("https://"))
+            {
+                return Err(ConfigError::PlaintextNode(plain.clone()));
+            }
+        }
         if self.node_timeout >= self.limits.request_deadline {
             return Err(ConfigError::NodeTimeoutPastDeadline {
                 node: self.node_timeout,

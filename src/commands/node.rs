@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use once_edge::PublicTls;
+use once_edge::public_tls::AllowedRoles;
 use once_node::config::StoreMode;
 use once_node::payments::response::ResponseSchema;
 use once_node::provider::HttpProviderConfig;
@@ -29,9 +31,19 @@ pub struct NodeArgs {
     pub edge: super::edge::EdgeArgs,
     #[command(flatten)]
     pub tenants: super::edge::TenantArgs,
-    /// The node's certificate (a node identity), presented to raft-store.
+    /// The node's certificate (a node identity), presented to raft-store
+    /// and, with `--api-callers routers`, to routers.
     #[command(flatten)]
     pub tls: super::tls::TlsArgs,
+    /// Who the public listener answers: `any` client with an API key
+    /// (plaintext, or TLS with `--public-tls-*`), or `routers` only — mutual
+    /// TLS with the node's certificate (`--tls-*`), answering routers and
+    /// operators and refusing every other caller, as in a deployment where
+    /// clients reach nodes only through routers.
+    #[arg(long, env = "ONCE_API_CALLERS", value_enum, default_value_t = ApiCallers::Any)]
+    pub api_callers: ApiCallers,
+    #[command(flatten)]
+    pub public_tls: super::tls::PublicTlsArgs,
     /// This node's region.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -127,6 +139,12 @@ pub struct NodeArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiCallers {
+    Any,
+    Routers,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreKind {
     Sql,
     Raft,
@@ -136,8 +154,29 @@ fn load_keys(args: &NodeArgs) -> anyhow::Result<ApiKeys> {
     super::api_keys::load(args.api_keys_file.as_deref())
 }
 
+/// The public listener's transport, from `--api-callers` and
+/// `--public-tls-*`.
+fn public_tls(args: &NodeArgs, identity: Option<&once_tls::Tls>) -> anyhow::Result<PublicTls> {
+    let public = args.public_tls.load()?;
+    match (args.api_callers, identity, public) {
+        (ApiCallers::Any, _, public) => Ok(public),
+        (ApiCallers::Routers, Some(tls), PublicTls::Plain) => Ok(PublicTls::Mutual {
+            tls: tls.clone(),
+            allowed: AllowedRoles::ROUTERS,
+        }),
+        (ApiCallers::Routers, None, _) => anyhow::bail!(
+            "--api-callers routers speaks mutual TLS with the node's certificate: give --tls-ca, --tls-cert and --tls-key"
+        ),
+        (ApiCallers::Routers, Some(_), _) => anyhow::bail!(
+            "--public-tls-* is for a node that clients reach directly (--api-callers any); behind routers the public listener presents the node's own certificate"
+        ),
+    }
+}
+
 pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     let mut config = NodeConfig::new(args.listen, &args.region, &args.database_url);
+    let identity = args.tls.load(&[once_tls::Role::Node])?;
+    config.public_tls = public_tls(args, identity.as_ref())?;
     config.max_db_connections = args.max_db_connections;
     config.lease = args.lease;
     config.replay_window = args.replay_window;
@@ -172,7 +211,7 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
                 local_endpoints: 1,
                 // Declared so a member cut off from this region refuses us.
                 region: Some(args.region.clone()),
-                tls: args.tls.load(&[once_tls::Role::Node])?,
+                tls: identity,
                 ..ClientOptions::default()
             },
         }),
@@ -188,6 +227,15 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
     config.validate()?;
     Ok(config)
+}
+
+/// `--check-config`'s view of the public listener.
+pub fn describe_public_tls(tls: &PublicTls) -> &'static str {
+    match tls {
+        PublicTls::Plain => "plaintext",
+        PublicTls::Server(_) => "tls",
+        PublicTls::Mutual { .. } => "mutual tls, routers and operators only",
+    }
 }
 
 /// The database URL with any password replaced, for printing.
@@ -213,6 +261,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "role": "node",
                 "listen": config.listen.to_string(),
+                "publicTls": describe_public_tls(&config.public_tls),
                 "adminListen": config.admin_listen.to_string(),
                 "limits": super::edge::describe(&config.limits),
                 "tenantLimits": super::edge::TenantArgs::describe(&config.tenant_limits),
@@ -254,7 +303,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, %admin, region = %app.state().config.region, "node listening");
     // Machine-readable lines on stdout for harnesses and scripts.
     println!("admin on http://{admin}");
-    println!("listening on http://{addr}");
+    println!(
+        "listening on {}://{addr}",
+        app.state().config.public_tls.scheme()
+    );
     app.run_until(once_edge::shutdown_signal()).await
 }
 

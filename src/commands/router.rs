@@ -24,9 +24,12 @@ pub struct RouterArgs {
     pub edge: super::edge::EdgeArgs,
     #[command(flatten)]
     pub tenants: super::edge::TenantArgs,
-    /// The router's certificate (a router identity), presented to raft-store.
+    /// The router's certificate (a router identity), presented to
+    /// raft-store and to nodes (whose URLs must then be https://).
     #[command(flatten)]
     pub tls: super::tls::TlsArgs,
+    #[command(flatten)]
+    pub public_tls: super::tls::PublicTlsArgs,
     /// This router's region: tenants without a placement are served here.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -127,7 +130,8 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         Some(NodeDirectory::parse(&args.node_admins)?)
     };
     config.drill_reports = args.drill_reports.clone();
-    config.store_tls = args.tls.load(&[once_tls::Role::Router])?;
+    config.tls = args.tls.load(&[once_tls::Role::Router])?;
+    config.public_tls = args.public_tls.load()?;
     config.validate()?;
     Ok(config)
 }
@@ -141,6 +145,7 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "role": "router",
                 "listen": config.listen.to_string(),
+                "publicTls": super::node::describe_public_tls(&config.public_tls),
                 "adminListen": config.admin_listen.to_string(),
                 "limits": super::edge::describe(&config.limits),
                 "tenantLimits": super::edge::TenantArgs::describe(&config.tenant_limits),
@@ -172,6 +177,9 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, %admin, region = %app.state().config.region, "router listening");
     // Machine-readable lines on stdout for harnesses and scripts.
     println!("admin on http://{admin}");
-    println!("listening on http://{addr}");
+    println!(
+        "listening on {}://{addr}",
+        app.state().config.public_tls.scheme()
+    );
     app.run_until(once_edge::shutdown_signal()).await
 }

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use once_edge::PublicTls;
 use once_tls::{Role, Tls, TlsFiles};
 
 use super::config_error;
@@ -22,8 +23,14 @@ Mutual TLS:
   --tls-ca, --tls-cert and --tls-key (or ONCE_TLS_CA, ONCE_TLS_CERT, ONCE_TLS_KEY) name the
   CA this process trusts and its own certificate and key (PEM). The certificate's URI SAN
   spiffe://once/<region>/<role> is who the process is; raft-store members authorise every
-  call by it. `once up` makes a CA and every certificate; `once certs` does for a
-  deployment. The certificate and key are reloaded when their files change.";
+  call by it, and a node started with --api-callers routers answers only routers. `once up`
+  makes a CA and every certificate; `once certs` does for a deployment. The certificate and
+  key are reloaded when their files change.
+
+Public TLS:
+  --public-tls-cert and --public-tls-key (or ONCE_PUBLIC_TLS_CERT, ONCE_PUBLIC_TLS_KEY): the
+  public listener speaks TLS with this certificate for the API's host name (any CA your
+  clients trust; no client certificate asked). Reloaded when the files change.";
 
 #[derive(Debug, Args, Clone, Default)]
 pub struct TlsArgs {
@@ -72,5 +79,40 @@ impl TlsArgs {
             )));
         }
         Ok(Some(tls))
+    }
+}
+
+/// The public listener's own certificate, for clients (not an identity).
+#[derive(Debug, Args, Clone, Default)]
+pub struct PublicTlsArgs {
+    /// Certificate chain (PEM) the public listener presents: TLS for
+    /// clients, who authenticate with their API keys.
+    #[arg(
+        long,
+        env = "ONCE_PUBLIC_TLS_CERT",
+        value_name = "PEM",
+        requires = "public_tls_key"
+    )]
+    pub public_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(
+        long,
+        env = "ONCE_PUBLIC_TLS_KEY",
+        value_name = "PEM",
+        requires = "public_tls_cert"
+    )]
+    pub public_tls_key: Option<PathBuf>,
+}
+
+impl PublicTlsArgs {
+    /// `Server` TLS with the given pair, or `Plain`; exit 64 when the pair
+    /// does not load.
+    pub fn load(&self) -> anyhow::Result<PublicTls> {
+        match (&self.public_tls_cert, &self.public_tls_key) {
+            (Some(cert), Some(key)) => once_tls::public::server_config(cert, key)
+                .map(PublicTls::Server)
+                .map_err(config_error),
+            _ => Ok(PublicTls::Plain),
+        }
     }
 }

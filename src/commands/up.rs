@@ -283,6 +283,9 @@ impl Plan {
             self.data_keys.display().to_string(),
         ];
         args.extend(self.pki.flags(&format!("node-{}", region.name)));
+        // Clients reach nodes through the router only: mutual TLS, routers
+        // (and the operator) answered.
+        args.extend(["--api-callers".into(), "routers".into()]);
         args.extend(self.latency());
         let mut env = vec![
             ("ONCE_API_KEYS", self.api_keys.clone()),
@@ -391,7 +394,7 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     for (node, region) in running.nodes.iter_mut().zip(&layout.regions) {
         node.wait_ready(
             plan.pki.http(),
-            &format!("http://{}/readyz", region.node),
+            &format!("https://{}/readyz", region.node),
             START_LIMIT,
         )
         .await?;
@@ -507,7 +510,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         })).collect::<Vec<_>>(),
         "regions": layout.regions.iter().zip(running_now.nodes.iter().zip(&running_now.stores)).map(|(r, (node, store))| json!({
             "name": r.name,
-            "node": { "url": format!("http://{}", r.node), "admin_url": format!("http://{}", r.node_admin), "pid": node.pid() },
+            "node": { "url": format!("https://{}", r.node), "admin_url": format!("http://{}", r.node_admin), "pid": node.pid() },
             "store": { "id": r.store_id, "api_url": format!("https://{}", r.store_api), "admin_url": format!("https://{}", r.store_admin), "raft_addr": r.store_raft.to_string(), "pid": store.pid() },
             "database_url": plan.database_url(r),
         })).collect::<Vec<_>>(),

@@ -26,6 +26,7 @@
 //! | [`metrics`] | a metric from a Prometheus `/metrics` page |
 //! | [`router_admin`] | a router's admin API: partition switch, health view |
 //! | [`pki`] | a test's own CA and per-process certificates (mutual TLS as `once up` runs it) |
+//! | [`web_pki`] | a CA and server certificates for host names (a public listener, a database) |
 
 pub mod cleanup;
 pub mod client;
@@ -43,3 +44,4 @@ pub mod serve;
 pub mod services;
 pub mod stoppable;
 pub mod wait;
+pub mod web_pki;

@@ -12,6 +12,7 @@ use std::process::Command;
 
 use crate::ports::port_outside_ephemeral_range;
 use crate::services::present_or_skipped;
+pub use crate::web_pki::ServerTls;
 
 /// True when `initdb` and `pg_ctl` are on the `PATH`.
 pub fn available() -> bool {
@@ -26,13 +27,6 @@ pub fn available() -> bool {
         "CI must have PostgreSQL's initdb and pg_ctl on the PATH",
         "no initdb/pg_ctl: skipping the throwaway PostgreSQL scenario",
     )
-}
-
-/// The server's TLS material, PEM-encoded.
-#[derive(Debug, Clone)]
-pub struct ServerTls {
-    pub cert_pem: String,
-    pub key_pem: String,
 }
 
 #[derive(Debug)]

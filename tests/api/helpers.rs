@@ -436,24 +436,21 @@ pub async fn start_role(
         listening_addresses(),
     )
     .await;
-    (
-        process,
-        format!("http://{public}"),
-        format!("http://{admin}"),
-    )
+    (process, public, format!("http://{admin}"))
 }
 
 /// Reads a starting role's stdout up to its `listening on` line: its admin
-/// and public addresses (`admin on` comes first).
-fn listening_addresses() -> impl FnMut(&str) -> Option<(SocketAddr, SocketAddr)> {
+/// address (`admin on` comes first) and its public URL, `http://` or
+/// `https://` as the role serves it.
+fn listening_addresses() -> impl FnMut(&str) -> Option<(SocketAddr, String)> {
     let mut admin = None;
     move |line| {
         if let Some(addr) = line.strip_prefix("admin on http://") {
             admin = Some(addr.parse().expect("address"));
         }
-        let public = line.strip_prefix("listening on http://")?;
+        let public = line.strip_prefix("listening on ")?;
         let admin = admin.expect("the admin listener is printed first");
-        Some((admin, public.parse().expect("address")))
+        Some((admin, public.to_owned()))
     }
 }
 

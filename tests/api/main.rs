@@ -7,6 +7,7 @@ mod concurrency;
 mod console;
 mod contract;
 mod crash;
+mod database_clock;
 mod deploy;
 mod edge;
 mod email_sink;

@@ -6,36 +6,11 @@
 //! does not carry is refused before any query; plaintext is refused by the
 //! server.
 
-use once_test_support::postgres_server::{self, PgServer, ServerTls};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use once_test_support::postgres_server::{self, PgServer};
+use once_test_support::web_pki::WebCa;
 use sqlx::Connection;
 
 use crate::helpers::{ACME_KEY, NodeProcess, ONCE, payment_body, post, send};
-
-/// A CA: its certificate (PEM) and the issuer that signs with it.
-fn certificate_authority(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), Issuer::new(params, key))
-}
-
-/// A server certificate for `localhost` only (not `127.0.0.1`), signed by
-/// `issuer`.
-fn server_tls(issuer: &Issuer<'static, KeyPair>) -> ServerTls {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let cert = params.signed_by(&key, issuer).unwrap();
-    ServerTls {
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    }
-}
 
 /// Whether the session at `url` is encrypted, by the server's own account;
 /// `Err` with the connection error when it cannot connect.
@@ -69,14 +44,15 @@ async fn postgres_over_tls_is_verified_against_the_ca_and_the_host_name() {
     if !postgres_server::available() {
         return;
     }
-    let (ca_pem, ca) = certificate_authority("once test CA");
-    let (other_ca_pem, _) = certificate_authority("someone else's CA");
-    let server = PgServer::start_tls_only(&server_tls(&ca));
+    let ca = WebCa::new("once test CA");
+    let other_ca = WebCa::new("someone else's CA");
+    // For `localhost` only (not `127.0.0.1`).
+    let server = PgServer::start_tls_only(&ca.server(&["localhost"]));
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.pem");
     let other_ca_file = dir.path().join("other-ca.pem");
-    std::fs::write(&ca_file, &ca_pem).unwrap();
-    std::fs::write(&other_ca_file, &other_ca_pem).unwrap();
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
+    std::fs::write(&other_ca_file, &other_ca.cert_pem).unwrap();
     let url = |host: &str, query: &str| {
         format!(
             "postgres://postgres@{host}:{}/postgres?{query}",

@@ -435,7 +435,7 @@ async fn a_minority_cannot_claim_and_the_majority_can() {
     ));
 }
 
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+pub(crate) const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// True when libfaketime moves a process's clock here; panics under CI if
 /// it cannot (`.ci/run` installs the `faketime` package).

@@ -15,18 +15,29 @@ use std::time::Duration;
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::{Placement, RegionStatus, Reply};
 use once_test_support::fixtures::ROUTER_ADMIN_TOKEN as ADMIN_TOKEN;
+use once_test_support::pki::TestPki;
 use once_test_support::ports::closed_addr;
 use once_test_support::process::Process;
 use once_test_support::router_admin::RouterAdmin;
 use once_test_support::wait::http_ready;
+use once_test_support::web_pki::WebCa;
+use once_tls::Role;
 
 use crate::helpers::{
-    ACME_KEY, Answer, Backend, GLOBEX_KEY, NodeProcess, TestDb, eventually, metric, metric_sum,
-    payment_body, send, start_role,
+    ACME_KEY, Answer, Backend, GLOBEX_KEY, NodeProcess, ONCE, TestDb, eventually, metric,
+    metric_sum, payment_body, send, start_role,
 };
 use crate::raft_store::cluster::Cluster;
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// The flags of a node behind routers: a node certificate of `cluster`'s
+/// CA, and `--api-callers routers`.
+fn behind_routers(cluster: &Cluster) -> Vec<String> {
+    let mut args = cluster.tls_flags("node", once_tls::Role::Node);
+    args.extend(["--api-callers".to_owned(), "routers".to_owned()]);
+    args
+}
 
 /// A real `once router` process.
 #[derive(Debug)]
@@ -99,8 +110,11 @@ impl Regions {
             TestDb::new(Backend::Sqlite).await,
             TestDb::new(Backend::Sqlite).await,
         );
-        let eu = NodeProcess::start(&eu_db, &[], &[]).await;
-        let us = NodeProcess::start(&us_db, &[], &[]).await;
+        // Behind routers, as deployed: mutual TLS, routers answered only.
+        let behind_routers = behind_routers(&cluster);
+        let behind_routers: Vec<&str> = behind_routers.iter().map(String::as_str).collect();
+        let eu = NodeProcess::start(&eu_db, &behind_routers, &[]).await;
+        let us = NodeProcess::start(&us_db, &behind_routers, &[]).await;
         Self {
             eu_url: eu.url.clone(),
             cluster,
@@ -202,8 +216,11 @@ async fn requests_go_to_the_tenants_home_region_and_say_which_served() {
     let acme = pay_until_served_by(&router, ACME_KEY, "route-acme-1", "us").await;
     let globex = pay_until_served_by(&router, GLOBEX_KEY, "route-globex-1", "eu").await;
 
-    // The payments exist where the router said, and only there.
-    let client = reqwest::Client::new();
+    // The payments exist where the router said, and only there (asked as
+    // the operator: the nodes answer routers and operators only).
+    let client = regions
+        .cluster
+        .http_client_as("operator", once_tls::Role::Operator);
     let find = |node: String, key: &'static str, id: String| {
         let client = client.clone();
         async move {
@@ -595,8 +612,9 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
     let cluster = eu_db.store.as_ref().unwrap();
     let store = cluster.client(ClientOptions::default());
     let store_args = eu_db.node_args();
-    let eu = NodeProcess::start_in("eu", &eu_db.url, &store_args, &[], &[]).await;
-    let us = NodeProcess::start_in("us", &us_db.url, &store_args, &[], &[]).await;
+    let callers = ["--api-callers", "routers"];
+    let eu = NodeProcess::start_in("eu", &eu_db.url, &store_args, &callers, &[]).await;
+    let us = NodeProcess::start_in("us", &us_db.url, &store_args, &callers, &[]).await;
     let placed = match store
         .set_placement("acme", 0, "eu", &["us".to_owned()])
         .await
@@ -691,4 +709,153 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
         misdirected, 1.0,
         "the one 421 (k-after at the former home) was counted"
     );
+}
+
+/// What `client` gets from `url`: the status, or why there was none.
+async fn status_of(client: &reqwest::Client, url: &str) -> Result<u16, String> {
+    client
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// A client that presents `files`' certificate and does not check the
+/// server's: whatever refuses it is the server.
+fn presenting(files: &once_tls::TlsFiles) -> reqwest::Client {
+    let mut pem = std::fs::read(&files.cert).unwrap();
+    pem.extend(std::fs::read(&files.key).unwrap());
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .build()
+        .unwrap()
+}
+
+/// A node behind routers (`--api-callers routers`) speaks mutual TLS and
+/// answers routers and operators only: plain HTTP, no client certificate
+/// and another CA's certificate get no answer at all; a node's or a store
+/// member's certificate of the right CA gets `403 FORBIDDEN` and makes
+/// nothing; the router, presenting its own certificate, makes the payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_routers_answers_routers_only_over_mutual_tls() {
+    let regions = Regions::start().await;
+    let node = regions.eu_url.clone();
+    assert!(node.starts_with("https://"), "{node}");
+    let ready = format!("{node}/readyz");
+
+    let plain = ready.replacen("https://", "http://", 1);
+    status_of(&reqwest::Client::new(), &plain)
+        .await
+        .expect_err("plain HTTP got an answer");
+    let anonymous = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    status_of(&anonymous, &ready)
+        .await
+        .expect_err("a client without a certificate got an answer");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let foreign = TestPki::new(elsewhere.path()).issue("router", "test", Role::Router, &[]);
+    status_of(&presenting(&foreign), &ready)
+        .await
+        .expect_err("another CA's router certificate got an answer");
+
+    // The right CA, the wrong roles: refused before anything is made.
+    for (name, role) in [("other-node", Role::Node), ("member", Role::StoreMember)] {
+        let client = regions.cluster.http_client_as(name, role);
+        let refused = send(
+            client
+                .post(format!("{node}/payments"))
+                .bearer_auth(GLOBEX_KEY)
+                .header("Idempotency-Key", "mtls-1")
+                .header("Content-Type", "application/json")
+                .body(payment_body("acc_1", "1.00", "mtls-1")),
+        )
+        .await;
+        assert_eq!(refused.status, 403, "{role:?}");
+        assert_eq!(refused.error_code(), "FORBIDDEN", "{role:?}");
+        assert_eq!(status_of(&client, &ready).await, Ok(403), "{role:?}");
+    }
+    let operator = regions.cluster.http_client_as("operator", Role::Operator);
+    let listed: serde_json::Value = operator
+        .get(format!("{node}/payments"))
+        .bearer_auth(GLOBEX_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["data"], serde_json::json!([]), "{listed}");
+
+    // Through the router (globex has no placement: the router's region).
+    let router = RouterProcess::start(&regions.router_args(&["--auto-failover=false"])).await;
+    router.wait_ready().await;
+    let made = send(router.pay(
+        GLOBEX_KEY,
+        "mtls-1",
+        payment_body("acc_1", "1.00", "mtls-1"),
+    ))
+    .await;
+    assert_eq!(made.status, 201, "{}", String::from_utf8_lossy(&made.body));
+}
+
+/// A router with `--public-tls-cert` serves its public API over TLS with
+/// that certificate (any CA the clients trust; no client certificate
+/// asked): a client trusting the CA makes a payment, plain HTTP gets no
+/// answer, and a router with a certificate refuses `http://` node URLs at
+/// start (exit 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_serves_its_public_api_over_tls_and_forwards_to_nodes_over_mutual_tls_only() {
+    let regions = Regions::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = WebCa::new("payments.example CA");
+    let public = ca.server(&["localhost", "127.0.0.1"]);
+    let (cert, key) = (dir.path().join("api.pem"), dir.path().join("api-key.pem"));
+    std::fs::write(&cert, &public.cert_pem).unwrap();
+    std::fs::write(&key, &public.key_pem).unwrap();
+    let router = RouterProcess::start(&regions.router_args(&[
+        "--auto-failover=false",
+        "--public-tls-cert",
+        cert.to_str().unwrap(),
+        "--public-tls-key",
+        key.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(router.url.starts_with("https://"), "{}", router.url);
+    let client = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    http_ready(&client, &format!("{}/readyz", router.url), WAIT).await;
+    let made = send(
+        client
+            .post(format!("{}/payments", router.url))
+            .bearer_auth(GLOBEX_KEY)
+            .header("Idempotency-Key", "public-tls-1")
+            .header("Content-Type", "application/json")
+            .body(payment_body("acc_1", "1.00", "public-tls-1")),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", String::from_utf8_lossy(&made.body));
+    let plain = router.url.replacen("https://", "http://", 1);
+    status_of(&reqwest::Client::new(), &format!("{plain}/readyz"))
+        .await
+        .expect_err("plain HTTP got an answer");
+
+    let mut args = regions.router_args(&[]);
+    let nodes = args.iter().position(|a| a == "--nodes").unwrap() + 1;
+    args[nodes] = args[nodes].replace("https://", "http://");
+    let refused = std::process::Command::new(ONCE)
+        .arg("router")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("is plaintext"), "{stderr}");
 }

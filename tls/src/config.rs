@@ -63,7 +63,7 @@ impl Tls {
         for ca in files::certificates(&files.ca)? {
             roots.add(ca)?;
         }
-        let key = ReloadingKey::start(files.clone(), provider.clone(), poll)?;
+        let key = ReloadingKey::start(&files.cert, &files.key, provider.clone(), poll)?;
         if key.identity().is_none() {
             return Err(TlsError::NoIdentity(files.cert.clone()));
         }

@@ -11,6 +11,8 @@
 //!   written 0600, files replaced atomically.
 //! - [`files`]: [`TlsFiles`] — where a process's CA, certificate and key
 //!   are (`--tls-ca`, `--tls-cert`, `--tls-key`).
+//! - [`public`]: the server side of a public listener (router, node):
+//!   the API's own certificate, no client certificate asked.
 //! - [`reload`]: the certificate and key swapped in place when their files
 //!   change (mtime polling), for the server and the client side alike.
 //! - [`config`]: [`Tls`] — the rustls `ServerConfig` that requires a client
@@ -28,6 +30,7 @@ pub mod ca;
 pub mod config;
 pub mod files;
 pub mod identity;
+pub mod public;
 pub mod reload;
 
 use std::path::{Path, PathBuf};

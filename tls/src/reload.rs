@@ -8,7 +8,7 @@
 //! The CA is not reloaded: trusting a new CA is a rollout of its own
 //! (issue from it, ship it beside the old one, then drop the old).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -19,7 +19,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::TlsError;
-use crate::files::{self, TlsFiles};
+use crate::files;
 use crate::identity::Identity;
 
 /// How often the files are looked at by default.
@@ -27,7 +27,8 @@ pub const DEFAULT_POLL: Duration = Duration::from_secs(2);
 
 /// The current certificate and key, with the identity the certificate names.
 pub struct ReloadingKey {
-    files: TlsFiles,
+    cert: PathBuf,
+    key: PathBuf,
     provider: Arc<CryptoProvider>,
     current: RwLock<Current>,
 }
@@ -41,7 +42,7 @@ struct Current {
 impl std::fmt::Debug for ReloadingKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReloadingKey")
-            .field("files", &self.files)
+            .field("cert", &self.cert)
             .field("identity", &self.identity())
             .finish_non_exhaustive()
     }
@@ -52,16 +53,18 @@ fn modified(path: &Path) -> Option<SystemTime> {
 }
 
 impl ReloadingKey {
-    /// Loads the pair now and polls it every `poll` for as long as the
-    /// returned value lives.
+    /// Loads the certificate (chain) and key now and polls them every
+    /// `poll` for as long as the returned value lives.
     pub fn start(
-        files: TlsFiles,
+        cert: &Path,
+        key: &Path,
         provider: Arc<CryptoProvider>,
         poll: Duration,
     ) -> Result<Arc<Self>, TlsError> {
-        let current = load(&files, &provider)?;
+        let current = load(cert, key, &provider)?;
         let this = Arc::new(Self {
-            files,
+            cert: cert.to_owned(),
+            key: key.to_owned(),
             provider,
             current: RwLock::new(current),
         });
@@ -89,14 +92,14 @@ impl ReloadingKey {
     /// Loads the files again if either changed since the last load; `true`
     /// when a new pair is in place.
     pub fn reload_if_changed(&self) -> bool {
-        let stamps = (modified(&self.files.cert), modified(&self.files.key));
+        let stamps = (modified(&self.cert), modified(&self.key));
         if self.read().stamps == stamps {
             return false;
         }
-        match load(&self.files, &self.provider) {
+        match load(&self.cert, &self.key, &self.provider) {
             Ok(next) => {
                 tracing::info!(
-                    cert = %self.files.cert.display(),
+                    cert = %self.cert.display(),
                     identity = ?next.identity.as_ref().map(Identity::uri),
                     "TLS certificate reloaded"
                 );
@@ -105,7 +108,7 @@ impl ReloadingKey {
             }
             Err(e) => {
                 tracing::warn!(
-                    cert = %self.files.cert.display(),
+                    cert = %self.cert.display(),
                     error = %e,
                     "the TLS certificate changed but does not load; keeping the previous one"
                 );
@@ -120,11 +123,11 @@ impl ReloadingKey {
     }
 }
 
-fn load(files: &TlsFiles, provider: &CryptoProvider) -> Result<Current, TlsError> {
-    let stamps = (modified(&files.cert), modified(&files.key));
-    let chain = files::certificates(&files.cert)?;
+fn load(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<Current, TlsError> {
+    let stamps = (modified(cert), modified(key));
+    let chain = files::certificates(cert)?;
     let identity = Identity::of_certificate(&chain[0]);
-    let key = CertifiedKey::from_der(chain, files::private_key(&files.key)?, provider)?;
+    let key = CertifiedKey::from_der(chain, files::private_key(key)?, provider)?;
     Ok(Current {
         key: Arc::new(key),
         identity,

@@ -34,12 +34,16 @@ pub const GET_PAYMENT: &str = "getPayment";
 /// (utoipa's `Header` has no such field; `crate::openapi` adds it).
 pub const ALWAYS_SENT: &str = "Always sent.";
 
-/// What `POST /payments` refuses with, besides its own `402`.
+/// What `POST /payments` refuses with, besides its own `402`. Every
+/// operation also answers `403 FORBIDDEN` on a node behind routers
+/// (`--api-callers routers`) to a caller whose certificate is not a
+/// router's or an operator's.
 const CREATE_REFUSALS: &[ErrorCode] = &[
     ErrorCode::IdempotencyKeyRequired,
     ErrorCode::IdempotencyKeyInvalid,
     ErrorCode::ValidationFailed,
     ErrorCode::Unauthorized,
+    ErrorCode::Forbidden,
     ErrorCode::RequestTimeout,
     ErrorCode::IdempotencyKeyReusedWithDifferentRequest,
     ErrorCode::IdempotencyRequestInProgress,
@@ -57,6 +61,7 @@ const CREATE_REFUSALS: &[ErrorCode] = &[
 const FETCH_REFUSALS: &[ErrorCode] = &[
     ErrorCode::InvalidPath,
     ErrorCode::Unauthorized,
+    ErrorCode::Forbidden,
     ErrorCode::PaymentNotFound,
     ErrorCode::RateLimited,
     ErrorCode::InternalError,
@@ -69,6 +74,7 @@ const FETCH_REFUSALS: &[ErrorCode] = &[
 const LIST_REFUSALS: &[ErrorCode] = &[
     ErrorCode::ValidationFailed,
     ErrorCode::Unauthorized,
+    ErrorCode::Forbidden,
     ErrorCode::RateLimited,
     ErrorCode::InternalError,
     ErrorCode::ServiceUnavailable,
@@ -520,13 +526,15 @@ mod tests {
     fn every_status_an_operation_answers_is_documented_with_its_codes() {
         let create = CreateAnswers::responses();
         for status in [
-            "201", "202", "400", "401", "402", "408", "409", "413", "421", "422", "429", "431",
-            "500", "503",
+            "201", "202", "400", "401", "402", "403", "408", "409", "413", "421", "422", "429",
+            "431", "500", "503",
         ] {
             assert!(create.contains_key(status), "POST /payments {status}");
         }
         let fetch = FetchAnswers::responses();
-        for status in ["200", "400", "401", "404", "429", "431", "500", "503"] {
+        for status in [
+            "200", "400", "401", "403", "404", "429", "431", "500", "503",
+        ] {
             assert!(fetch.contains_key(status), "GET /payments/{{id}} {status}");
         }
         assert!(!fetch.contains_key("409") && !create.contains_key("404"));

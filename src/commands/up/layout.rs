@@ -263,7 +263,7 @@ impl Layout {
     pub fn nodes(&self) -> String {
         self.regions
             .iter()
-            .map(|r| format!("{}=http://{}", r.name, r.node))
+            .map(|r| format!("{}=https://{}", r.name, r.node))
             .collect::<Vec<_>>()
             .join(",")
     }

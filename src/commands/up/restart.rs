@@ -82,7 +82,7 @@ impl Process {
     fn ready_url(self, plan: &Plan) -> String {
         match self {
             Self::Router => format!("http://{}/readyz", plan.listen),
-            Self::Node(i) => format!("http://{}/readyz", plan.layout.regions[i].node),
+            Self::Node(i) => format!("https://{}/readyz", plan.layout.regions[i].node),
             Self::Store(i) => format!("https://{}/api/status", plan.layout.regions[i].store_api),
         }
     }

@@ -245,6 +245,16 @@ impl Cluster {
         self.pki.issue(name, "test", role, &[]).flags()
     }
 
+    /// An HTTP client presenting a certificate of this cluster's CA for
+    /// `role` (a node behind routers answers routers and operators).
+    pub fn http_client_as(&self, name: &str, role: Role) -> reqwest::Client {
+        once_tls::Tls::load(&self.pki.issue(name, "test", role, &[]))
+            .expect("a certificate of the test CA")
+            .http_client()
+            .build()
+            .expect("client")
+    }
+
     pub async fn status(&self, id: u64) -> Option<Status> {
         self.operator()
             .status(&self.members[&id].endpoint())

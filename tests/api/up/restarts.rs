@@ -15,6 +15,7 @@ use once_store_client::admin::{self, Operator};
 use once_test_support::process::alive;
 
 use crate::helpers::{eventually, payment_body, post, send};
+use crate::up::cluster_http;
 
 /// `dir/cluster.json` as `once up` last wrote it.
 fn cluster_now(dir: &Path) -> serde_json::Value {
@@ -36,8 +37,8 @@ fn pid_in_cluster_json(dir: &Path, region: &str, role: &str) -> i32 {
 
 /// How many seconds ahead of this test's clock `url`'s process is, from the
 /// `Date` header of its answer.
-async fn clock_ahead_of_ours(url: &str) -> i64 {
-    let answer = reqwest::get(url).await.unwrap();
+async fn clock_ahead_of_ours(client: &reqwest::Client, url: &str) -> i64 {
+    let answer = client.get(url).send().await.unwrap();
     let date = answer.headers()[reqwest::header::DATE].to_str().unwrap();
     let theirs = httpdate::parse_http_date(date).unwrap();
     let now = SystemTime::now();
@@ -47,8 +48,10 @@ async fn clock_ahead_of_ours(url: &str) -> i64 {
     }
 }
 
-async fn status_200(url: &str) -> bool {
-    reqwest::get(url)
+async fn status_200(client: &reqwest::Client, url: &str) -> bool {
+    client
+        .get(url)
+        .send()
         .await
         .is_ok_and(|r| r.status().is_success())
 }
@@ -65,11 +68,15 @@ pub(super) async fn one_process_at_a_time(dir: &Path) {
         .to_owned();
 
     requests_it_must_refuse_change_nothing(dir, &control, &region).await;
-    a_node_stopped_with_sigterm_comes_back_as_a_new_process(dir, &control, &region, &node_url)
-        .await;
+    // Nodes answer routers and the operator only (mutual TLS).
+    let operator = cluster_http(&cluster);
+    a_node_stopped_with_sigterm_comes_back_as_a_new_process(
+        dir, &control, &operator, &region, &node_url,
+    )
+    .await;
     if crate::raft_store::faketime_available() {
         a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
-            &control, &cluster, &region, &node_url,
+            &control, &operator, &cluster, &region, &node_url,
         )
         .await;
     }
@@ -135,6 +142,7 @@ async fn requests_it_must_refuse_change_nothing(dir: &Path, control: &Control, r
 async fn a_node_stopped_with_sigterm_comes_back_as_a_new_process(
     dir: &Path,
     control: &Control,
+    operator: &reqwest::Client,
     region: &str,
     node_url: &str,
 ) {
@@ -158,11 +166,12 @@ async fn a_node_stopped_with_sigterm_comes_back_as_a_new_process(
         pid_in_cluster_json(dir, region, "node"),
         restarted.pid as i32
     );
-    assert!(status_200(&format!("{node_url}/readyz")).await);
+    assert!(status_200(operator, &format!("{node_url}/readyz")).await);
 }
 
 async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
     control: &Control,
+    operator: &reqwest::Client,
     cluster: &serde_json::Value,
     region: &str,
     node_url: &str,
@@ -179,12 +188,12 @@ async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
         .await
         .expect("a restart two hours ahead");
     assert_eq!(skewed.clock_offset_seconds, 7200);
-    let ahead = clock_ahead_of_ours(&format!("{node_url}/readyz")).await;
+    let ahead = clock_ahead_of_ours(operator, &format!("{node_url}/readyz")).await;
     assert!(
         (ahead - 7200).abs() <= 120,
         "the node's Date is {ahead} s ahead"
     );
-    the_store_leader_not_the_node_stamps_its_records(cluster, region, node_url).await;
+    the_store_leader_not_the_node_stamps_its_records(operator, cluster, region, node_url).await;
 
     let on_time = control
         .restart_process(
@@ -198,7 +207,7 @@ async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
         .expect("a restart on the real clock");
     assert_eq!(on_time.stopped, Stopped::Sigkill);
     assert_eq!(on_time.previous_pid, skewed.pid);
-    let ahead = clock_ahead_of_ours(&format!("{node_url}/readyz")).await;
+    let ahead = clock_ahead_of_ours(operator, &format!("{node_url}/readyz")).await;
     assert!(ahead.abs() <= 60, "the node's Date is {ahead} s off");
 }
 
@@ -207,6 +216,7 @@ async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
 /// from now rather than from the node's clock (so nothing of it can expire
 /// or be taken over early by that clock).
 async fn the_store_leader_not_the_node_stamps_its_records(
+    client: &reqwest::Client,
     cluster: &serde_json::Value,
     region: &str,
     node_url: &str,
@@ -217,10 +227,9 @@ async fn the_store_leader_not_the_node_stamps_its_records(
         .iter()
         .find(|t| t["home_region"] == region)
         .unwrap();
-    let client = reqwest::Client::new();
     let body = payment_body("acc_skewed", "7.00", "order-skewed");
     let answer = send(post(
-        &client,
+        client,
         node_url,
         tenant["api_key"].as_str().unwrap(),
         Some("k-skewed"),
@@ -299,7 +308,7 @@ async fn the_router_killed_comes_back(dir: &Path, control: &Control, cluster: &s
         Some(i64::from(restarted.pid))
     );
     let router = cluster["router"]["url"].as_str().unwrap();
-    assert!(status_200(&format!("{router}/readyz")).await);
+    assert!(status_200(&reqwest::Client::new(), &format!("{router}/readyz")).await);
 }
 
 async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
