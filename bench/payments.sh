@@ -1,44 +1,79 @@
 #!/usr/bin/env bash
-# POST /payments throughput and latency: new payments and replays, on SQLite
-# and PostgreSQL, at 1 and 32 clients, with the node's peak RSS; and, in the
+# POST /payments throughput, latency and CPU per request: new payments and
+# replays, on SQLite and PostgreSQL, at 1, 32 and 128 clients; and, in the
 # same run, the bare `INSERT … ON CONFLICT DO NOTHING` claim through pgbench
 # on the same PostgreSQL, so the cost of the whole contract reads as a ratio.
 #
-#   bash bench/payments.sh [seconds-per-point]      (default 10)
+#   bash bench/payments.sh [seconds-per-point] [clients…]   (defaults: 10; 1 32 128)
+#   ROLE=api bash bench/payments.sh                       (the node without its event path)
 #
-# Needs PostgreSQL at $PG (default postgres://postgres@127.0.0.1:5432) and
-# pgbench. Prints a Markdown table; raw JSON lines go to bench/out/.
+# CPU per request is utime + stime from /proc over the measured run: the
+# node process's, and for PostgreSQL the sum over every `postgres` process
+# (backends, WAL writer, checkpointer; a backend that exits mid-run loses
+# its share, so this is a lower bound). Needs PostgreSQL at $PG (default
+# postgres://postgres@127.0.0.1:5432) on this machine and pgbench. Prints a
+# Markdown table and the ratio; raw JSON lines go to bench/out/payments.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-10}
+shift || true
+CLIENTS=("${@:-1 32 128}")
+read -r -a CLIENTS <<< "${CLIENTS[*]}"
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 OUT=bench/out; mkdir -p "$OUT"
 KEY=sk_bench_0000000000000001
 PORT=18091
-cargo build --release -q
-BIN=target/release/once
+cargo build --release -q --bin once
+BIN=${CARGO_TARGET_DIR:-target}/release/once
 WORK=$(mktemp -d)
-trap 'kill $NODE 2>/dev/null || true; rm -rf "$WORK"' EXIT
+NODE=; DB=
+cleanup() {
+  [ -n "$NODE" ] && kill "$NODE" 2>/dev/null
+  [ -n "$DB" ] && psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
+role=()
+[ -n "${ROLE:-}" ] && role=(--role "$ROLE")
 
 start_node() { # database-url
-  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 $BIN node --listen 127.0.0.1:$PORT \
-    --max-db-connections 32 --database-url "$1" > "$WORK/node.out" 2> "$WORK/node.err" &
+  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 \
+    ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 \
+    $BIN node --listen 127.0.0.1:$PORT --max-db-connections 32 --database-url "$1" "${role[@]}" \
+    > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && return; sleep 0.1; done
   echo "node did not start" >&2; cat "$WORK/node.err" >&2; exit 1
 }
-stop_node() { kill "$NODE"; wait "$NODE" 2>/dev/null || true; }
-peak_rss_mib() { awk '/VmHWM/ {printf "%.0f", $2/1024}' /proc/"$NODE"/status; }
+stop_node() { kill "$NODE"; wait "$NODE" 2>/dev/null || true; NODE=; }
+ticks_of() { awk '{print $14 + $15}' /proc/"$1"/stat 2>/dev/null || echo 0; }
+# Ticks of every postgres process, as "pid ticks" lines.
+postgres_ticks() {
+  for pid in $(pgrep -x postgres); do echo "$pid $(ticks_of "$pid")"; done
+}
+# CPU µs spent by postgres processes between two postgres_ticks snapshots.
+postgres_cpu_us() { # before-file after-file
+  awk -v tick="$TICK_US" 'NR==FNR {b[$1]=$2; next} {d += $2 - ($1 in b ? b[$1] : 0)} END {print d * tick}' "$1" "$2"
+}
 
 rows=()
 run_backend() { # label database-url
   start_node "$2"
   for mode in new replay; do
-    for c in 1 32; do
-      json=$($BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency $c \
-        --duration "$SECS" --warmup 2 --label "$1-$mode-$c" 2>/dev/null)
+    for c in "${CLIENTS[@]}"; do
+      $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
+        --duration 2 --label warmup >/dev/null 2>&1
+      node_before=$(ticks_of "$NODE"); postgres_ticks > "$WORK/pg.before"
+      json=$($BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
+        --duration "$SECS" --warmup 0 --label "$1-$mode-$c" 2>/dev/null)
+      node_us=$(( ($(ticks_of "$NODE") - node_before) * TICK_US ))
+      postgres_ticks > "$WORK/pg.after"
+      db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
+      [ "$1" = sqlite ] && db_us=
+      json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); n=max(r["requests"],1); r["node_cpu_us"]=int(sys.argv[2])/n; r["db_cpu_us"]=int(sys.argv[3])/n if sys.argv[3] else None; r["backend"]=sys.argv[4]; print(json.dumps(r))' "$json" "$node_us" "$db_us" "$1")
       echo "$json" >> "$OUT/payments.jsonl"
-      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("| %s | %s | %d | %.0f | %.2f | %.2f | %s |" % (sys.argv[2], r["mode"], r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], sys.argv[3]))' "$json" "$1" "$(peak_rss_mib)")")
+      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s |" % (r["backend"], r["mode"], r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d))' "$json")")
     done
   done
   stop_node
@@ -50,18 +85,36 @@ DB=bench_$$
 psql "$PG/postgres" -qc "CREATE DATABASE $DB"
 run_backend postgres "$PG/$DB"
 
-# The bare claim, same server, same table shape, pgbench's own clients.
+# The bare claim, same server, same table (the node's migrations made it),
+# pgbench's own clients.
 cat > "$WORK/claim.sql" <<'SQL'
 \set n random(1, 2000000000)
 INSERT INTO idempotency_requests (tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, status, step, fence, locked_until, region, created_at, updated_at) VALUES ('bench', 'pgbench', 'payments.create', :client_id || '-' || :n, 'f', 1, 'IN_PROGRESS', 'RECEIVED', 1, 0, 'r', 0, 0) ON CONFLICT DO NOTHING;
 SQL
-for c in 1 32; do
-  tps=$(pgbench -n -M prepared -c $c -j $(( c < 2 ? 1 : 2 )) -T "$SECS" -f "$WORK/claim.sql" "$PG/$DB" 2>/dev/null | awk '/^tps/ {printf "%.0f", $3}')
-  lat=$(pgbench -n -M prepared -c $c -j $(( c < 2 ? 1 : 2 )) -T 2 -f "$WORK/claim.sql" "$PG/$DB" 2>/dev/null | awk '/latency average/ {print $4}')
-  rows+=("| postgres: bare INSERT … ON CONFLICT DO NOTHING (pgbench) | claim | $c | $tps | avg $lat | – | – |")
+for c in "${CLIENTS[@]}"; do
+  postgres_ticks > "$WORK/pg.before"
+  out=$(pgbench -n -M prepared -c "$c" -j $(( c < 2 ? 1 : 2 )) -T "$SECS" -f "$WORK/claim.sql" "$PG/$DB" 2>/dev/null)
+  postgres_ticks > "$WORK/pg.after"
+  tps=$(awk '/^tps/ {printf "%.0f", $3}' <<< "$out")
+  lat=$(awk '/latency average/ {print $4}' <<< "$out")
+  done_n=$(awk '/number of transactions actually processed/ {print $NF}' <<< "$out" | cut -d/ -f1)
+  db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
+  echo "{\"backend\":\"pgbench\",\"mode\":\"claim\",\"concurrency\":$c,\"throughput\":$tps,\"db_cpu_us\":$(( db_us / (done_n > 0 ? done_n : 1) ))}" >> "$OUT/payments.jsonl"
+  rows+=("| postgres: bare \`INSERT … ON CONFLICT DO NOTHING\` (pgbench) | claim | $c | $tps | avg $lat | – | – | $(( db_us / (done_n > 0 ? done_n : 1) )) |")
 done
-psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"
+psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
 
-echo "| backend | mode | clients | req/s | p50 ms | p99 ms | node peak RSS MiB |"
-echo "|---|---|---|---|---|---|---|"
+echo "# $(nproc) cores, ${SECS}s per point${ROLE:+, --role $ROLE}"
+echo "| backend | mode | clients | req/s | p50 ms | p99 ms | node CPU µs/req | PostgreSQL CPU µs/req |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+python3 - "$OUT/payments.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for c in sorted({r["concurrency"] for r in rows}):
+    new = [r for r in rows if r["backend"] == "postgres" and r["mode"] == "new" and r["concurrency"] == c]
+    bare = [r for r in rows if r["backend"] == "pgbench" and r["concurrency"] == c]
+    if new and bare and bare[0]["throughput"]:
+        print(f"\n{c} clients: PostgreSQL new payments {new[0]['throughput']:.0f}/s = "
+              f"{new[0]['throughput'] / bare[0]['throughput']:.3f} × the bare claim ({bare[0]['throughput']:.0f}/s)")
+PY

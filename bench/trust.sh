@@ -7,8 +7,7 @@
 # noisy machine hit both alike. Three configurations:
 #
 #   node-pg   `once node`, sql mode on PostgreSQL, hit directly: encryption
-#             at rest is the only change (no internal link); node CPU per
-#             request from /proc besides throughput.
+#             at rest is the only change (no internal link).
 #   up-1      `once up --regions 1` through its router: router → node and
 #             node → store member over mutual TLS, records sealed, leader time.
 #   up-3-wan  `once up --regions 3 --wan-latency 70`, a tenant homed in the
@@ -16,6 +15,10 @@
 #
 #   BASE=/path/to/old/once ROUNDS=2 bash bench/trust.sh [seconds-per-point] [clients]
 #   (defaults: 2 rounds, 10 s, 32 clients)
+#
+# Besides throughput and latency, CPU per request (utime + stime from /proc
+# over the measured run: the node's for node-pg, the sum over every process
+# of `once up` otherwise), which a noisy 2-core machine disturbs less.
 #
 # BASE defaults to a release build of 8c488bb in a worktree under /tmp. The
 # load generator is the current build's `once bench` for both. Prints a
@@ -76,7 +79,8 @@ start() {
     up-1|up-3-wan)
       local dir="$WORK/up-$RANDOM" flags=(--regions 1)
       [ "$config" = up-3-wan ] && flags=(--regions 3 --wan-latency 70)
-      RUST_LOG=error "$bin" up --dir "$dir" --listen "127.0.0.1:$port" "${flags[@]}" > "$dir.out" 2>&1 &
+      # Its own session: every child's CPU is summed by session id.
+      RUST_LOG=error setsid "$bin" up --dir "$dir" --listen "127.0.0.1:$port" "${flags[@]}" > "$dir.out" 2>&1 &
       PID=$!
       wait_line "$dir.out" "^once is up"
       URL=http://127.0.0.1:$port
@@ -91,6 +95,14 @@ stop() {
 : > "$OUT/trust.jsonl"
 rows=()
 TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
+# CPU ticks (utime + stime) of what serves: the node for node-pg, every
+# process of `once up`'s session (router, nodes, store members) otherwise.
+cpu_ticks() { # config
+  local pids=$PID
+  [ "$1" != node-pg ] && pids=$(pgrep -s "$PID")
+  for p in $pids; do awk '{print $14 + $15}' /proc/"$p"/stat 2>/dev/null || echo 0; done |
+    awk '{s += $1} END {print s + 0}'
+}
 for config in node-pg up-1 up-3-wan; do
   for round in $(seq 1 "${ROUNDS:-2}"); do
     order="base trust"; [ $((round % 2)) = 0 ] && order="trust base"
@@ -100,22 +112,20 @@ for config in node-pg up-1 up-3-wan; do
       for mode in new replay; do
         "$NEW" bench --url "$URL" --api-key "$API_KEY" --mode $mode --concurrency "$CLIENTS" \
           --duration 2 --label warmup >/dev/null 2>&1
-        before=$(awk '{print $14 + $15}' /proc/"$PID"/stat)
+        before=$(cpu_ticks "$config")
         json=$("$NEW" bench --url "$URL" --api-key "$API_KEY" --mode $mode --concurrency "$CLIENTS" \
           --duration "$SECS" --warmup 0 --label "$config/$build/$mode/r$round" 2>/dev/null)
-        # CPU of the process started: the node itself for node-pg (for
-        # once up only its supervisor, so not reported).
-        cpu_us=$(( ($(awk '{print $14 + $15}' /proc/"$PID"/stat) - before) * TICK_US ))
-        json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cpu_us_per_req"]=int(sys.argv[2])/max(r["requests"],1) if sys.argv[3]=="node-pg" else None; print(json.dumps(r))' "$json" "$cpu_us" "$config")
+        cpu_us=$(( ($(cpu_ticks "$config") - before) * TICK_US ))
+        json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cpu_us_per_req"]=int(sys.argv[2])/max(r["requests"],1); print(json.dumps(r))' "$json" "$cpu_us")
         echo "$json" >> "$OUT/trust.jsonl"
-        rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); c=r["cpu_us_per_req"]; print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %s |" % (sys.argv[2], sys.argv[3], sys.argv[4], r["mode"], r["throughput"], r["p50_ms"], r["p99_ms"], "%.0f" % c if c is not None else "–"))' "$json" "$config" "$round" "$build")")
+        rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("| %s | %s | %s | %s | %.0f | %.2f | %.2f | %.0f |" % (sys.argv[2], sys.argv[3], sys.argv[4], r["mode"], r["throughput"], r["p50_ms"], r["p99_ms"], r["cpu_us_per_req"]))' "$json" "$config" "$round" "$build")")
       done
       stop
     done
   done
 done
 echo "# $(nproc) cores, $CLIENTS clients, ${SECS}s per point; base $BASE, trust $NEW"
-echo "| config | round | build | mode | req/s | p50 ms | p99 ms | node CPU µs/req |"
+echo "| config | round | build | mode | req/s | p50 ms | p99 ms | CPU µs/req |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 python3 - "$OUT/trust.jsonl" <<'PY'
@@ -125,8 +135,8 @@ for line in open(sys.argv[1]):
     r = json.loads(line); config, build, mode, _ = r["label"].split("/")
     by[(config, mode, build)].append(r)
 print()
-print("| config | mode | base req/s | trust req/s | trust/base | base p99 ms | trust p99 ms |")
-print("|---|---|---|---|---|---|---|")
+print("| config | mode | base req/s | trust req/s | trust/base | base p99 ms | trust p99 ms | base CPU µs/req | trust CPU µs/req | CPU trust/base |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for config in ("node-pg", "up-1", "up-3-wan"):
     for mode in ("new", "replay"):
         b, t = by[(config, mode, "base")], by[(config, mode, "trust")]
@@ -134,5 +144,6 @@ for config in ("node-pg", "up-1", "up-3-wan"):
             continue
         bt = statistics.median(r["throughput"] for r in b); tt = statistics.median(r["throughput"] for r in t)
         bp = statistics.median(r["p99_ms"] for r in b); tp = statistics.median(r["p99_ms"] for r in t)
-        print(f"| {config} | {mode} | {bt:.0f} | {tt:.0f} | {tt/bt:.3f} | {bp:.1f} | {tp:.1f} |")
+        bc = statistics.median(r["cpu_us_per_req"] for r in b); tc = statistics.median(r["cpu_us_per_req"] for r in t)
+        print(f"| {config} | {mode} | {bt:.0f} | {tt:.0f} | {tt/bt:.3f} | {bp:.1f} | {tp:.1f} | {bc:.0f} | {tc:.0f} | {tc/bc:.3f} |")
 PY

@@ -156,7 +156,7 @@ impl Events {
 }
 
 /// The running workers of [`Events::spawn`].
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct EventWorkers {
     handles: Vec<JoinHandle<()>>,
 }

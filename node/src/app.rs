@@ -204,14 +204,30 @@ impl Application {
             events,
         } = self;
         let drain = state.config.drain_timeout;
+        let role = state.config.role;
         let (stop_workers, workers_stopped) = watch::channel(false);
-        let sweeper = tokio::spawn(sweeper::run(state.clone(), workers_stopped.clone()));
-        let recovery = tokio::spawn(recovery::run(state.clone(), workers_stopped.clone()));
-        let reencryption = tokio::spawn(crate::reencryption::run(
+        let mut workers = Vec::new();
+        if role.runs_recovery() {
+            workers.push(tokio::spawn(sweeper::run(
+                state.clone(),
+                workers_stopped.clone(),
+            )));
+            workers.push(tokio::spawn(recovery::run(
+                state.clone(),
+                workers_stopped.clone(),
+            )));
+        }
+        workers.push(tokio::spawn(crate::reencryption::run(
             state.clone(),
             workers_stopped.clone(),
-        ));
-        let event_workers = events.spawn(workers_stopped).await;
+            role.runs_recovery(),
+        )));
+        let event_workers = if role.runs_events() {
+            events.spawn(workers_stopped).await
+        } else {
+            crate::events::EventWorkers::default()
+        };
+        info!(role = role.as_str(), "node jobs started");
 
         let listeners = vec![
             (public, public_router(state.clone())),
@@ -223,9 +239,9 @@ impl Application {
         };
         serve_together(listeners, shutdown, drain).await;
         let _ = stop_workers.send(true);
-        let _ = sweeper.await;
-        let _ = recovery.await;
-        let _ = reencryption.await;
+        for worker in workers {
+            let _ = worker.await;
+        }
         event_workers.join(drain).await;
         info!("node stopped");
         Ok(())
@@ -242,11 +258,14 @@ pub fn public_router(state: AppState) -> Router {
         state.config.tenant_limits.clone(),
         state.metrics.edge.clone(),
     );
-    let payments = routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
-    let routes = Router::new()
-        .merge(payments)
-        .merge(ops::health(&state))
-        .merge(ops::openapi());
+    let routes = Router::new().merge(ops::health(&state));
+    // Without the API role the public listener answers its probes only.
+    let routes = if state.config.role.serves_api() {
+        let payments = routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
+        routes.merge(payments).merge(ops::openapi())
+    } else {
+        routes
+    };
     let routes = state.config.public_tls.guard(routes);
     observe::outermost(routes, observing(&state)).with_state(state)
 }

@@ -9,8 +9,49 @@ use once_edge::{AdminToken, ServerLimits, TenantLimits};
 
 use crate::payments::response::ResponseSchema;
 
+/// Which of a node's jobs this process runs (`once node --role`): a
+/// deployment runs the API, the event path and recovery as separate
+/// Deployments, each sized and scaled for its own load; `once up` and a
+/// single node run them all in one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeRole {
+    /// The payments API on the public listener.
+    Api,
+    /// The outbox publisher, the consumers and the email sender.
+    Events,
+    /// The recovery worker, the replay-window sweeper and re-encryption.
+    Recovery,
+    #[default]
+    All,
+}
+
+impl NodeRole {
+    pub fn serves_api(self) -> bool {
+        matches!(self, Self::Api | Self::All)
+    }
+
+    pub fn runs_events(self) -> bool {
+        matches!(self, Self::Events | Self::All)
+    }
+
+    pub fn runs_recovery(self) -> bool {
+        matches!(self, Self::Recovery | Self::All)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Events => "events",
+            Self::Recovery => "recovery",
+            Self::All => "all",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
+    /// The jobs this process runs.
+    pub role: NodeRole,
     /// The public API's address; port 0 picks a free port (see `Application::address`).
     pub listen: SocketAddr,
     /// The admin listener: `/metrics`, `/admin/*`, health and readiness.
@@ -98,6 +139,7 @@ impl NodeConfig {
             body_limit: 16 * 1024,
             response_schema: ResponseSchema::CURRENT,
             drain_timeout: Duration::from_secs(10),
+            role: NodeRole::All,
             admin_listen: SocketAddr::new(listen.ip(), 0),
             public_tls: once_edge::PublicTls::Plain,
             limits: ServerLimits::default(),

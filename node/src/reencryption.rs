@@ -41,9 +41,10 @@ pub async fn reseal_once(state: &AppState) -> anyhow::Result<u64> {
     Ok(resealed)
 }
 
-/// Every `key_poll_interval`: re-read the key file if it changed, and run
-/// a pass while anything is sealed under an older key.
-pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
+/// Every `key_poll_interval`: re-read the key file if it changed, and,
+/// when `reseal` (the recovery role), run a pass while anything is sealed
+/// under an older key. Every role reloads: the API seals with the newest key.
+pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>, reseal: bool) {
     let every = state.config.key_poll_interval;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -55,7 +56,7 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
             _ = shutdown.changed() => return,
         }
         let reloaded = state.data_keys.reload_if_changed().unwrap_or(false);
-        if !(reloaded || stale) {
+        if !reseal || !(reloaded || stale) {
             continue;
         }
         match reseal_once(&state).await {

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use once_edge::PublicTls;
 use once_edge::public_tls::AllowedRoles;
-use once_node::config::StoreMode;
+use once_node::config::{NodeRole, StoreMode};
 use once_node::payments::response::ResponseSchema;
 use once_node::provider::HttpProviderConfig;
 use once_node::raft::RaftStoreConfig;
@@ -44,6 +44,14 @@ pub struct NodeArgs {
     pub api_callers: ApiCallers,
     #[command(flatten)]
     pub public_tls: super::tls::PublicTlsArgs,
+    /// The jobs this process runs: `api` (the payments API), `events` (the
+    /// outbox publisher, consumers and email sender), `recovery` (the
+    /// recovery worker, the replay-window sweeper, re-encryption) or `all`.
+    /// A deployment runs each as its own Deployment against the same
+    /// database; without the `api` role the public listener answers its
+    /// probes only.
+    #[arg(long, env = "ONCE_ROLE", value_enum, default_value_t = RoleArg::All)]
+    pub role: RoleArg,
     /// This node's region.
     #[arg(long, env = "ONCE_REGION", default_value = "local")]
     pub region: String,
@@ -139,6 +147,25 @@ pub struct NodeArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RoleArg {
+    Api,
+    Events,
+    Recovery,
+    All,
+}
+
+impl From<RoleArg> for NodeRole {
+    fn from(role: RoleArg) -> Self {
+        match role {
+            RoleArg::Api => Self::Api,
+            RoleArg::Events => Self::Events,
+            RoleArg::Recovery => Self::Recovery,
+            RoleArg::All => Self::All,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiCallers {
     Any,
     Routers,
@@ -175,6 +202,7 @@ fn public_tls(args: &NodeArgs, identity: Option<&once_tls::Tls>) -> anyhow::Resu
 
 pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     let mut config = NodeConfig::new(args.listen, &args.region, &args.database_url);
+    config.role = args.role.into();
     let identity = args.tls.load(&[once_tls::Role::Node])?;
     config.public_tls = public_tls(args, identity.as_ref())?;
     config.max_db_connections = args.max_db_connections;
@@ -260,6 +288,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             "{}",
             serde_json::json!({
                 "role": "node",
+                "jobs": config.role.as_str(),
                 "listen": config.listen.to_string(),
                 "publicTls": describe_public_tls(&config.public_tls),
                 "adminListen": config.admin_listen.to_string(),

@@ -24,6 +24,7 @@ mod provider;
 mod raft_store;
 mod regions;
 mod resolve;
+mod roles;
 mod router;
 mod telemetry;
 mod up;

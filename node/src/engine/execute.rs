@@ -3,7 +3,7 @@
 //! point to the end.
 //!
 //! ```text
-//! claim ──won──► LOCAL_PAYMENT_CREATED ─► PROVIDER_REQUEST_SENT ─► charge ─► finish (COMPLETED | FAILED_REPLAYABLE)
+//! claim (at PROVIDER_REQUEST_SENT, with the pending payment) ──won──► charge ─► finish (COMPLETED | FAILED_REPLAYABLE)
 //!   │                                                             │
 //!   └─lost─► decide(record) ─► replay | 409 | 202 | take over ────┘ (resume at the recorded step;
 //!                                                                    ask the provider before charging)

@@ -79,6 +79,15 @@ pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.into())
 }
 
+/// The step a new record is claimed at, with its pending payment in the
+/// same transaction: "the provider may be called". Nothing happens between
+/// creating the payment and calling the provider that a crash could leave
+/// half done, so the `LOCAL_PAYMENT_CREATED` recovery point would be a
+/// durable write that recovery never needs; a crash after the claim makes
+/// recovery ask the provider by key before charging, as after any
+/// `PROVIDER_REQUEST_SENT` (the raft mode claims the same way).
+pub const CLAIMED_AT: Step = Step::ProviderRequestSent;
+
 /// Inserts a new record for `claim` if the scoped key is free.
 pub async fn insert<'e>(
     db: impl Executor<'e, Database = Any>,
@@ -94,7 +103,7 @@ pub async fn insert<'e>(
         .bind(&claim.fingerprint.hash)
         .bind(i64::from(claim.fingerprint.version))
         .bind(Status::InProgress.as_str())
-        .bind(Step::LocalPaymentCreated.as_str())
+        .bind(CLAIMED_AT.as_str())
         .bind(claim.now.plus(claim.lease).0)
         .bind(payment_id.as_str())
         .bind(payment_id.provider_key())

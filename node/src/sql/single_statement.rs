@@ -11,7 +11,7 @@ use sqlx::{Any, Executor, Row};
 use once_store_client::command::Sealed;
 
 use super::records::unavailable;
-use crate::idempotency::record::{Scope, Status, Step};
+use crate::idempotency::record::{Scope, Status};
 use crate::payments::model::PaymentStatus;
 use crate::store::{Claim, Finish, StoreError};
 
@@ -49,7 +49,7 @@ pub async fn claim<'e>(
     .bind(&claim.fingerprint.hash)
     .bind(i64::from(claim.fingerprint.version))
     .bind(Status::InProgress.as_str())
-    .bind(Step::LocalPaymentCreated.as_str())
+    .bind(super::records::CLAIMED_AT.as_str())
     .bind(claim.now.plus(claim.lease).0)
     .bind(p.id.as_str())
     .bind(p.id.provider_key())

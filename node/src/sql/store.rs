@@ -55,7 +55,7 @@ fn claimed_record(claim: &Claim) -> Record {
         fingerprint_version: claim.fingerprint.version,
         fingerprint: claim.fingerprint.hash.clone(),
         status: Status::InProgress,
-        step: Step::LocalPaymentCreated,
+        step: records::CLAIMED_AT,
         fence: 1,
         locked_until: claim.now.plus(claim.lease),
         payment_id: Some(claim.payment.id.clone()),
@@ -91,7 +91,7 @@ impl SqlStore {
     ) -> Result<ClaimOutcome, StoreError> {
         if payments::insert_pending(&mut **tx, &claim.payment, claim.now).await? {
             let id = &claim.payment.id;
-            if record.payment_id.as_ref() == Some(id) && record.step == Step::LocalPaymentCreated {
+            if record.payment_id.as_ref() == Some(id) && record.step == records::CLAIMED_AT {
                 return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
             }
             records::set_payment(&mut **tx, &record.scope, record.fence, id).await?;
@@ -210,10 +210,13 @@ impl RequestPath for SqlStore {
         let needs_payment = match how {
             // A PostgreSQL claim that lost its business key, cut off before
             // it could drop the payment id from the record, leaves a record
-            // naming a payment that was never created: finish that claim now.
+            // at the claimed step naming a payment that was never created:
+            // finish that claim now (it must never reach the provider).
             Reclaim::Resume => match (&record.step, &record.payment_id) {
                 (Step::Received, _) | (_, None) => true,
-                (Step::LocalPaymentCreated, Some(id)) => !payments::exists(&mut *tx, id).await?,
+                (Step::LocalPaymentCreated | Step::ProviderRequestSent, Some(id)) => {
+                    !payments::exists(&mut *tx, id).await?
+                }
                 _ => false,
             },
             Reclaim::Restart => seen.payment_id.is_none(),
