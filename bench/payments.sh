@@ -6,6 +6,7 @@
 #
 #   bash bench/payments.sh [seconds-per-point] [clients…]   (defaults: 10; 1 32 128)
 #   ROLE=api bash bench/payments.sh                       (the node without its event path)
+#   ONCE=/path/to/once bash bench/payments.sh             (another build, e.g. the one before a change)
 #
 # CPU per request is utime + stime from /proc over the measured run: the
 # node process's, and for PostgreSQL the sum over every `postgres` process
@@ -23,8 +24,12 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 OUT=bench/out; mkdir -p "$OUT"
 KEY=sk_bench_0000000000000001
 PORT=18091
-cargo build --release -q --bin once
-BIN=${CARGO_TARGET_DIR:-target}/release/once
+# ONCE=/path/to/once measures that binary instead of building this checkout.
+BIN=${ONCE:-}
+if [ -z "$BIN" ]; then
+  cargo build --release -q --bin once
+  BIN=${CARGO_TARGET_DIR:-target}/release/once
+fi
 WORK=$(mktemp -d)
 NODE=; DB=
 cleanup() {
@@ -38,7 +43,10 @@ role=()
 [ -n "${ROLE:-}" ] && role=(--role "$ROLE")
 
 start_node() { # database-url
-  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 \
+  # Encryption at rest: every stored answer and payload sealed with this key
+  # file (required on PostgreSQL; SQLite would make one beside its file).
+  [ -f "$WORK/data-keys" ] || $BIN keys init --file "$WORK/data-keys" > /dev/null
+  ONCE_DATA_KEYS="$WORK/data-keys" ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 \
     ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 \
     $BIN node --listen 127.0.0.1:$PORT --max-db-connections 32 --database-url "$1" "${role[@]}" \
     > "$WORK/node.out" 2> "$WORK/node.err" &
@@ -92,15 +100,23 @@ cat > "$WORK/claim.sql" <<'SQL'
 INSERT INTO idempotency_requests (tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, status, step, fence, locked_until, region, created_at, updated_at) VALUES ('bench', 'pgbench', 'payments.create', :client_id || '-' || :n, 'f', 1, 'IN_PROGRESS', 'RECEIVED', 1, 0, 'r', 0, 0) ON CONFLICT DO NOTHING;
 SQL
 for c in "${CLIENTS[@]}"; do
-  postgres_ticks > "$WORK/pg.before"
-  out=$(pgbench -n -M prepared -c "$c" -j $(( c < 2 ? 1 : 2 )) -T "$SECS" -f "$WORK/claim.sql" "$PG/$DB" 2>/dev/null)
-  postgres_ticks > "$WORK/pg.after"
+  # max_connections is 100 by default: pgbench's clients are capped at 90.
+  c=$(( c > 90 ? 90 : c ))
+  # pgbench's backends exit with it: their CPU is read while they run, over
+  # the middle SECS-2 seconds, and divided by the claims of that window.
+  pgbench -n -M prepared -c "$c" -j $(( c < 2 ? 1 : 2 )) -T "$SECS" -f "$WORK/claim.sql" "$PG/$DB" \
+    > "$WORK/pgbench.out" 2>/dev/null &
+  bench=$!
+  sleep 1; postgres_ticks > "$WORK/pg.before"
+  sleep $(( SECS - 2 )); postgres_ticks > "$WORK/pg.after"
+  wait $bench
+  out=$(cat "$WORK/pgbench.out")
   tps=$(awk '/^tps/ {printf "%.0f", $3}' <<< "$out")
   lat=$(awk '/latency average/ {print $4}' <<< "$out")
-  done_n=$(awk '/number of transactions actually processed/ {print $NF}' <<< "$out" | cut -d/ -f1)
   db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
-  echo "{\"backend\":\"pgbench\",\"mode\":\"claim\",\"concurrency\":$c,\"throughput\":$tps,\"db_cpu_us\":$(( db_us / (done_n > 0 ? done_n : 1) ))}" >> "$OUT/payments.jsonl"
-  rows+=("| postgres: bare \`INSERT … ON CONFLICT DO NOTHING\` (pgbench) | claim | $c | $tps | avg $lat | – | – | $(( db_us / (done_n > 0 ? done_n : 1) )) |")
+  per_claim=$(( db_us / (tps * (SECS - 2) > 0 ? tps * (SECS - 2) : 1) ))
+  echo "{\"backend\":\"pgbench\",\"mode\":\"claim\",\"concurrency\":$c,\"throughput\":$tps,\"db_cpu_us\":$per_claim}" >> "$OUT/payments.jsonl"
+  rows+=("| postgres: bare \`INSERT … ON CONFLICT DO NOTHING\` (pgbench) | claim | $c | $tps | avg $lat | – | – | $per_claim |")
 done
 psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
 

@@ -8,13 +8,15 @@
 #
 #   node-pg   `once node`, sql mode on PostgreSQL, hit directly: encryption
 #             at rest is the only change (no internal link).
+#   node-pg-plain  the same with `sslmode=disable`: the build before had
+#             no TLS to PostgreSQL, the current one negotiates it by default.
 #   up-1      `once up --regions 1` through its router: router → node and
 #             node → store member over mutual TLS, records sealed, leader time.
 #   up-3-wan  `once up --regions 3 --wan-latency 70`, a tenant homed in the
 #             router's region: the same across simulated regions.
 #
-#   BASE=/path/to/old/once ROUNDS=2 bash bench/trust.sh [seconds-per-point] [clients]
-#   (defaults: 2 rounds, 10 s, 32 clients)
+#   BASE=/path/to/old/once [NEW=/path/to/new/once] ROUNDS=2 bash bench/trust.sh [seconds-per-point] [clients]
+#   (defaults: 2 rounds, 10 s, 32 clients; CONFIGS="node-pg up-3-wan" runs some only)
 #
 # Besides throughput and latency, CPU per request (utime + stime from /proc
 # over the measured run: the node's for node-pg, the sum over every process
@@ -31,8 +33,11 @@ CLIENTS=${2:-32}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 OUT=bench/out; mkdir -p "$OUT"
 KEY=sk_bench_0000000000000001
-cargo build --release -q --bin once
-NEW=$(realpath "${CARGO_TARGET_DIR:-target}/release/once")
+# NEW=/path/to/once measures that binary instead of building this checkout.
+if [ -z "${NEW:-}" ]; then
+  cargo build --release -q --bin once
+  NEW=$(realpath "${CARGO_TARGET_DIR:-target}/release/once")
+fi
 if [ -z "${BASE:-}" ]; then
   BASE_DIR=/tmp/once-trust-base
   [ -d "$BASE_DIR" ] || git worktree add -q --detach "$BASE_DIR" 8c488bb
@@ -61,8 +66,13 @@ wait_line() { # file pattern
 start() {
   local bin=$1 config=$2 port; port=$(free_port)
   case $config in
-    node-pg)
+    node-pg|node-pg-plain)
       DB=bench_trust_$$_$RANDOM
+      # sqlx with rustls asks for TLS by default (sslmode=prefer) and this
+      # server offers it; node-pg-plain turns it off, leaving encryption at
+      # rest as the only difference.
+      local params=""
+      [ "$config" = node-pg-plain ] && params="?sslmode=disable"
       psql "$PG/postgres" -qc "CREATE DATABASE $DB"
       local keys=()
       # The current build seals with a key file (required on PostgreSQL).
@@ -71,7 +81,7 @@ start() {
         keys=(--data-keys "$WORK/data-keys-$DB")
       fi
       ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn "$bin" node --listen 127.0.0.1:$port \
-        --admin-listen 127.0.0.1:0 --max-db-connections 32 --database-url "$PG/$DB" "${keys[@]}" \
+        --admin-listen 127.0.0.1:0 --max-db-connections 32 --database-url "$PG/$DB$params" "${keys[@]}" \
         > "$WORK/node.out" 2> "$WORK/node.err" &
       PID=$!
       wait_line "$WORK/node.out" "^listening"
@@ -99,11 +109,11 @@ TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
 # process of `once up`'s session (router, nodes, store members) otherwise.
 cpu_ticks() { # config
   local pids=$PID
-  [ "$1" != node-pg ] && pids=$(pgrep -s "$PID")
+  [[ "$1" != node-pg* ]] && pids=$(pgrep -s "$PID")
   for p in $pids; do awk '{print $14 + $15}' /proc/"$p"/stat 2>/dev/null || echo 0; done |
     awk '{s += $1} END {print s + 0}'
 }
-for config in node-pg up-1 up-3-wan; do
+for config in ${CONFIGS:-node-pg up-1 up-3-wan}; do
   for round in $(seq 1 "${ROUNDS:-2}"); do
     order="base trust"; [ $((round % 2)) = 0 ] && order="trust base"
     for build in $order; do
@@ -137,7 +147,7 @@ for line in open(sys.argv[1]):
 print()
 print("| config | mode | base req/s | trust req/s | trust/base | base p99 ms | trust p99 ms | base CPU µs/req | trust CPU µs/req | CPU trust/base |")
 print("|---|---|---|---|---|---|---|---|---|---|")
-for config in ("node-pg", "up-1", "up-3-wan"):
+for config in ("node-pg", "node-pg-plain", "up-1", "up-3-wan"):
     for mode in ("new", "replay"):
         b, t = by[(config, mode, "base")], by[(config, mode, "trust")]
         if not b or not t:
