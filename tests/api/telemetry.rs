@@ -140,7 +140,6 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
     for name in [
         "create payment",
         "claim the key",
-        "record a recovery point",
         "charge at the provider",
         "finish the operation",
     ] {
@@ -150,6 +149,14 @@ async fn one_payment_is_one_trace_from_the_caller_through_node_and_provider() {
             "{name} is under the server span"
         );
     }
+    // A new payment is claimed at PROVIDER_REQUEST_SENT: no recovery point
+    // is written between the claim and the finish.
+    assert!(
+        !spans
+            .iter()
+            .any(|s| s.name == "record a recovery point" && s.trace_id == trace_id),
+        "a new payment writes no separate recovery point"
+    );
     let provider_call = named("charge at the provider", &trace_id);
     assert_eq!(provider_call.kind, "SPAN_KIND_CLIENT");
     // The provider simulator, another process, continued the same trace.
