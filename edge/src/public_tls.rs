@@ -44,6 +44,15 @@ impl PublicTls {
         }
     }
 
+    /// What `--check-config` prints for it.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::Plain => "plaintext",
+            Self::Server(_) => "tls",
+            Self::Mutual { .. } => "mutual tls, routers and operators only",
+        }
+    }
+
     /// `server` speaking this transport.
     pub fn serve_on(&self, server: Server) -> Server {
         match self {

@@ -253,14 +253,14 @@ impl Application {
 /// payments request is authenticated (401) and passes its tenant's gate
 /// (429) before the handler reads the body.
 pub fn public_router(state: AppState) -> Router {
-    let gates = TenantGates::new(
-        state.api_keys.clone(),
-        state.config.tenant_limits.clone(),
-        state.metrics.edge.clone(),
-    );
     let routes = Router::new().merge(ops::health(&state));
     // Without the API role the public listener answers its probes only.
     let routes = if state.config.role.serves_api() {
+        let gates = TenantGates::new(
+            state.api_keys.clone(),
+            state.config.tenant_limits.clone(),
+            state.metrics.edge.clone(),
+        );
         let payments = routes::router().route_layer(from_fn_with_state(gates, tenants::admit));
         routes.merge(payments).merge(ops::openapi())
     } else {

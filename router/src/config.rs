@@ -148,15 +148,14 @@ impl RouterConfig {
             return Err(ConfigError::ZeroBodyLimit);
         }
         self.limits.validate()?;
-        if self.tls.is_some() {
-            let regions: Vec<&str> = self.nodes.regions().collect();
-            if let Some(plain) = regions
-                .iter()
+        if self.tls.is_some()
+            && let Some(plain) = self
+                .nodes
+                .regions()
                 .flat_map(|region| self.nodes.urls(region))
                 .find(|url| !url.starts_with("https://"))
-            {
-                return Err(ConfigError::PlaintextNode(plain.clone()));
-            }
+        {
+            return Err(ConfigError::PlaintextNode(plain.clone()));
         }
         if self.node_timeout >= self.limits.request_deadline {
             return Err(ConfigError::NodeTimeoutPastDeadline {

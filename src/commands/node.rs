@@ -257,15 +257,6 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     Ok(config)
 }
 
-/// `--check-config`'s view of the public listener.
-pub fn describe_public_tls(tls: &PublicTls) -> &'static str {
-    match tls {
-        PublicTls::Plain => "plaintext",
-        PublicTls::Server(_) => "tls",
-        PublicTls::Mutual { .. } => "mutual tls, routers and operators only",
-    }
-}
-
 /// The database URL with any password replaced, for printing.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -290,7 +281,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "role": "node",
                 "jobs": config.role.as_str(),
                 "listen": config.listen.to_string(),
-                "publicTls": describe_public_tls(&config.public_tls),
+                "publicTls": config.public_tls.describe(),
                 "adminListen": config.admin_listen.to_string(),
                 "limits": super::edge::describe(&config.limits),
                 "tenantLimits": super::edge::TenantArgs::describe(&config.tenant_limits),

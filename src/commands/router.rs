@@ -145,7 +145,7 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "role": "router",
                 "listen": config.listen.to_string(),
-                "publicTls": super::node::describe_public_tls(&config.public_tls),
+                "publicTls": config.public_tls.describe(),
                 "adminListen": config.admin_listen.to_string(),
                 "limits": super::edge::describe(&config.limits),
                 "tenantLimits": super::edge::TenantArgs::describe(&config.tenant_limits),

@@ -21,6 +21,18 @@ pub fn post(
     request
 }
 
+/// What `http` gets for `GET url` within 5 s: the status, or why there was
+/// none (refused, no TLS session, a reset) — for the trust tests, where
+/// "no answer at all" is the expected outcome.
+pub async fn status_of(http: &reqwest::Client, url: &str) -> Result<u16, String> {
+    http.get(url)
+        .timeout(std::time::Duration::from_secs(5))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| format!("{e:?}"))
+}
+
 /// Sends `request` and reads its body as JSON (both must work; the status
 /// is not looked at).
 pub async fn json_of<T: serde::de::DeserializeOwned>(request: reqwest::RequestBuilder) -> T {

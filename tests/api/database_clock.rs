@@ -3,19 +3,12 @@
 //! sharing the regional database with nodes on the true time, expires
 //! nothing early, takes over nothing early, and stamps true times.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crate::helpers::{
     ACME_KEY, Backend, NodeProcess, ProviderSim, TestDb, eventually, payment_body, post, send,
 };
-use crate::raft_store::{LIBFAKETIME, faketime_available};
-
-fn real_now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
+use crate::raft_store::{LIBFAKETIME, faketime_available, real_now};
 
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,11 +46,12 @@ async fn a_node_two_hours_ahead_on_postgres_expires_and_takes_over_nothing_early
     )
     .await;
     let orphan = payment_body("acc_1", "20.00", "order-orphan");
-    let lost = post(&client, &dying.url, ACME_KEY, Some("k-orphan"), &orphan)
-        .send()
+    dying
+        .dies_answering(
+            post(&client, &dying.url, ACME_KEY, Some("k-orphan"), &orphan),
+            "the node",
+        )
         .await;
-    assert!(lost.is_err(), "the node died mid-request");
-    assert!(!dying.wait_for_exit().await.success());
     assert_eq!(sim.ledger().await.len(), 2);
 
     let ahead = NodeProcess::start(
@@ -107,7 +101,7 @@ async fn a_node_two_hours_ahead_on_postgres_expires_and_takes_over_nothing_early
 
     // Its own new record carries the true time and a window of one hour
     // from it.
-    let before = real_now_ms();
+    let before = real_now();
     let new = payment_body("acc_1", "30.00", "order-new");
     let fresh = send(post(&client, &ahead.url, ACME_KEY, Some("k-new"), &new)).await;
     assert_eq!(
@@ -116,7 +110,7 @@ async fn a_node_two_hours_ahead_on_postgres_expires_and_takes_over_nothing_early
         "{}",
         String::from_utf8_lossy(&fresh.body)
     );
-    let after = real_now_ms();
+    let after = real_now();
     let stamped = db
         .count(&format!(
             "SELECT COUNT(*) FROM idempotency_requests WHERE idempotency_key = 'k-new' \

@@ -501,6 +501,18 @@ impl NodeProcess {
         self.process.exit_within(Duration::from_secs(30)).await
     }
 
+    /// Sends `request` to this node, started with a failpoint that aborts
+    /// it on the way: no answer comes back, and the process exits
+    /// unsuccessfully.
+    #[cfg(feature = "failpoints")]
+    pub async fn dies_answering(&mut self, request: reqwest::RequestBuilder, what: &str) {
+        assert!(request.send().await.is_err(), "{what} died mid-request");
+        assert!(
+            !self.wait_for_exit().await.success(),
+            "{what} exited with failure"
+        );
+    }
+
     pub async fn kill(mut self) {
         self.process.kill().await
     }

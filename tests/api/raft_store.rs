@@ -460,7 +460,7 @@ pub(crate) fn faketime_available() -> bool {
 }
 
 /// This process's wall clock, in milliseconds (the tests' true time).
-fn real_now() -> i64 {
+pub(crate) fn real_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -79,11 +79,12 @@ async fn api_events_and_recovery_run_as_separate_processes_on_one_database() {
     // An API process dies after charging, holding a 2 s lease.
     let mut dying = start("api", &[("FAILPOINTS", "after_provider_charge=return")]).await;
     let orphan = payment_body("acc_1", "20.00", "order-2");
-    let lost = post(&client, &dying.url, ACME_KEY, Some("k-2"), &orphan)
-        .send()
+    dying
+        .dies_answering(
+            post(&client, &dying.url, ACME_KEY, Some("k-2"), &orphan),
+            "the API process",
+        )
         .await;
-    assert!(lost.is_err(), "the API process died mid-request");
-    assert!(!dying.wait_for_exit().await.success());
     let recovery = start("recovery", &[]).await;
     eventually(WAIT, || async {
         (db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")

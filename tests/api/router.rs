@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::{Placement, RegionStatus, Reply};
+use once_test_support::client::status_of;
 use once_test_support::fixtures::ROUTER_ADMIN_TOKEN as ADMIN_TOKEN;
 use once_test_support::pki::TestPki;
 use once_test_support::ports::closed_addr;
@@ -709,17 +710,6 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
         misdirected, 1.0,
         "the one 421 (k-after at the former home) was counted"
     );
-}
-
-/// What `client` gets from `url`: the status, or why there was none.
-async fn status_of(client: &reqwest::Client, url: &str) -> Result<u16, String> {
-    client
-        .get(url)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .map_err(|e| format!("{e:?}"))
 }
 
 /// A client that presents `files`' certificate and does not check the

@@ -12,7 +12,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::ServerConfig;
 
@@ -23,16 +22,8 @@ use crate::reload::{self, ReloadingKey};
 /// first) and `key` (PEM), polled every [`reload::DEFAULT_POLL`]; HTTP/1.1
 /// over ALPN.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
-    server_config_polling(cert, key, reload::DEFAULT_POLL)
-}
-
-pub fn server_config_polling(
-    cert: &Path,
-    key: &Path,
-    poll: Duration,
-) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let key = ReloadingKey::start(cert, key, provider.clone(), poll)?;
+    let key = ReloadingKey::start(cert, key, provider.clone(), reload::DEFAULT_POLL)?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()

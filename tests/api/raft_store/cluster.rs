@@ -248,8 +248,8 @@ impl Cluster {
     /// An HTTP client presenting a certificate of this cluster's CA for
     /// `role` (a node behind routers answers routers and operators).
     pub fn http_client_as(&self, name: &str, role: Role) -> reqwest::Client {
-        once_tls::Tls::load(&self.pki.issue(name, "test", role, &[]))
-            .expect("a certificate of the test CA")
+        self.pki
+            .tls(name, "test", role)
             .http_client()
             .build()
             .expect("client")

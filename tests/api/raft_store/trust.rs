@@ -2,9 +2,6 @@
 //! of a member is mutual TLS with the cluster's CA, and each caller is
 //! authorised by the identity its certificate names. The attacks of issue
 //! 14, replayed against a running cluster: none of them gets through.
-
-use std::time::Duration;
-
 use once_store_client::admin;
 use once_store_client::command::{ClientRequest, Op, RegionStatus};
 use once_store_client::protocol::{
@@ -12,6 +9,7 @@ use once_store_client::protocol::{
     STATUS_PATH, WRITE_PATH,
 };
 use once_store_client::wire;
+use once_test_support::client::status_of;
 use once_test_support::fixtures::STORE_ADMIN_TOKEN;
 use once_test_support::pki::TestPki;
 use once_tls::{Role, Tls};
@@ -19,17 +17,6 @@ use serde::Serialize;
 
 use super::claim;
 use super::cluster::Cluster;
-
-/// What a `reqwest` client with `tls` gets from `url`: the status, or why
-/// there was none.
-async fn get(http: &reqwest::Client, url: &str) -> Result<u16, String> {
-    http.get(url)
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .map(|r| r.status().as_u16())
-        .map_err(|e| format!("{e:?}"))
-}
 
 fn client_of(tls: &Tls) -> reqwest::Client {
     tls.http_client().build().unwrap()
@@ -101,24 +88,24 @@ async fn every_listener_refuses_plain_http_no_certificate_and_another_cas_certif
     ] {
         let https = format!("https://{addr}{path}");
         let http = format!("http://{addr}{path}");
-        get(&plain, &http)
+        status_of(&plain, &http)
             .await
             .expect_err(&format!("{listener}: plain HTTP got an answer"));
         if listener == "admin" {
             // Probes present no certificate: health and readiness only.
-            assert_eq!(get(&anonymous, &https).await, Ok(403), "{listener}");
+            assert_eq!(status_of(&anonymous, &https).await, Ok(403), "{listener}");
             let probe = format!("https://{addr}/healthz");
-            assert_eq!(get(&anonymous, &probe).await, Ok(200), "{listener}");
+            assert_eq!(status_of(&anonymous, &probe).await, Ok(200), "{listener}");
         } else {
-            get(&anonymous, &https)
+            status_of(&anonymous, &https)
                 .await
                 .expect_err(&format!("{listener}: no client certificate got an answer"));
         }
-        get(&foreign, &https).await.expect_err(&format!(
+        status_of(&foreign, &https).await.expect_err(&format!(
             "{listener}: another CA's certificate got an answer"
         ));
         // The same path, with the operator's certificate of this CA.
-        let admitted = get(operator.http(), &https).await.unwrap();
+        let admitted = status_of(operator.http(), &https).await.unwrap();
         let expected = if listener == "raft" { 403 } else { 200 };
         assert_eq!(admitted, expected, "{listener}: the operator");
     }
