@@ -6,7 +6,8 @@
 //! as SIGKILL, no destructors, no flush — when it reaches that point.
 //!
 //! Points, in execution order: `after_claim`, `after_provider_request_sent`,
-//! `after_provider_charge`, `after_finish`; on the event path
+//! `after_provider_charge`, `after_finish`; `after_batch_commit` (the `sql`
+//! mode's group commit, between a batch's commit and its answers); on the event path
 //! `after_publish`, `after_consume`, `after_email_send` (`once-events`).
 //!
 //! This crate owns only the crash points, so the node and the event path

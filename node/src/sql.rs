@@ -11,6 +11,7 @@
 //! `once-db` crate's, shared with the event path; it is re-exported here.
 
 mod finish;
+pub mod group_commit;
 mod materialize;
 mod outbox;
 mod payments;

@@ -153,14 +153,32 @@ pub async fn claim_as_another_owner(
     key: &str,
     body: &str,
 ) -> once_node::idempotency::Record {
+    use once_node::store::ClaimOutcome;
+
+    match app
+        .state
+        .store
+        .requests
+        .claim(&acme_claim(app, key, body))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed(owned) => owned.record,
+        other => panic!("expected a fresh claim, got {other:?}"),
+    }
+}
+
+/// The claim a request of tenant `acme` (principal `checkout`) with this
+/// key and body makes, at the app's time, with a fresh payment id.
+pub fn acme_claim(app: &TestApp, key: &str, body: &str) -> once_node::store::Claim {
     use once_node::idempotency::Scope;
     use once_node::payments::command::{Channel, CreatePayment};
     use once_node::payments::model::NewPayment;
-    use once_node::store::{Claim, ClaimOutcome};
+    use once_node::store::Claim;
 
     let command = CreatePayment::parse(body.as_bytes()).unwrap();
     let tenant = once_node::domain::TenantId::parse("acme").unwrap();
-    let claim = Claim {
+    Claim {
         scope: Scope {
             tenant: tenant.clone(),
             principal: once_node::domain::PrincipalId::parse("checkout").unwrap(),
@@ -181,10 +199,6 @@ pub async fn claim_as_another_owner(
         lease: app.state.config.lease,
         trace_id: None,
         region: "test".into(),
-    };
-    match app.state.store.requests.claim(&claim).await.unwrap() {
-        ClaimOutcome::Claimed(owned) => owned.record,
-        other => panic!("expected a fresh claim, got {other:?}"),
     }
 }
 

@@ -14,6 +14,7 @@ mod email_sink;
 mod encryption;
 mod events;
 mod exposure;
+mod group_commit;
 mod helpers;
 mod isolation;
 mod lookups;

@@ -69,8 +69,8 @@ pub async fn finish(
 }
 
 /// Record (if here), payment and event, on `conn`: inside a transaction
-/// whenever that is more than one statement.
-async fn write(
+/// whenever that is more than one statement (the `sql` mode's batches are).
+pub async fn write(
     conn: &mut AnyConnection,
     dialect: Dialect,
     record: RecordIn<'_>,

@@ -11,7 +11,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::instrument;
 
+use sqlx::AnyConnection;
+
 use super::finish::{self, RecordIn};
+use super::group_commit::GroupCommit;
 use super::records::{Terminal, unavailable};
 use super::{payments, records, single_statement};
 use crate::data_keys::{DataKeys, Field};
@@ -25,16 +28,21 @@ use crate::store::{
 };
 use once_db::{Database, Dialect};
 
-/// Every write takes the database's write gate ([`Database::writer`]).
+/// The request path's writes go through group commit ([`GroupCommit`]);
+/// the rest (recovery takeovers, resolutions, sweeps) take the database's
+/// write gate ([`Database::writer`]) one by one, as the batches do.
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Database,
     keys: Arc<DataKeys>,
+    batches: GroupCommit,
 }
 
 impl SqlStore {
+    /// Starts the group commit's writer tasks: call inside the runtime.
     pub fn new(db: Database, keys: Arc<DataKeys>) -> Self {
-        Self { db, keys }
+        let batches = GroupCommit::start(&db);
+        Self { db, keys, batches }
     }
 
     /// `finish.response`, sealed for `owner`'s record.
@@ -45,6 +53,11 @@ impl SqlStore {
 
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// The group commit in front of the request path's writes.
+    pub fn batches(&self) -> &GroupCommit {
+        &self.batches
     }
 }
 
@@ -80,99 +93,169 @@ fn won(write: Result<(), StoreError>) -> Result<bool, StoreError> {
     }
 }
 
-impl SqlStore {
-    /// Inside the claim's transaction: create the pending payment, or find
-    /// that the business key is already taken and drop the payment from the
-    /// record.
-    async fn attach_payment(
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        record: Record,
-        claim: &Claim,
-    ) -> Result<ClaimOutcome, StoreError> {
-        if payments::insert_pending(&mut **tx, &claim.payment, claim.now).await? {
-            let id = &claim.payment.id;
-            if record.payment_id.as_ref() == Some(id) && record.step == records::CLAIMED_AT {
-                return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
-            }
-            records::set_payment(&mut **tx, &record.scope, record.fence, id).await?;
-            let record = Record {
-                step: Step::LocalPaymentCreated,
-                payment_id: Some(id.clone()),
-                provider_key: Some(id.provider_key()),
-                ..record
-            };
+/// Inside the claim's batch: create the pending payment, or find that the
+/// business key is already taken and drop the payment from the record.
+async fn attach_payment(
+    conn: &mut AnyConnection,
+    record: Record,
+    claim: &Claim,
+) -> Result<ClaimOutcome, StoreError> {
+    if payments::insert_pending(&mut *conn, &claim.payment, claim.now).await? {
+        let id = &claim.payment.id;
+        if record.payment_id.as_ref() == Some(id) && record.step == records::CLAIMED_AT {
             return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
         }
-        Self::business_key_taken(tx, record, claim).await
-    }
-
-    /// The claim's business key belongs to another payment: the record we
-    /// own keeps no payment, and the answer names the one that holds the key.
-    async fn business_key_taken(
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        record: Record,
-        claim: &Claim,
-    ) -> Result<ClaimOutcome, StoreError> {
-        let existing = payments::id_by_business_key(&mut **tx, &claim.payment)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
-        records::forget_payment(&mut **tx, &record.scope, record.fence).await?;
+        records::set_payment(&mut *conn, &record.scope, record.fence, id).await?;
         let record = Record {
-            step: Step::Received,
-            payment_id: None,
-            provider_key: None,
+            step: Step::LocalPaymentCreated,
+            payment_id: Some(id.clone()),
+            provider_key: Some(id.provider_key()),
             ..record
         };
-        Ok(ClaimOutcome::BusinessKeyTaken { record, existing })
+        return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
+    }
+    business_key_taken(conn, record, claim).await
+}
+
+/// The claim's business key belongs to another payment: the record we own
+/// keeps no payment, and the answer names the one that holds the key.
+async fn business_key_taken(
+    conn: &mut AnyConnection,
+    record: Record,
+    claim: &Claim,
+) -> Result<ClaimOutcome, StoreError> {
+    let existing = payments::id_by_business_key(&mut *conn, &claim.payment)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("business key conflict without a payment".into()))?;
+    records::forget_payment(&mut *conn, &record.scope, record.fence).await?;
+    let record = Record {
+        step: Step::Received,
+        payment_id: None,
+        provider_key: None,
+        ..record
+    };
+    Ok(ClaimOutcome::BusinessKeyTaken { record, existing })
+}
+
+/// The record that won the claim's key. Read in the claim's own batch, so it
+/// sees a winner earlier in the same batch; the answer waits for the commit
+/// like every other.
+async fn existing(
+    conn: &mut AnyConnection,
+    claim: &Claim,
+    keys: &DataKeys,
+) -> Result<ClaimOutcome, StoreError> {
+    records::select(&mut *conn, &claim.scope, keys)
+        .await?
+        .map(ClaimOutcome::Existing)
+        .ok_or_else(|| {
+            StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read"))
+        })
+}
+
+/// A claim, as one job of a batch. PostgreSQL inserts record and payment in
+/// one statement (decision 0006); SQLite in two.
+async fn claim_in(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    claim: &Claim,
+    keys: &DataKeys,
+) -> Result<ClaimOutcome, StoreError> {
+    match dialect {
+        Dialect::Postgres => {
+            let write = single_statement::claim(&mut *conn, claim).await?;
+            if !write.claimed {
+                return existing(conn, claim, keys).await;
+            }
+            let record = claimed_record(claim);
+            if write.payment_created {
+                return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
+            }
+            // Rare: the business key is taken. We own the record; record
+            // that it has no payment, and find the one that holds the key.
+            business_key_taken(conn, record, claim).await
+        }
+        Dialect::Sqlite => {
+            if !records::insert(&mut *conn, claim, &claim.payment.id).await? {
+                return existing(conn, claim, keys).await;
+            }
+            attach_payment(conn, claimed_record(claim), claim).await
+        }
     }
 }
 
-impl SqlStore {
-    async fn existing(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
-        records::select(&self.db.pool, &claim.scope, &self.keys)
-            .await?
-            .map(ClaimOutcome::Existing)
-            .ok_or_else(|| {
-                StoreError::Unavailable(anyhow::anyhow!("record vanished between claim and read"))
-            })
-    }
-
-    async fn claim_in_one_statement(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
-        let write = single_statement::claim(&self.db.pool, claim).await?;
-        if !write.claimed {
-            return self.existing(claim).await;
+/// A takeover, as one job of a batch: `None` when another caller won.
+async fn reclaim_in(
+    conn: &mut AnyConnection,
+    seen: &Record,
+    how: Reclaim,
+    claim: &Claim,
+    keys: &DataKeys,
+) -> Result<Option<ClaimOutcome>, StoreError> {
+    let taken = match how {
+        Reclaim::Resume => {
+            records::take_over(
+                &mut *conn,
+                seen,
+                claim.now,
+                claim.lease,
+                claim.trace_id.as_deref(),
+            )
+            .await
         }
-        let record = claimed_record(claim);
-        if write.payment_created {
-            return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
-        }
-        // Rare: the business key is taken. We own the record; record that it
-        // has no payment, and find the one that holds the key.
-        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        let outcome = Self::business_key_taken(&mut tx, record, claim).await?;
-        tx.commit().await.map_err(unavailable)?;
-        Ok(outcome)
+        Reclaim::Restart => records::restart(&mut *conn, seen, claim, &claim.payment.id).await,
+        Reclaim::Renew => records::renew(&mut *conn, seen, claim, &claim.payment.id).await,
+    };
+    if !won(taken)? {
+        return Ok(None);
     }
+    let record = records::select(&mut *conn, &seen.scope, keys)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("record vanished inside its own transaction".into()))?;
+    let needs_payment = match how {
+        // A PostgreSQL claim that lost its business key, cut off before it
+        // could drop the payment id from the record, leaves a record at the
+        // claimed step naming a payment that was never created: finish that
+        // claim now (it must never reach the provider).
+        Reclaim::Resume => match (&record.step, &record.payment_id) {
+            (Step::Received, _) | (_, None) => true,
+            (Step::LocalPaymentCreated | Step::ProviderRequestSent, Some(id)) => {
+                !payments::exists(&mut *conn, id).await?
+            }
+            _ => false,
+        },
+        Reclaim::Restart => seen.payment_id.is_none(),
+        Reclaim::Renew => true,
+    };
+    let outcome = if needs_payment {
+        let payment = NewPayment {
+            id: record
+                .payment_id
+                .clone()
+                .unwrap_or_else(|| claim.payment.id.clone()),
+            ..claim.payment.clone()
+        };
+        let claim = Claim {
+            payment,
+            ..claim.clone()
+        };
+        attach_payment(conn, record, &claim).await?
+    } else {
+        ClaimOutcome::Claimed(Owned::fresh(record))
+    };
+    Ok(Some(outcome.by_takeover()))
 }
 
 #[async_trait]
 impl RequestPath for SqlStore {
     #[instrument(name = "claim the key", skip_all, fields(db.system = %self.db.system()))]
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
-        if self.db.dialect == Dialect::Postgres {
-            return self.claim_in_one_statement(claim).await;
-        }
-        let _writer = self.db.writer().await;
-        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        if !records::insert(&mut *tx, claim, &claim.payment.id).await? {
-            // Lost the insert race: read the winner's record outside the
-            // (now empty) transaction so we see its committed state.
-            tx.rollback().await.map_err(unavailable)?;
-            return self.existing(claim).await;
-        }
-        let outcome = Self::attach_payment(&mut tx, claimed_record(claim), claim).await?;
-        tx.commit().await.map_err(unavailable)?;
-        Ok(outcome)
+        let (claim, keys, dialect) = (claim.clone(), self.keys.clone(), self.db.dialect);
+        self.batches
+            .run(Box::new(move |conn| {
+                Box::pin(async move { claim_in(conn, dialect, &claim, &keys).await })
+            }))
+            .await
     }
 
     #[instrument(name = "take over the record", skip_all, fields(db.system = %self.db.system()))]
@@ -182,64 +265,12 @@ impl RequestPath for SqlStore {
         how: Reclaim,
         claim: &Claim,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
-        let _writer = self.db.writer().await;
-        let mut tx = self.db.pool.begin().await.map_err(unavailable)?;
-        let taken = match how {
-            Reclaim::Resume => {
-                records::take_over(
-                    &mut *tx,
-                    seen,
-                    claim.now,
-                    claim.lease,
-                    claim.trace_id.as_deref(),
-                )
-                .await
-            }
-            Reclaim::Restart => records::restart(&mut *tx, seen, claim, &claim.payment.id).await,
-            Reclaim::Renew => records::renew(&mut *tx, seen, claim, &claim.payment.id).await,
-        };
-        if !won(taken)? {
-            tx.rollback().await.map_err(unavailable)?;
-            return Ok(None);
-        }
-        let record = records::select(&mut *tx, &seen.scope, &self.keys)
-            .await?
-            .ok_or_else(|| {
-                StoreError::Corrupt("record vanished inside its own transaction".into())
-            })?;
-        let needs_payment = match how {
-            // A PostgreSQL claim that lost its business key, cut off before
-            // it could drop the payment id from the record, leaves a record
-            // at the claimed step naming a payment that was never created:
-            // finish that claim now (it must never reach the provider).
-            Reclaim::Resume => match (&record.step, &record.payment_id) {
-                (Step::Received, _) | (_, None) => true,
-                (Step::LocalPaymentCreated | Step::ProviderRequestSent, Some(id)) => {
-                    !payments::exists(&mut *tx, id).await?
-                }
-                _ => false,
-            },
-            Reclaim::Restart => seen.payment_id.is_none(),
-            Reclaim::Renew => true,
-        };
-        let outcome = if needs_payment {
-            let payment = NewPayment {
-                id: record
-                    .payment_id
-                    .clone()
-                    .unwrap_or_else(|| claim.payment.id.clone()),
-                ..claim.payment.clone()
-            };
-            let claim = Claim {
-                payment,
-                ..claim.clone()
-            };
-            Self::attach_payment(&mut tx, record, &claim).await?
-        } else {
-            ClaimOutcome::Claimed(Owned::fresh(record))
-        };
-        tx.commit().await.map_err(unavailable)?;
-        Ok(Some(outcome.by_takeover()))
+        let (seen, claim, keys) = (seen.clone(), claim.clone(), self.keys.clone());
+        self.batches
+            .run(Box::new(move |conn| {
+                Box::pin(async move { reclaim_in(conn, &seen, how, &claim, &keys).await })
+            }))
+            .await
     }
 
     #[instrument(name = "load the record", skip_all, fields(db.system = %self.db.system()))]
@@ -249,21 +280,26 @@ impl RequestPath for SqlStore {
 
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = %self.db.system()))]
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
-        let _writer = self.db.writer().await;
-        records::set_step(&self.db.pool, &owner.scope, owner.fence, step, now).await
+        let (scope, fence) = (owner.scope.clone(), owner.fence);
+        self.batches
+            .run(Box::new(move |conn| {
+                Box::pin(async move { records::set_step(conn, &scope, fence, step, now).await })
+            }))
+            .await
     }
 
     #[instrument(name = "finish the operation", skip_all, fields(db.system = %self.db.system()))]
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         let answer = self.seal(owner, finish);
-        finish::finish(
-            &self.db,
-            RecordIn::ThisDatabase { answer: &answer },
-            owner,
-            finish,
-            None,
-        )
-        .await
+        let (owner, finish, dialect) = (owner.clone(), finish.clone(), self.db.dialect);
+        self.batches
+            .run(Box::new(move |conn| {
+                Box::pin(async move {
+                    let record = RecordIn::ThisDatabase { answer: &answer };
+                    finish::write(conn, dialect, record, &owner, &finish).await
+                })
+            }))
+            .await
     }
 
     #[instrument(name = "mark the operation retryable", skip_all, fields(db.system = %self.db.system()))]
@@ -274,16 +310,22 @@ impl RequestPath for SqlStore {
         now: UnixMillis,
         expires_at: UnixMillis,
     ) -> Result<(), StoreError> {
-        let _writer = self.db.writer().await;
-        let terminal = Terminal {
-            status: Status::FailedRetryable,
-            step: owner.step,
-            answer: None,
-            error_code: Some(error_code),
-            now,
-            expires_at,
-        };
-        records::finish(&self.db.pool, &owner.scope, owner.fence, &terminal).await
+        let (owner, error_code) = (owner.clone(), error_code.to_owned());
+        self.batches
+            .run(Box::new(move |conn| {
+                Box::pin(async move {
+                    let terminal = Terminal {
+                        status: Status::FailedRetryable,
+                        step: owner.step,
+                        answer: None,
+                        error_code: Some(&error_code),
+                        now,
+                        expires_at,
+                    };
+                    records::finish(conn, &owner.scope, owner.fence, &terminal).await
+                })
+            }))
+            .await
     }
 
     #[instrument(name = "mark the outcome unknown", skip_all, fields(db.system = %self.db.system()))]
@@ -293,8 +335,14 @@ impl RequestPath for SqlStore {
         now: UnixMillis,
         retry_at: UnixMillis,
     ) -> Result<(), StoreError> {
-        let _writer = self.db.writer().await;
-        records::mark_unknown(&self.db.pool, &owner.scope, owner.fence, now, retry_at).await
+        let (scope, fence) = (owner.scope.clone(), owner.fence);
+        self.batches
+            .run(Box::new(move |conn| {
+                Box::pin(
+                    async move { records::mark_unknown(conn, &scope, fence, now, retry_at).await },
+                )
+            }))
+            .await
     }
 }
 
