@@ -5,20 +5,26 @@
 //! URL forms, SQLite's WAL, `synchronous = FULL` and busy timeout), the
 //! [`Dialect`] the queries branch on, the SQLite write gate
 //! ([`Database::writer`], decision 0007) and running the migrations
-//! ([`Database::migrate`]). The migrations themselves stay in `/migrations`
+//! ([`Database::migrate`]), and the group commit writes go through
+//! ([`Database::batches`], decision 0037). The migrations themselves stay in `/migrations`
 //! at the workspace root, one schema in two dialects, embedded at build time.
 //! The queries are not here: each lives with the code that owns its tables
 //! (the node's `sql` module, the event path in `once-events`).
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
+
+pub mod group_commit;
+
+use group_commit::Gate;
+pub use group_commit::{BatchFailed, GroupCommit};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -40,7 +46,10 @@ pub struct Database {
     /// backs off by sleeping (hundreds of milliseconds at the tail). Other
     /// processes on the same file, and other pools (`Database::connect`
     /// again), still meet the busy timeout. See decision 0007.
-    write_gate: Arc<tokio::sync::Mutex<()>>,
+    write_gate: Gate,
+    /// The group commit on this pool, started by the first
+    /// [`Database::batches`]; clones share it.
+    batches: Arc<OnceLock<GroupCommit>>,
 }
 
 /// The file of a SQLite database URL (`sqlite://PATH`, `sqlite:PATH` or a
@@ -117,6 +126,7 @@ impl Database {
             pool,
             dialect,
             write_gate: Arc::default(),
+            batches: Arc::default(),
         })
     }
 
@@ -127,6 +137,17 @@ impl Database {
             Dialect::Sqlite => Some(self.write_gate.lock().await),
             Dialect::Postgres => None,
         }
+    }
+
+    /// The group commit in front of this pool ([`group_commit`]): writes of
+    /// concurrent callers share one transaction and one commit. Starts its
+    /// writer tasks on first use (inside the runtime); on SQLite they take
+    /// the write gate per batch.
+    pub fn batches(&self) -> &GroupCommit {
+        self.batches.get_or_init(|| {
+            let gate = (self.dialect == Dialect::Sqlite).then(|| self.write_gate.clone());
+            GroupCommit::start(self.pool.clone(), self.dialect, gate)
+        })
     }
 
     /// The OpenTelemetry `db.system` name of the dialect.

@@ -23,6 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use once_db::Database;
 use once_domain::{Clock, UnixMillis};
 use once_failpoints::crash_point;
@@ -38,6 +40,9 @@ use crate::message::{EventMessage, MessageError};
 use crate::metrics::{ConsumerName, EventMetrics};
 use crate::outbox::error_chain;
 
+/// Deliveries one consumer handles at the same time.
+const IN_FLIGHT: usize = 64;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumeError {
     /// No attempt can succeed: dead-letter now.
@@ -47,9 +52,16 @@ pub enum ConsumeError {
     /// retried, then dead-lettered.
     #[error("effect failed: {0}")]
     Effect(String),
-    /// The database could not be reached: retried without limit.
+    /// The database could not be reached, or the batch the effect was
+    /// written in did not commit: retried without limit.
     #[error("database unavailable")]
-    Unavailable(#[source] sqlx::Error),
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<once_db::BatchFailed> for ConsumeError {
+    fn from(e: once_db::BatchFailed) -> Self {
+        Self::Unavailable(e.into())
+    }
 }
 
 impl From<sqlx::Error> for ConsumeError {
@@ -57,7 +69,7 @@ impl From<sqlx::Error> for ConsumeError {
         match e {
             // The database answered and said no: a property of the message.
             sqlx::Error::Database(db) => Self::Effect(db.to_string()),
-            other => Self::Unavailable(other),
+            other => Self::Unavailable(other.into()),
         }
     }
 }
@@ -139,41 +151,47 @@ impl ConsumerRunner {
         self.consumer.name()
     }
 
-    /// Inbox row and effect in one transaction. Public so tests can race
-    /// it directly, without a broker in between.
+    /// Inbox row and effect in one transaction: one job of the database's
+    /// group commit, so the effects of messages handled at the same time
+    /// share a commit, each still written or refused alone. Public so tests
+    /// can race it directly, without a broker in between.
     pub async fn process(&self, message: &EventMessage) -> Result<Outcome, ConsumeError> {
         if !self.consumer.handles(&message.event_type) {
             return Ok(Outcome::Ignored);
         }
         let now = self.clock.now();
-        let mut tx = self
+        let (consumer, job_message) = (self.consumer.clone(), message.clone());
+        let outcome = self
             .db
-            .pool
-            .begin()
-            .await
-            .map_err(ConsumeError::Unavailable)?;
-        let fresh = inbox::record(
-            &mut *tx,
-            self.consumer.name(),
-            &message.event_id,
-            inbox::PROCESSED,
-            None,
-            now,
-        )
-        .await?;
-        if !fresh {
-            tx.rollback().await.map_err(ConsumeError::Unavailable)?;
-            return Ok(Outcome::Duplicate);
+            .batches()
+            .run(Box::new(move |conn| {
+                Box::pin(async move {
+                    let fresh = inbox::record(
+                        &mut *conn,
+                        consumer.name(),
+                        &job_message.event_id,
+                        inbox::PROCESSED,
+                        None,
+                        now,
+                    )
+                    .await?;
+                    if !fresh {
+                        return Ok::<_, ConsumeError>(Outcome::Duplicate);
+                    }
+                    consumer.apply(conn, &job_message, now).await?;
+                    Ok(Outcome::Processed)
+                })
+            }))
+            .await?;
+        if outcome == Outcome::Processed {
+            self.metrics
+                .consume_lag
+                .get_or_create(&ConsumerName {
+                    consumer: self.consumer.name().to_owned(),
+                })
+                .observe((self.clock.now().0 - message.occurred_at).max(0) as f64 / 1000.0);
         }
-        self.consumer.apply(&mut tx, message, now).await?;
-        tx.commit().await.map_err(ConsumeError::Unavailable)?;
-        self.metrics
-            .consume_lag
-            .get_or_create(&ConsumerName {
-                consumer: self.consumer.name().to_owned(),
-            })
-            .observe((self.clock.now().0 - message.occurred_at).max(0) as f64 / 1000.0);
-        Ok(Outcome::Processed)
+        Ok(outcome)
     }
 
     /// Processes one delivery and settles it: ack after the effect (or
@@ -320,16 +338,21 @@ impl ConsumerRunner {
                     _ = shutdown.changed() => return,
                 }
             };
+            // Up to `IN_FLIGHT` deliveries are handled at once, so their
+            // effects gather into the same group commit batches.
+            let mut in_flight = FuturesUnordered::new();
             loop {
                 let delivery = tokio::select! {
-                    d = subscription.next() => d,
+                    d = subscription.next(), if in_flight.len() < IN_FLIGHT => d,
+                    Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
                     _ = shutdown.changed() => return,
                 };
                 match delivery {
-                    Ok(delivery) => self.handle(delivery).await,
+                    Ok(delivery) => in_flight.push(self.handle(delivery)),
                     Err(BrokerError::Closed) if *shutdown.borrow() => return,
                     Err(e) => {
                         warn!(consumer = %name, error = %e, "subscription broke; subscribing again");
+                        while in_flight.next().await.is_some() {}
                         break;
                     }
                 }
@@ -383,14 +406,16 @@ impl ConsumerRunner {
             .pool
             .begin()
             .await
-            .map_err(ConsumeError::Unavailable)?;
+            .map_err(|e| ConsumeError::Unavailable(e.into()))?;
         // Only the first redrive writes the effect; a racing one (another
         // node) finds the inbox row already revived.
         if inbox::revive(&mut *tx, self.consumer.name(), &message.event_id, now).await? {
             self.consumer.apply(&mut tx, &message, now).await?;
         }
         dead_letters::mark_redriven(&mut *tx, letter.id, now).await?;
-        tx.commit().await.map_err(ConsumeError::Unavailable)?;
+        tx.commit()
+            .await
+            .map_err(|e| ConsumeError::Unavailable(e.into()))?;
         Ok(())
     }
 }

@@ -116,6 +116,9 @@ impl Publisher {
                     return Ok(0);
                 }
                 self.publish(&pending).await?;
+                // Queue with the process's other writers (the group commit
+                // among them) rather than in SQLite's busy handler.
+                let _writer = self.db.writer().await;
                 let mut conn = self.db.pool.acquire().await?;
                 self.mark(&mut conn, &pending).await?;
                 Ok(pending.len())

@@ -94,8 +94,16 @@ impl Builder {
             (None, Dialect::Sqlite) => Arc::new(SystemClock),
         };
         let metrics = Metrics::new();
-        let events_db =
-            Database::connect(&self.config.database_url, self.config.events.pool_size()).await?;
+        // On SQLite the event path writes through the node's own pool, so
+        // its effects join the request path's group commit: one writer, one
+        // fsync per batch for both (decision 0037). PostgreSQL gives it its
+        // own pool, sized for it.
+        let events_db = match db.dialect {
+            Dialect::Sqlite => db.clone(),
+            Dialect::Postgres => {
+                Database::connect(&self.config.database_url, self.config.events.pool_size()).await?
+            }
+        };
         let events = crate::events::Events::connect(
             events_db,
             &self.config.events,

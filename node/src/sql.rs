@@ -11,7 +11,6 @@
 //! `once-db` crate's, shared with the event path; it is re-exported here.
 
 mod finish;
-pub mod group_commit;
 mod materialize;
 mod outbox;
 mod payments;
@@ -20,5 +19,5 @@ mod single_statement;
 mod store;
 
 pub use materialize::Materialized;
-pub use once_db::{Database, Dialect};
+pub use once_db::{Database, Dialect, group_commit};
 pub use store::SqlStore;

@@ -55,6 +55,12 @@ pub enum StoreError {
     Misdirected { home: String, epoch: u64 },
 }
 
+impl From<once_db::BatchFailed> for StoreError {
+    fn from(e: once_db::BatchFailed) -> Self {
+        Self::Unavailable(e.into())
+    }
+}
+
 /// A request to own a scoped key, with the payment it would create.
 #[derive(Debug, Clone)]
 pub struct Claim {

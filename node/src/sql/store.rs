@@ -14,7 +14,6 @@ use tracing::instrument;
 use sqlx::AnyConnection;
 
 use super::finish::{self, RecordIn};
-use super::group_commit::GroupCommit;
 use super::records::{Terminal, unavailable};
 use super::{payments, records, single_statement};
 use crate::data_keys::{DataKeys, Field};
@@ -26,23 +25,22 @@ use crate::store::{
     PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
     SealedCount, StoreError, Sweeper,
 };
+use once_db::GroupCommit;
 use once_db::{Database, Dialect};
 
-/// The request path's writes go through group commit ([`GroupCommit`]);
-/// the rest (recovery takeovers, resolutions, sweeps) take the database's
-/// write gate ([`Database::writer`]) one by one, as the batches do.
+/// The request path's writes go through the database's group commit
+/// ([`Database::batches`]); the rest (recovery takeovers, resolutions,
+/// sweeps) take its write gate ([`Database::writer`]) one by one, as the
+/// batches do.
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Database,
     keys: Arc<DataKeys>,
-    batches: GroupCommit,
 }
 
 impl SqlStore {
-    /// Starts the group commit's writer tasks: call inside the runtime.
     pub fn new(db: Database, keys: Arc<DataKeys>) -> Self {
-        let batches = GroupCommit::start(&db);
-        Self { db, keys, batches }
+        Self { db, keys }
     }
 
     /// `finish.response`, sealed for `owner`'s record.
@@ -57,7 +55,7 @@ impl SqlStore {
 
     /// The group commit in front of the request path's writes.
     pub fn batches(&self) -> &GroupCommit {
-        &self.batches
+        self.db.batches()
     }
 }
 
@@ -251,7 +249,8 @@ impl RequestPath for SqlStore {
     #[instrument(name = "claim the key", skip_all, fields(db.system = %self.db.system()))]
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
         let (claim, keys, dialect) = (claim.clone(), self.keys.clone(), self.db.dialect);
-        self.batches
+        self.db
+            .batches()
             .run(Box::new(move |conn| {
                 Box::pin(async move { claim_in(conn, dialect, &claim, &keys).await })
             }))
@@ -266,7 +265,8 @@ impl RequestPath for SqlStore {
         claim: &Claim,
     ) -> Result<Option<ClaimOutcome>, StoreError> {
         let (seen, claim, keys) = (seen.clone(), claim.clone(), self.keys.clone());
-        self.batches
+        self.db
+            .batches()
             .run(Box::new(move |conn| {
                 Box::pin(async move { reclaim_in(conn, &seen, how, &claim, &keys).await })
             }))
@@ -281,7 +281,8 @@ impl RequestPath for SqlStore {
     #[instrument(name = "record a recovery point", skip_all, fields(db.system = %self.db.system()))]
     async fn advance(&self, owner: &Record, step: Step, now: UnixMillis) -> Result<(), StoreError> {
         let (scope, fence) = (owner.scope.clone(), owner.fence);
-        self.batches
+        self.db
+            .batches()
             .run(Box::new(move |conn| {
                 Box::pin(async move { records::set_step(conn, &scope, fence, step, now).await })
             }))
@@ -292,7 +293,8 @@ impl RequestPath for SqlStore {
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         let answer = self.seal(owner, finish);
         let (owner, finish, dialect) = (owner.clone(), finish.clone(), self.db.dialect);
-        self.batches
+        self.db
+            .batches()
             .run(Box::new(move |conn| {
                 Box::pin(async move {
                     let record = RecordIn::ThisDatabase { answer: &answer };
@@ -311,7 +313,8 @@ impl RequestPath for SqlStore {
         expires_at: UnixMillis,
     ) -> Result<(), StoreError> {
         let (owner, error_code) = (owner.clone(), error_code.to_owned());
-        self.batches
+        self.db
+            .batches()
             .run(Box::new(move |conn| {
                 Box::pin(async move {
                     let terminal = Terminal {
@@ -336,7 +339,8 @@ impl RequestPath for SqlStore {
         retry_at: UnixMillis,
     ) -> Result<(), StoreError> {
         let (scope, fence) = (owner.scope.clone(), owner.fence);
-        self.batches
+        self.db
+            .batches()
             .run(Box::new(move |conn| {
                 Box::pin(
                     async move { records::mark_unknown(conn, &scope, fence, now, retry_at).await },

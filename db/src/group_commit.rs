@@ -31,12 +31,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use sqlx::{AnyConnection, Executor};
+use sqlx::{AnyConnection, AnyPool, Executor};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::failpoints::crash_point;
-use crate::store::StoreError;
-use once_db::{Database, Dialect};
+use once_failpoints::crash_point;
+
+use crate::Dialect;
 
 /// At most this many jobs share one commit.
 pub const MAX_BATCH: usize = 64;
@@ -46,8 +46,14 @@ pub const POSTGRES_WRITERS: usize = 4;
 
 /// One write: statements on the batch's connection (already inside the
 /// job's savepoint), returning what the caller gets once the batch commits.
-pub type Job<T> =
-    Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, StoreError>> + Send>;
+pub type Job<T, E> =
+    Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Result<T, E>> + Send>;
+
+/// A write that ran without error but did not commit (its batch failed), or
+/// never ran: the database is unavailable, the write is not done.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BatchFailed(String);
 
 /// A job with its result type erased: runs, says whether it succeeded, and
 /// returns how to answer its caller once the batch's fate is known.
@@ -66,6 +72,16 @@ struct Ran {
 pub struct GroupCommit {
     queue: mpsc::Sender<Queued>,
     shared: Arc<Shared>,
+}
+
+/// SQLite's write gate ([`crate::Database::writer`]).
+pub type Gate = Arc<tokio::sync::Mutex<()>>;
+
+/// What one writer task commits on.
+struct Writer {
+    pool: AnyPool,
+    dialect: Dialect,
+    gate: Option<Gate>,
 }
 
 /// What the writers share with the handle.
@@ -99,25 +115,34 @@ impl std::fmt::Debug for GroupCommit {
 impl GroupCommit {
     /// Starts the writer tasks on `db` (one on SQLite, [`POSTGRES_WRITERS`]
     /// on PostgreSQL). They stop when the last clone is dropped.
-    pub fn start(db: &Database) -> Self {
+    pub fn start(pool: AnyPool, dialect: Dialect, gate: Option<Gate>) -> Self {
         let (queue, jobs) = mpsc::channel::<Queued>(4 * MAX_BATCH);
         let shared = Arc::new(Shared {
             jobs: tokio::sync::Mutex::new(Some(jobs)),
             ..Shared::default()
         });
-        let writers = match db.dialect {
+        let writers = match dialect {
             Dialect::Sqlite => 1,
             Dialect::Postgres => POSTGRES_WRITERS,
         };
         for _ in 0..writers {
-            tokio::spawn(write_batches(db.clone(), shared.clone()));
+            let writer = Writer {
+                pool: pool.clone(),
+                dialect,
+                gate: gate.clone(),
+            };
+            tokio::spawn(write_batches(writer, shared.clone()));
         }
         Self { queue, shared }
     }
 
     /// Runs `job` in the next batch; its result once the batch committed
     /// (or its own error at once, when it failed).
-    pub async fn run<T: Send + 'static>(&self, job: Job<T>) -> Result<T, StoreError> {
+    pub async fn run<T, E>(&self, job: Job<T, E>) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<BatchFailed> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let queued: Queued = Box::new(move |conn| {
             Box::pin(async move {
@@ -125,9 +150,9 @@ impl GroupCommit {
                 let ok = result.is_ok();
                 let answer = Box::new(move |commit_failed: Option<&str>| {
                     let result = match commit_failed {
-                        Some(why) if ok => Err(StoreError::Unavailable(anyhow::anyhow!(
-                            "the batch did not commit: {why}"
-                        ))),
+                        Some(why) if ok => {
+                            Err(BatchFailed(format!("the batch did not commit: {why}")).into())
+                        }
                         _ => result,
                     };
                     let _ = tx.send(result);
@@ -135,13 +160,15 @@ impl GroupCommit {
                 Ran { ok, answer }
             })
         });
-        self.queue.send(queued).await.map_err(|_| {
-            StoreError::Unavailable(anyhow::anyhow!("the group commit has stopped"))
-        })?;
+        self.queue
+            .send(queued)
+            .await
+            .map_err(|_| BatchFailed("the group commit has stopped".into()).into())?;
         rx.await.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable(anyhow::anyhow!(
-                "the batch failed before this write ran (the node's log says why)"
-            )))
+            Err(
+                BatchFailed("the batch failed before this write ran (the log says why)".into())
+                    .into(),
+            )
         })
     }
 
@@ -169,7 +196,7 @@ impl GroupCommit {
 /// is queued (up to [`MAX_BATCH`]) and commits it all as one batch. Writers
 /// take turns at the queue; the one holding it gathers the next batch while
 /// the others commit theirs.
-async fn write_batches(db: Database, shared: Arc<Shared>) {
+async fn write_batches(writer: Writer, shared: Arc<Shared>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     loop {
         {
@@ -192,16 +219,19 @@ async fn write_batches(db: Database, shared: Arc<Shared>) {
         shared
             .jobs_run
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        commit(&db, &mut batch).await;
+        commit(&writer, &mut batch).await;
     }
 }
 
 /// Runs and commits one batch, answering every job in it. (Boxed with its
 /// `Send` bound spelled out: the compiler cannot prove it through sqlx's
 /// higher-ranked executor bounds on its own.)
-fn commit<'a>(db: &'a Database, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
+fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
     Box::pin(async move {
-        let _gate = db.writer().await;
+        let _gate = match &db.gate {
+            Some(gate) => Some(gate.lock().await),
+            None => None,
+        };
         let mut conn = match db.pool.acquire().await {
             Ok(conn) => conn,
             Err(e) => return fail_all(batch.drain(..), &e.to_string()),
