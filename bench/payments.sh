@@ -11,7 +11,9 @@
 # CPU per request is utime + stime from /proc over the measured run: the
 # node process's, and for PostgreSQL the sum over every `postgres` process
 # (backends, WAL writer, checkpointer; a backend that exits mid-run loses
-# its share, so this is a lower bound). Needs PostgreSQL at $PG (default
+# its share, so this is a lower bound). The event path's lag is the p99 of
+# the ledger consumer's commit → effect histogram over each run of new
+# payments, read once the consumer has caught up. Needs PostgreSQL at $PG (default
 # postgres://postgres@127.0.0.1:5432) on this machine and pgbench. Prints a
 # Markdown table and the ratio; raw JSON lines go to bench/out/payments.jsonl.
 set -euo pipefail
@@ -51,7 +53,10 @@ start_node() { # database-url
     $BIN node --listen 127.0.0.1:$PORT --max-db-connections 32 --database-url "$1" "${role[@]}" \
     > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
-  for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && return; sleep 0.1; done
+  for _ in $(seq 1 100); do
+    grep -q listening "$WORK/node.out" 2>/dev/null && ADMIN=$(awk '/^admin on/ {print $3}' "$WORK/node.out") && return
+    sleep 0.1
+  done
   echo "node did not start" >&2; cat "$WORK/node.err" >&2; exit 1
 }
 stop_node() { kill "$NODE"; wait "$NODE" 2>/dev/null || true; NODE=; }
@@ -65,6 +70,42 @@ postgres_cpu_us() { # before-file after-file
   awk -v tick="$TICK_US" 'NR==FNR {b[$1]=$2; next} {d += $2 - ($1 in b ? b[$1] : 0)} END {print d * tick}' "$1" "$2"
 }
 
+# The node's Prometheus text, for the event path's lag.
+scrape() { curl -sf "$ADMIN/metrics" || true; }
+# After a run of new payments: waits until the ledger consumer has caught up
+# (its count of processed events stops moving for a second), then prints
+# the p99 of commit → ledger effect lag over the run, in ms, from the
+# histogram's buckets (upper bound of the bucket holding the 99th
+# percentile); "–" when the node runs no event path.
+ledger_lag_p99() { # metrics-before-file
+  local last=-1 now
+  for _ in $(seq 1 60); do
+    now=$(scrape | awk '/events_consumed_total\{.*consumer="ledger".*outcome="processed"/ {print $NF}')
+    [ "${now:-0}" = "$last" ] && break
+    last=${now:-0}; sleep 1
+  done
+  scrape > "$WORK/metrics.after"
+  python3 - "$1" "$WORK/metrics.after" <<'PY'
+import re, sys
+def buckets(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r'\S*events_consume_lag_seconds_bucket\{(.*)\} (\S+)', line)
+        if m and 'consumer="ledger"' in m.group(1):
+            le = re.search(r'le="([^"]+)"', m.group(1)).group(1)
+            out[float(le)] = float(m.group(2))
+    return out
+before, after = buckets(sys.argv[1]), buckets(sys.argv[2])
+delta = sorted((le, after[le] - before.get(le, 0)) for le in after)
+total = delta[-1][1] if delta else 0
+if total <= 0:
+    print("–")
+else:
+    p99 = next(le for le, n in delta if n >= 0.99 * total)
+    print("> 65 s" if p99 == float("inf") else f"≤ {p99 * 1000:.0f}")
+PY
+}
+
 rows=()
 run_backend() { # label database-url
   start_node "$2"
@@ -72,6 +113,7 @@ run_backend() { # label database-url
     for c in "${CLIENTS[@]}"; do
       $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
         --duration 2 --label warmup >/dev/null 2>&1
+      scrape > "$WORK/metrics.before"
       node_before=$(ticks_of "$NODE"); postgres_ticks > "$WORK/pg.before"
       json=$($BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
         --duration "$SECS" --warmup 0 --label "$1-$mode-$c" 2>/dev/null)
@@ -79,9 +121,11 @@ run_backend() { # label database-url
       postgres_ticks > "$WORK/pg.after"
       db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
       [ "$1" = sqlite ] && db_us=
-      json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); n=max(r["requests"],1); r["node_cpu_us"]=int(sys.argv[2])/n; r["db_cpu_us"]=int(sys.argv[3])/n if sys.argv[3] else None; r["backend"]=sys.argv[4]; print(json.dumps(r))' "$json" "$node_us" "$db_us" "$1")
+      lag=–
+      [ "$mode" = new ] && lag=$(ledger_lag_p99 "$WORK/metrics.before")
+      json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); n=max(r["requests"],1); r["node_cpu_us"]=int(sys.argv[2])/n; r["db_cpu_us"]=int(sys.argv[3])/n if sys.argv[3] else None; r["backend"]=sys.argv[4]; r["ledger_lag_p99_ms"]=sys.argv[5]; print(json.dumps(r))' "$json" "$node_us" "$db_us" "$1" "$lag")
       echo "$json" >> "$OUT/payments.jsonl"
-      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s |" % (r["backend"], r["mode"], r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d))' "$json")")
+      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s | %s |" % (r["backend"], r["mode"], r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d, r["ledger_lag_p99_ms"]))' "$json")")
     done
   done
   stop_node
@@ -116,13 +160,13 @@ for c in "${CLIENTS[@]}"; do
   db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
   per_claim=$(( db_us / (tps * (SECS - 2) > 0 ? tps * (SECS - 2) : 1) ))
   echo "{\"backend\":\"pgbench\",\"mode\":\"claim\",\"concurrency\":$c,\"throughput\":$tps,\"db_cpu_us\":$per_claim}" >> "$OUT/payments.jsonl"
-  rows+=("| postgres: bare \`INSERT … ON CONFLICT DO NOTHING\` (pgbench) | claim | $c | $tps | avg $lat | – | – | $per_claim |")
+  rows+=("| postgres: bare \`INSERT … ON CONFLICT DO NOTHING\` (pgbench) | claim | $c | $tps | avg $lat | – | – | $per_claim | – |")
 done
 psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
 
 echo "# $(nproc) cores, ${SECS}s per point${ROLE:+, --role $ROLE}"
-echo "| backend | mode | clients | req/s | p50 ms | p99 ms | node CPU µs/req | PostgreSQL CPU µs/req |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| backend | mode | clients | req/s | p50 ms | p99 ms | node CPU µs/req | PostgreSQL CPU µs/req | commit → ledger p99 ms |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 python3 - "$OUT/payments.jsonl" <<'PY'
 import json, sys
