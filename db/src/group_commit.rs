@@ -59,12 +59,16 @@ pub struct BatchFailed(String);
 /// returns how to answer its caller once the batch's fate is known.
 type Queued = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Ran> + Send>;
 
+/// Answers a job's caller: with the job's result, or with the commit's
+/// failure (`Some(why)`) when its batch did not commit.
+type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
+
 /// What a queued job did.
 struct Ran {
     ok: bool,
     /// Sends the job's result, or the commit's failure when the batch did
     /// not commit.
-    answer: Box<dyn FnOnce(Option<&str>) + Send>,
+    answer: Answer,
 }
 
 /// The queue in front of the writer tasks. Clones share it.
@@ -113,7 +117,7 @@ impl std::fmt::Debug for GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the writer tasks on `db` (one on SQLite, [`POSTGRES_WRITERS`]
+    /// Starts the writer tasks on `pool` (one on SQLite, [`POSTGRES_WRITERS`]
     /// on PostgreSQL). They stop when the last clone is dropped.
     pub fn start(pool: AnyPool, dialect: Dialect, gate: Option<Gate>) -> Self {
         let (queue, jobs) = mpsc::channel::<Queued>(4 * MAX_BATCH);
@@ -163,7 +167,7 @@ impl GroupCommit {
         self.queue
             .send(queued)
             .await
-            .map_err(|_| BatchFailed("the group commit has stopped".into()).into())?;
+            .map_err(|_| BatchFailed("the group commit has stopped".into()))?;
         rx.await.unwrap_or_else(|_| {
             Err(
                 BatchFailed("the batch failed before this write ran (the log says why)".into())
