@@ -91,9 +91,15 @@ pub struct HealthConfig {
 }
 
 impl Default for HealthConfig {
+    /// A region is down 400–600 ms after it stops answering (the first
+    /// failed round comes within one interval, two more follow), so a
+    /// killed region's tenants are served again within a second
+    /// (docs/decisions/0036-bulk-placement-moves.md). A region that
+    /// answers nothing for less than 3 × 200 ms (a pause, a slow check) is
+    /// never declared down.
     fn default() -> Self {
         Self {
-            interval: Duration::from_secs(1),
+            interval: Duration::from_millis(200),
             failures: 3,
             successes: 5,
         }

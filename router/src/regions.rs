@@ -123,6 +123,11 @@ impl RegionHealth {
         self.thresholds.interval * self.thresholds.failures
     }
 
+    /// Every region this router checks.
+    pub fn regions(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
     pub fn down_regions(&self) -> Vec<String> {
         self.lock()
             .iter()
