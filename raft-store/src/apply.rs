@@ -101,6 +101,19 @@ pub(crate) fn home_key(region: &str, tenant: &str) -> Result<Vec<u8>, postcard::
     Ok(key)
 }
 
+/// The first key past every key that starts with `prefix` (`None`: no
+/// such key, every key from `prefix` on starts with it).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 /// The tenants `homes` lists under `region`, in tenant order.
 pub(crate) fn tenants_homed_in(
     homes: &impl ReadableTable<Bytes, Bytes>,
@@ -370,17 +383,20 @@ impl<'txn> Tables<'txn> {
     }
 
     /// Writes `tenant`'s placement, which was `previous`, and keeps
-    /// [`HOMES`] in step: the one place placements are written.
+    /// [`HOMES`] in step: the one place placements are written. A bulk move
+    /// drops the entries under the region it empties in one pass instead
+    /// (`unindex_previous` false).
     fn put_placement(
         &mut self,
         tenant: &str,
         previous: Option<&Placement>,
         placement: &Placement,
+        unindex_previous: bool,
     ) -> Result<(), ApplyError> {
         self.placements
             .insert(tenant.as_bytes(), encode(placement)?.as_slice())?;
         if previous.is_none_or(|p| p.home != placement.home) {
-            if let Some(old) = previous {
+            if let Some(old) = previous.filter(|_| unindex_previous) {
                 self.homes.remove(home_key(&old.home, tenant)?.as_slice())?;
             }
             self.homes
@@ -389,7 +405,8 @@ impl<'txn> Tables<'txn> {
         Ok(())
     }
 
-    /// Moves `tenant` from `current` to `home` and `standbys`, one epoch on.
+    /// Moves `tenant` from `current` to `home` and `standbys`, one epoch on
+    /// (its [`HOMES`] entry under the old home is left to the caller).
     fn move_tenant(
         &mut self,
         tenant: String,
@@ -402,7 +419,7 @@ impl<'txn> Tables<'txn> {
             epoch: current.epoch + 1,
             preferred_home: current.preferred_home.clone(),
         };
-        self.put_placement(&tenant, Some(&current), &placement)?;
+        self.put_placement(&tenant, Some(&current), &placement, false)?;
         Ok(MovedPlacement {
             tenant,
             from: current.home,
@@ -423,6 +440,20 @@ impl<'txn> Tables<'txn> {
                 None => stranded.push(tenant),
             }
         }
+        if !moved.is_empty() {
+            // Every tenant listed under `from` left but the stranded ones.
+            let prefix = home_prefix(from)?;
+            let end = prefix_end(&prefix);
+            let keep: std::collections::HashSet<&[u8]> =
+                stranded.iter().map(|t| t.as_bytes()).collect();
+            let stays = |k: &[u8]| keep.contains(&k[prefix.len()..]);
+            match &end {
+                Some(end) => self
+                    .homes
+                    .retain_in(prefix.as_slice()..end.as_slice(), |k, _| stays(k))?,
+                None => self.homes.retain_in(prefix.as_slice().., |k, _| stays(k))?,
+            }
+        }
         Ok(Reply::Moved { moved, stranded })
     }
 
@@ -440,7 +471,11 @@ impl<'txn> Tables<'txn> {
         let mut moved = Vec::with_capacity(away.len());
         for (tenant, current) in away {
             let target = current.failback_target();
-            moved.push(self.move_tenant(tenant, current, target)?);
+            let from = current.home.clone();
+            let back = self.move_tenant(tenant, current, target)?;
+            self.homes
+                .remove(home_key(&from, &back.tenant)?.as_slice())?;
+            moved.push(back);
         }
         Ok(Reply::Moved {
             moved,
@@ -584,7 +619,7 @@ impl<'txn> Tables<'txn> {
                         .as_ref()
                         .map_or_else(|| home.clone(), |p| p.preferred_home.clone()),
                 };
-                self.put_placement(tenant, current.as_ref(), &placement)?;
+                self.put_placement(tenant, current.as_ref(), &placement, true)?;
                 Ok(Reply::Placement(placement))
             }
             Op::MoveRegion { from, eligible } => self.move_region(from, eligible),

@@ -88,6 +88,11 @@ pub struct HealthConfig {
     pub failures: u32,
     /// Consecutive good rounds before a down region is healthy again.
     pub successes: u32,
+    /// The least time a region must have been up to take tenants in an
+    /// automatic failover (the detection window if that is longer): regions
+    /// that all failed together (a raft-store election) come back seconds
+    /// apart, whatever the interval (`crate::regions`).
+    pub settle: Duration,
 }
 
 impl Default for HealthConfig {
@@ -102,6 +107,7 @@ impl Default for HealthConfig {
             interval: Duration::from_millis(200),
             failures: 3,
             successes: 5,
+            settle: Duration::from_secs(3),
         }
     }
 }
