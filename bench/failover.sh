@@ -10,6 +10,8 @@
 #   SIGKILL -> first 2xx of a request sent after the kill (served elsewhere)
 # and at the end min/median/max over the runs.
 # Usage: bench/failover.sh [TENANTS (default 100000)] [RUNS (default 5)]
+# LEADER=0 leaves the raft-store leader in the killed region (its election
+# then comes first); the default, 1, moves it to the second region.
 # Needs a release build: cargo build --release --bin once (ONCE=path/to/once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,7 @@ ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
 ONCE=$(realpath "$ONCE")
 TENANTS="${1:-100000}"
 RUNS="${2:-5}"
+LEADER="${LEADER:-1}"
 DIR=$(mktemp -d)
 UP_PID=
 PROBE_PID=
@@ -39,7 +42,7 @@ stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 now_ms() { python3 -c 'import time; print(int(time.time()*1000))'; }
 
-echo "# $(nproc) cores; once up --regions 3 (default router settings); $TENANTS tenants placed in the killed region; binary $ONCE"
+echo "# $(nproc) cores; once up --regions 3 (default router settings); $TENANTS tenants placed in the killed region; raft-store leader in region $LEADER (0: the killed one); binary $ONCE"
 RESULTS="$DIR/results.txt"
 : >"$RESULTS"
 for run in $(seq 1 "$RUNS"); do
@@ -53,8 +56,8 @@ for run in $(seq 1 "$RUNS"); do
   KEY=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$VICTIM'][0]")
   NODE_PID=$(json "$C" "d['regions'][0]['node']['pid']")
   STORE_PID=$(json "$C" "d['regions'][0]['store']['pid']")
-  LEADER_ADMIN=$(json "$C" "d['regions'][1]['store']['admin_url']")
-  LEADER_ID=$(json "$C" "d['regions'][1]['store']['id']")
+  LEADER_ADMIN=$(json "$C" "d['regions'][$LEADER]['store']['admin_url']")
+  LEADER_ID=$(json "$C" "d['regions'][$LEADER]['store']['id']")
   ENDPOINTS=$(json "$C" "','.join(r['store']['api_url'] for r in d['regions'])")
   export ONCE_TLS_CA=$(json "$C" "d['tls']['ca']") ONCE_TLS_CERT=$(json "$C" "d['tls']['operator']['cert']") \
     ONCE_TLS_KEY=$(json "$C" "d['tls']['operator']['key']")
