@@ -126,12 +126,29 @@ impl Mover<'_> {
                 Trigger::Command | Trigger::Failback => self.health.is_up(r),
             })
             .collect();
+        let reason = || format!("no standby this router may fail over to (eligible: {eligible:?})");
+        if eligible.is_empty() {
+            // Nothing can move: no write. The health checker asks again
+            // every round while tenants stay there, and each write would
+            // read every one of them in raft-store for nothing.
+            let skipped = self
+                .cache
+                .homed_in(region)
+                .into_iter()
+                .map(|tenant| Skipped {
+                    tenant,
+                    reason: reason(),
+                })
+                .collect();
+            return Ok(MoveReport {
+                moved: Vec::new(),
+                skipped,
+            });
+        }
         let started = Instant::now();
         let reply = self.store.move_region(region, &eligible).await?;
         let write_ms = started.elapsed().as_millis() as u64;
-        let report = self.record(reply, trigger, write_ms, |_| {
-            format!("no standby this router may fail over to (eligible: {eligible:?})")
-        })?;
+        let report = self.record(reply, trigger, write_ms, |_| reason())?;
         // Another router moved the tenants first (this write found none
         // homed there): this router's cache still sends them to the dead
         // region until it re-reads the table, so it does now.
