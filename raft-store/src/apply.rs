@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::command::{
-    BusinessKey, ClientRequest, Millis, NewClaim, Op, Placement, Record, Reply, Scope, Status,
-    Step, TakeOverKind,
+    BusinessKey, ClientRequest, Millis, MovedPlacement, NewClaim, Op, Placement, Record, Reply,
+    Scope, Status, Step, TakeOverKind,
 };
 
 type Bytes = &'static [u8];
@@ -60,6 +60,13 @@ pub(crate) const TENANT_PAYMENTS: TableDefinition<Bytes, Bytes> =
 /// it can be rebuilt ([`rebuild_derived_indexes`]).
 pub(crate) const DUE: TableDefinition<Bytes, Bytes> = TableDefinition::new("due");
 
+/// `postcard(home) ‖ tenant` → nothing: the tenants homed in each region,
+/// so a bulk failover ([`Op::MoveRegion`]) reads only the tenants it moves
+/// ([`home_key`]). Kept by [`Tables::put_placement`], the one place
+/// placements are written; derived from `PLACEMENTS` alone, so it can be
+/// rebuilt ([`rebuild_home_index`]).
+pub(crate) const HOMES: TableDefinition<Bytes, Bytes> = TableDefinition::new("homes");
+
 /// The kinds of [`DUE`] entries.
 const DUE_TO_EXPIRE: u8 = b'e';
 const DUE_TO_PURGE: u8 = b'p';
@@ -67,7 +74,7 @@ const DUE_TO_PURGE: u8 = b'p';
 /// Every table a snapshot carries, in a fixed order. New tables go last: a
 /// snapshot from an older build carries a prefix of this list, and the
 /// derived tables it lacks are rebuilt after it is installed.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 10] = [
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 11] = [
     RECORDS,
     BUSINESS_KEYS,
     PLACEMENTS,
@@ -78,7 +85,71 @@ pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 10] = [
     PAYMENT_IDS,
     TENANT_PAYMENTS,
     DUE,
+    HOMES,
 ];
+
+/// Where the tenants homed in `region` start in [`HOMES`]: the region is
+/// postcard (length-prefixed, so no region's prefix starts another's).
+pub(crate) fn home_prefix(region: &str) -> Result<Vec<u8>, postcard::Error> {
+    encode(&region)
+}
+
+/// The key of `tenant` homed in `region` in [`HOMES`].
+pub(crate) fn home_key(region: &str, tenant: &str) -> Result<Vec<u8>, postcard::Error> {
+    let mut key = home_prefix(region)?;
+    key.extend_from_slice(tenant.as_bytes());
+    Ok(key)
+}
+
+/// The first key past every key that starts with `prefix` (`None`: no
+/// such key, every key from `prefix` on starts with it).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// The tenants `homes` lists under `region`, in tenant order.
+pub(crate) fn tenants_homed_in(
+    homes: &impl ReadableTable<Bytes, Bytes>,
+    region: &str,
+) -> Result<Vec<String>, ApplyError> {
+    let prefix = home_prefix(region)?;
+    let mut tenants = Vec::new();
+    for item in homes.range(prefix.as_slice()..)? {
+        let (k, _) = item?;
+        let Some(tenant) = k.value().strip_prefix(prefix.as_slice()) else {
+            break;
+        };
+        tenants.push(String::from_utf8_lossy(tenant).into_owned());
+    }
+    Ok(tenants)
+}
+
+/// Fills [`HOMES`] from every placement (a state machine written by a
+/// build without it, or a snapshot from one). Returns how many tenants.
+pub(crate) fn rebuild_home_index(txn: &redb::WriteTransaction) -> Result<u64, ApplyError> {
+    let placements = txn.open_table(PLACEMENTS)?;
+    let mut homes = txn.open_table(HOMES)?;
+    homes.retain(|_, _| false)?;
+    let mut n = 0;
+    for item in placements.iter()? {
+        let (k, v) = item?;
+        let placement: Placement = decode(v.value())?;
+        let tenant = String::from_utf8_lossy(k.value());
+        homes.insert(
+            home_key(&placement.home, &tenant)?.as_slice(),
+            [].as_slice(),
+        )?;
+        n += 1;
+    }
+    Ok(n)
+}
 
 /// The key of a tenant's payment in [`TENANT_PAYMENTS`]. The tenant is
 /// postcard (length-prefixed, so no tenant's prefix starts another's);
@@ -218,6 +289,7 @@ pub(crate) struct Tables<'txn> {
     pub payment_ids: Table<'txn, Bytes, Bytes>,
     pub tenant_payments: Table<'txn, Bytes, Bytes>,
     pub due: Table<'txn, Bytes, Bytes>,
+    pub homes: Table<'txn, Bytes, Bytes>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -233,6 +305,7 @@ impl<'txn> Tables<'txn> {
             payment_ids: txn.open_table(PAYMENT_IDS)?,
             tenant_payments: txn.open_table(TENANT_PAYMENTS)?,
             due: txn.open_table(DUE)?,
+            homes: txn.open_table(HOMES)?,
         })
     }
 
@@ -307,6 +380,107 @@ impl<'txn> Tables<'txn> {
 
     fn placement(&self, tenant: &str) -> Result<Option<Placement>, ApplyError> {
         Self::get(&self.placements, tenant.as_bytes())
+    }
+
+    /// Writes `tenant`'s placement, which was `previous`, and keeps
+    /// [`HOMES`] in step: the one place placements are written. A bulk move
+    /// drops the entries under the region it empties in one pass instead
+    /// (`unindex_previous` false).
+    fn put_placement(
+        &mut self,
+        tenant: &str,
+        previous: Option<&Placement>,
+        placement: &Placement,
+        unindex_previous: bool,
+    ) -> Result<(), ApplyError> {
+        self.placements
+            .insert(tenant.as_bytes(), encode(placement)?.as_slice())?;
+        if previous.is_none_or(|p| p.home != placement.home) {
+            if let Some(old) = previous.filter(|_| unindex_previous) {
+                self.homes.remove(home_key(&old.home, tenant)?.as_slice())?;
+            }
+            self.homes
+                .insert(home_key(&placement.home, tenant)?.as_slice(), [].as_slice())?;
+        }
+        Ok(())
+    }
+
+    /// Moves `tenant` from `current` to `home` and `standbys`, one epoch on
+    /// (its [`HOMES`] entry under the old home is left to the caller).
+    fn move_tenant(
+        &mut self,
+        tenant: String,
+        current: Placement,
+        (home, standbys): (String, Vec<String>),
+    ) -> Result<MovedPlacement, ApplyError> {
+        let placement = Placement {
+            home,
+            standbys,
+            epoch: current.epoch + 1,
+            preferred_home: current.preferred_home.clone(),
+        };
+        self.put_placement(&tenant, Some(&current), &placement, false)?;
+        Ok(MovedPlacement {
+            tenant,
+            from: current.home,
+            placement,
+        })
+    }
+
+    /// [`Op::MoveRegion`]: reads only the tenants homed in `from` (the
+    /// [`HOMES`] index), so its cost is the tenants it moves.
+    fn move_region(&mut self, from: &str, eligible: &[String]) -> Result<Reply, ApplyError> {
+        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        for tenant in tenants_homed_in(&self.homes, from)? {
+            let Some(current) = self.placement(&tenant)? else {
+                continue;
+            };
+            match current.failover_target(from, |r| eligible.iter().any(|e| e == r)) {
+                Some(target) => moved.push(self.move_tenant(tenant, current, target)?),
+                None => stranded.push(tenant),
+            }
+        }
+        if !moved.is_empty() {
+            // Every tenant listed under `from` left but the stranded ones.
+            let prefix = home_prefix(from)?;
+            let end = prefix_end(&prefix);
+            let keep: std::collections::HashSet<&[u8]> =
+                stranded.iter().map(|t| t.as_bytes()).collect();
+            let stays = |k: &[u8]| keep.contains(&k[prefix.len()..]);
+            match &end {
+                Some(end) => self
+                    .homes
+                    .retain_in(prefix.as_slice()..end.as_slice(), |k, _| stays(k))?,
+                None => self.homes.retain_in(prefix.as_slice().., |k, _| stays(k))?,
+            }
+        }
+        Ok(Reply::Moved { moved, stranded })
+    }
+
+    /// [`Op::ReturnHome`]: a scan of every placement (the preferred home is
+    /// not indexed: failback is an operator's, not a race against clients).
+    fn return_home(&mut self, to: &str) -> Result<Reply, ApplyError> {
+        let mut away = Vec::new();
+        for item in self.placements.iter()? {
+            let (k, v) = item?;
+            let placement: Placement = decode(v.value())?;
+            if placement.preferred_home == to && placement.home != to {
+                away.push((String::from_utf8_lossy(k.value()).into_owned(), placement));
+            }
+        }
+        let mut moved = Vec::with_capacity(away.len());
+        for (tenant, current) in away {
+            let target = current.failback_target();
+            let from = current.home.clone();
+            let back = self.move_tenant(tenant, current, target)?;
+            self.homes
+                .remove(home_key(&from, &back.tenant)?.as_slice())?;
+            moved.push(back);
+        }
+        Ok(Reply::Moved {
+            moved,
+            stranded: Vec::new(),
+        })
     }
 
     /// Applies one client request, exactly once per `(client, seq)`.
@@ -441,12 +615,15 @@ impl<'txn> Tables<'txn> {
                     epoch: epoch + 1,
                     // The first placement names the tenant's preferred home;
                     // failovers move `home`, failback returns to this.
-                    preferred_home: current.map_or_else(|| home.clone(), |p| p.preferred_home),
+                    preferred_home: current
+                        .as_ref()
+                        .map_or_else(|| home.clone(), |p| p.preferred_home.clone()),
                 };
-                self.placements
-                    .insert(tenant.as_bytes(), encode(&placement)?.as_slice())?;
+                self.put_placement(tenant, current.as_ref(), &placement, true)?;
                 Ok(Reply::Placement(placement))
             }
+            Op::MoveRegion { from, eligible } => self.move_region(from, eligible),
+            Op::ReturnHome { to } => self.return_home(to),
             Op::SetRegionStatus { region, status } => {
                 self.regions
                     .insert(region.as_bytes(), encode(status)?.as_slice())?;

@@ -7,7 +7,7 @@
 //! | Raft RPC | `/raft/*` (append, vote, snapshot, initialized) | store members |
 //! | client API | `/api/status`, `/healthz`, `/readyz` | any identity of the CA |
 //! | client API | record commands (claim … purge), record and payment reads, placement of one tenant, regions | nodes, operators |
-//! | client API | set placement, region status, every placement, regions | routers, operators |
+//! | client API | set placement, bulk failover and failback, region status, every placement, regions | routers, operators |
 //! | admin | health, readiness | anyone who completes the TLS handshake (probes present no certificate) |
 //! | admin | status, `/metrics` | any identity of the CA |
 //! | admin | membership, elections, snapshots, record dumps, partitions | operators (and the admin token) |
@@ -81,7 +81,10 @@ impl Caller {
             | Op::Reseal { .. } => &[Role::Node, Role::Operator],
             // Failover and failback are the router's; seeding placements
             // and marking regions by hand, an operator's.
-            Op::SetPlacement { .. } | Op::SetRegionStatus { .. } => &[Role::Router, Role::Operator],
+            Op::SetPlacement { .. }
+            | Op::SetRegionStatus { .. }
+            | Op::MoveRegion { .. }
+            | Op::ReturnHome { .. } => &[Role::Router, Role::Operator],
         };
         self.is(roles)
     }
@@ -170,7 +173,14 @@ mod tests {
             home: "nowhere".into(),
             standbys: vec![],
         };
-        for op in [&mark, &moved] {
+        let failover = Op::MoveRegion {
+            from: "eu-west".into(),
+            eligible: vec!["us-east".into()],
+        };
+        let failback = Op::ReturnHome {
+            to: "eu-west".into(),
+        };
+        for op in [&mark, &moved, &failover, &failback] {
             assert!(caller(Role::Router).may_write(op));
             assert!(caller(Role::Operator).may_write(op));
             assert!(!caller(Role::Node).may_write(op));

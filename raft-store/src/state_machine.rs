@@ -43,9 +43,9 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::apply::{
-    DATA_TABLES, DUE, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, TENANT_PAYMENTS, Tables,
-    UNFINISHED, decode, encode, rebuild_derived_indexes, tenant_payment_key,
-    tenant_payments_prefix,
+    DATA_TABLES, DUE, HOMES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, TENANT_PAYMENTS, Tables,
+    UNFINISHED, decode, encode, rebuild_derived_indexes, rebuild_home_index, tenant_payment_key,
+    tenant_payments_prefix, tenants_homed_in,
 };
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
 use crate::protocol::{PaymentListQuery, RecordQuery};
@@ -134,6 +134,10 @@ impl StateMachine {
                 || txn.open_table(DUE)?.is_empty()?);
         if unindexed {
             rebuild_derived_indexes(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+        }
+        // Placements written by a build without the home index.
+        if !txn.open_table(PLACEMENTS)?.is_empty()? && txn.open_table(HOMES)?.is_empty()? {
+            rebuild_home_index(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
         }
         txn.commit()?;
         Ok(Self {
@@ -231,6 +235,14 @@ impl StateMachine {
             out.push((name, decode(v.value()).map_err(io)?));
         }
         Ok(out)
+    }
+
+    /// The tenants homed in `region`, by tenant, as the home index lists
+    /// them (what a bulk failover reads).
+    pub fn homed_in(&self, region: &str) -> Result<Vec<String>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(HOMES).map_err(io)?;
+        tenants_homed_in(&table, region).map_err(io)
     }
 
     /// Every tenant's placement, by tenant.
@@ -520,6 +532,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
             if from_older_build {
                 rebuild_derived_indexes(&txn).map_err(|e| err(&e))?;
+                rebuild_home_index(&txn).map_err(|e| err(&e))?;
             }
             {
                 let mut t = txn.open_table(SM_META).map_err(|e| err(&e))?;

@@ -693,3 +693,240 @@ async fn a_reseal_applies_only_to_the_record_as_it_was_read() {
         completed
     );
 }
+
+fn place(tenant: &str, home: &str, standbys: &[&str]) -> Op {
+    Op::SetPlacement {
+        tenant: tenant.into(),
+        expected_epoch: 0,
+        home: home.into(),
+        standbys: standbys.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn move_region(from: &str, eligible: &[&str]) -> Op {
+    Op::MoveRegion {
+        from: from.into(),
+        eligible: eligible.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// `(tenant, from, to, epoch)` of one tenant a bulk move moved.
+type Move = (String, String, String, u64);
+
+/// Each tenant a bulk move moved, and the stranded ones.
+fn moves(reply: Reply) -> (Vec<Move>, Vec<String>) {
+    let Reply::Moved { moved, stranded } = reply else {
+        panic!("a bulk move answers Moved: {reply:?}");
+    };
+    let moved = moved
+        .into_iter()
+        .map(|m| (m.tenant, m.from, m.placement.home, m.placement.epoch))
+        .collect();
+    (moved, stranded)
+}
+
+fn moved(tenant: &str, from: &str, to: &str, epoch: u64) -> Move {
+    (tenant.into(), from.into(), to.into(), epoch)
+}
+
+#[tokio::test]
+async fn a_region_fails_over_in_one_command_that_moves_only_its_tenants_once() {
+    let mut h = Harness::new();
+    h.run(T0, place("acme", "eu", &["us", "ap"])).await;
+    h.run(T0, place("globex", "eu", &["ap", "us"])).await;
+    h.run(T0, place("initech", "us", &["eu"])).await;
+    h.run(T0, place("hooli", "eu", &["eu-2"])).await;
+    // acme moves a second time before the failover: epoch 2.
+    h.run(
+        T0,
+        Op::SetPlacement {
+            tenant: "acme".into(),
+            expected_epoch: 1,
+            home: "eu".into(),
+            standbys: vec!["us".into(), "ap".into()],
+        },
+    )
+    .await;
+    assert_eq!(
+        h.sm.homed_in("eu").unwrap(),
+        ["acme", "globex", "hooli"],
+        "the home index follows every placement write"
+    );
+
+    // ap is not eligible (say, just back): globex skips it for us.
+    let (moved_now, stranded) = moves(h.run(T0, move_region("eu", &["us", "eu-2x"])).await);
+    assert_eq!(
+        moved_now,
+        [moved("acme", "eu", "us", 3), moved("globex", "eu", "us", 2),]
+    );
+    assert_eq!(stranded, ["hooli"], "no eligible standby: it stays");
+    let acme = h.sm.placement("acme").unwrap().unwrap();
+    assert_eq!(
+        (
+            acme.home.as_str(),
+            acme.standbys.as_slice(),
+            acme.preferred_home.as_str()
+        ),
+        ("us", ["ap".to_owned(), "eu".to_owned()].as_slice(), "eu"),
+        "the failed region goes last; the preferred home is kept"
+    );
+    let globex = h.sm.placement("globex").unwrap().unwrap();
+    assert_eq!(globex.standbys, ["ap", "eu"]);
+    assert_eq!(
+        h.sm.placement("initech").unwrap().unwrap().epoch,
+        1,
+        "homed elsewhere"
+    );
+    assert_eq!(h.sm.placement("hooli").unwrap().unwrap().epoch, 1);
+    assert_eq!(h.sm.homed_in("eu").unwrap(), ["hooli"]);
+    assert_eq!(h.sm.homed_in("us").unwrap(), ["acme", "globex", "initech"]);
+
+    // A second router's identical move (a new command, not a retry): the
+    // tenants have left, nothing moves, no epoch bumps twice.
+    let (again, stranded) = moves(h.run(T0, move_region("eu", &["us", "eu-2x"])).await);
+    assert_eq!(again, []);
+    assert_eq!(stranded, ["hooli"]);
+    assert_eq!(h.sm.placement("acme").unwrap().unwrap().epoch, 3);
+    assert_eq!(h.sm.placement("globex").unwrap().unwrap().epoch, 2);
+
+    // A claim at the old home at the old epoch is misdirected, at the new
+    // home at the new epoch it counts.
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "o1", "eu", 2))).await,
+        Reply::Misdirected { placement } if placement.home == "us" && placement.epoch == 3
+    ));
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "o1", "us", 3))).await,
+        Reply::Claimed(_)
+    ));
+}
+
+#[tokio::test]
+async fn failback_in_one_command_sends_home_only_the_tenants_that_prefer_it() {
+    let mut h = Harness::new();
+    h.run(T0, place("acme", "eu", &["us", "ap"])).await;
+    h.run(T0, place("globex", "eu", &["ap"])).await;
+    h.run(T0, place("initech", "us", &["eu"])).await;
+    h.run(T0, move_region("eu", &["us", "ap"])).await;
+    h.run(T0, move_region("us", &["eu", "ap"])).await;
+    // initech (prefers us) now lives in eu; acme moved on from us to ap.
+    assert_eq!(h.sm.placement("initech").unwrap().unwrap().home, "eu");
+    assert_eq!(h.sm.placement("acme").unwrap().unwrap().home, "ap");
+
+    let (back, stranded) = moves(h.run(T0, Op::ReturnHome { to: "eu".into() }).await);
+    assert_eq!(
+        back,
+        [moved("acme", "ap", "eu", 4), moved("globex", "ap", "eu", 3)]
+    );
+    assert_eq!(stranded, Vec::<String>::new());
+    let acme = h.sm.placement("acme").unwrap().unwrap();
+    assert_eq!(
+        acme.standbys,
+        ["ap", "us"],
+        "the region it left is the first standby"
+    );
+    assert_eq!(
+        h.sm.placement("initech").unwrap().unwrap().home,
+        "eu",
+        "prefers us"
+    );
+    assert_eq!(h.sm.homed_in("eu").unwrap(), ["acme", "globex", "initech"]);
+    assert_eq!(h.sm.homed_in("ap").unwrap(), Vec::<String>::new());
+
+    let (again, _) = moves(h.run(T0, Op::ReturnHome { to: "eu".into() }).await);
+    assert_eq!(again, [], "a second failback finds everyone home");
+    assert_eq!(h.sm.placement("acme").unwrap().unwrap().epoch, 4);
+}
+
+#[tokio::test]
+async fn a_retried_bulk_move_gets_its_first_reply_and_moves_nothing_more() {
+    let mut h = Harness::new();
+    h.run(T0, place("acme", "eu", &["us"])).await;
+    let request = ClientRequest {
+        client: 9,
+        seq: 1,
+        acked_below: 1,
+        now: T0,
+        op: move_region("eu", &["us"]),
+    };
+    let first = h.apply_requests(vec![request.clone()]).await;
+    // acme is placed back in eu by hand; the retry must not move it again.
+    h.run(
+        T0,
+        Op::SetPlacement {
+            tenant: "acme".into(),
+            expected_epoch: 2,
+            home: "eu".into(),
+            standbys: vec!["us".into()],
+        },
+    )
+    .await;
+    let retried = h.apply_requests(vec![request]).await;
+    assert_eq!(retried, first);
+    assert_eq!(
+        moves(first.into_iter().next().unwrap()).0,
+        [moved("acme", "eu", "us", 2)]
+    );
+    let acme = h.sm.placement("acme").unwrap().unwrap();
+    assert_eq!((acme.home.as_str(), acme.epoch), ("eu", 3));
+}
+
+#[tokio::test]
+async fn the_home_index_is_rebuilt_for_placements_written_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sm.redb");
+    let mut h = Harness::new();
+    h.sm = StateMachine::open(&path).unwrap();
+    h.run(T0, place("acme", "eu", &["us"])).await;
+    h.run(T0, place("initech", "us", &["eu"])).await;
+    drop(h);
+    {
+        let db = redb::Database::create(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        let index: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("homes");
+        txn.open_table(index).unwrap().retain(|_, _| false).unwrap();
+        txn.commit().unwrap();
+    }
+    let reopened = StateMachine::open(&path).unwrap();
+    assert_eq!(reopened.homed_in("eu").unwrap(), ["acme"]);
+    assert_eq!(reopened.homed_in("us").unwrap(), ["initech"]);
+}
+
+/// The cost of one bulk failover of 100,000 tenants (one write
+/// transaction); printed, and bounded loosely so a quadratic apply fails.
+#[tokio::test]
+async fn a_hundred_thousand_tenants_fail_over_in_one_apply() {
+    let mut h = Harness::new();
+    const TENANTS: usize = 100_000;
+    let requests: Vec<ClientRequest> = (0..TENANTS)
+        .map(|i| ClientRequest {
+            client: 2,
+            seq: i as u64 + 1,
+            acked_below: i as u64 + 1,
+            now: T0,
+            op: place(
+                &format!("tenant-{i:06}"),
+                if i % 2 == 0 { "eu" } else { "us" },
+                &["us", "ap"],
+            ),
+        })
+        .collect();
+    for chunk in requests.chunks(10_000) {
+        h.apply_requests(chunk.to_vec()).await;
+    }
+    let started = std::time::Instant::now();
+    let (moved_now, _) = moves(h.run(T0, move_region("eu", &["us", "ap"])).await);
+    let took = started.elapsed();
+    eprintln!(
+        "bulk failover of {} tenants (of {TENANTS}) applied in {took:?}",
+        moved_now.len()
+    );
+    assert_eq!(moved_now.len(), TENANTS / 2);
+    assert!(
+        moved_now
+            .iter()
+            .all(|(_, from, to, epoch)| from == "eu" && to == "us" && *epoch == 2)
+    );
+    assert_eq!(h.sm.homed_in("eu").unwrap(), Vec::<String>::new());
+    assert!(took < std::time::Duration::from_secs(60), "{took:?}");
+}

@@ -88,14 +88,26 @@ pub struct HealthConfig {
     pub failures: u32,
     /// Consecutive good rounds before a down region is healthy again.
     pub successes: u32,
+    /// The least time a region must have been up to take tenants in an
+    /// automatic failover (the detection window if that is longer): regions
+    /// that all failed together (a raft-store election) come back seconds
+    /// apart, whatever the interval (`crate::regions`).
+    pub settle: Duration,
 }
 
 impl Default for HealthConfig {
+    /// A region is down 400–600 ms after it stops answering (the first
+    /// failed round comes within one interval, two more follow), so a
+    /// killed region's tenants are served again within a second
+    /// (docs/decisions/0036-bulk-placement-moves.md). A region that
+    /// answers nothing for less than 3 × 200 ms (a pause, a slow check) is
+    /// never declared down.
     fn default() -> Self {
         Self {
-            interval: Duration::from_secs(1),
+            interval: Duration::from_millis(200),
             failures: 3,
             successes: 5,
+            settle: Duration::from_secs(3),
         }
     }
 }

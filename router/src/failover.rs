@@ -1,32 +1,37 @@
 //! Moving tenants between regions: failover (away from a region) and
 //! failback (to each tenant's preferred home).
 //!
-//! Every move is a compare-and-set of the tenant's placement on its epoch
-//! in raft-store, so any number of routers may decide the same move at the
-//! same time: one CAS applies and bumps the epoch once, the others get
-//! `PlacementConflict` with the current placement, see that the tenant has
-//! already left the region (or come home), and skip it.
+//! A move is one write to raft-store whatever the number of tenants
+//! ([`once_store_client::command::Op::MoveRegion`] and `ReturnHome`,
+//! docs/decisions/0036-bulk-placement-moves.md): in one Raft entry, every
+//! tenant homed in the failed region goes to its first eligible standby
+//! (`Placement::failover_target`), its epoch bumped once. The rule is
+//! decided at apply, against the placements as they are then, so any number
+//! of routers may decide the same move at the same time: the first entry
+//! moves the tenants, the others find none homed there and move nothing.
 //!
 //! ```text
-//! region down ─► placements() ─► for each tenant homed there:
-//!     first healthy standby ─► set_placement(tenant, epoch, standby, rest + failed last)
-//!         ├─ Placement        ─► moved (new epoch), cache updated
-//!         └─ PlacementConflict ─► moved by someone else? skip : retry from the current one
+//! region down ─► move_region(region, regions this router may fail over to)   (one Raft entry)
+//!     └─ Moved { moved, stranded } ─► cache updated with every new placement
+//!            └─ cache still shows tenants there (another router moved them)? ─► re-read the table
 //! ```
 
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_store_client::client::{ClientError, StoreClient};
-use once_store_client::command::{Placement, Reply};
+use once_store_client::command::Reply;
 use serde::Serialize;
 
 use crate::metrics::{Metrics, MoveLabels};
 use crate::placement::PlacementCache;
 use crate::regions::RegionHealth;
 
-/// CAS attempts per tenant before giving up on it for this round (each
-/// conflict means another router changed the placement in between).
-const MAX_CAS_ATTEMPTS: usize = 5;
+/// Up to this many tenants moved at once, each is logged; past it, one
+/// line per `(from, to)` says how many (a region of 100,000 tenants would
+/// otherwise log 100,000 lines while it fails over).
+const LOGGED_ONE_BY_ONE: usize = 100;
 
 /// Why a placement moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +62,7 @@ pub struct Moved {
     pub from: String,
     pub to: String,
     pub epoch: u64,
-    /// When the CAS applied, epoch milliseconds.
+    /// When this router learnt that the move applied, epoch milliseconds.
     pub at_ms: u64,
 }
 
@@ -103,207 +108,151 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The placement a failover away from `failed` proposes: the first healthy
-/// standby becomes home; the other standbys keep their order, and the
-/// failed region goes last (it is the least attractive standby, but once it
-/// recovers it is still one).
-pub fn failover_target(
-    placement: &Placement,
-    failed: &str,
-    is_up: impl Fn(&str) -> bool,
-) -> Option<(String, Vec<String>)> {
-    let home = placement
-        .standbys
-        .iter()
-        .find(|s| s.as_str() != failed && is_up(s))?
-        .clone();
-    let mut standbys: Vec<String> = placement
-        .standbys
-        .iter()
-        .filter(|s| **s != home && s.as_str() != failed)
-        .cloned()
-        .collect();
-    standbys.push(failed.to_owned());
-    Some((home, standbys))
-}
-
-/// The placement a failback proposes: home is the preferred home again; the
-/// region it leaves becomes the first standby, the others keep their order.
-pub fn failback_target(placement: &Placement) -> (String, Vec<String>) {
-    let home = placement.preferred_home.clone();
-    let mut standbys = vec![placement.home.clone()];
-    for s in &placement.standbys {
-        if *s != home && !standbys.contains(s) {
-            standbys.push(s.clone());
-        }
-    }
-    (home, standbys)
-}
-
 impl Mover<'_> {
-    /// Moves every tenant homed in `region` to its first healthy standby.
+    /// Moves every tenant homed in `region` to its first standby this
+    /// router may fail over to, in one write.
     #[tracing::instrument(name = "fail over a region", skip(self), fields(trigger = trigger.as_str()))]
     pub async fn fail_over(&self, region: &str, trigger: Trigger) -> Result<MoveReport, MoveError> {
-        let mut report = MoveReport::default();
-        for (tenant, placement) in self.store.placements().await? {
-            if placement.home != region {
-                continue;
-            }
-            self.move_tenant(&tenant, placement, trigger, &mut report, |p| {
-                if p.home != region {
-                    return Err(format!("already moved to {} (epoch {})", p.home, p.epoch));
-                }
-                // An operator's failover trusts any standby that is up; an
-                // automatic one only one up for a whole detection window
-                // (`crate::regions`).
-                let eligible = |r: &str| match trigger {
-                    Trigger::Automatic => self.health.is_settled_up(r),
-                    Trigger::Command | Trigger::Failback => self.health.is_up(r),
-                };
-                failover_target(p, region, eligible).ok_or_else(|| "no healthy standby".to_owned())
+        // An operator's failover trusts any standby that is up; an
+        // automatic one only one up for a whole detection window
+        // (`crate::regions`).
+        let eligible: Vec<String> = self
+            .health
+            .regions()
+            .into_iter()
+            .filter(|r| r != region)
+            .filter(|r| match trigger {
+                Trigger::Automatic => self.health.is_settled_up(r),
+                Trigger::Command | Trigger::Failback => self.health.is_up(r),
             })
-            .await?;
+            .collect();
+        let reason = || format!("no standby this router may fail over to (eligible: {eligible:?})");
+        if eligible.is_empty() {
+            // Nothing can move: no write. The health checker asks again
+            // every round while tenants stay there, and each write would
+            // read every one of them in raft-store for nothing.
+            let skipped = self
+                .cache
+                .homed_in(region)
+                .into_iter()
+                .map(|tenant| Skipped {
+                    tenant,
+                    reason: reason(),
+                })
+                .collect();
+            return Ok(MoveReport {
+                moved: Vec::new(),
+                skipped,
+            });
+        }
+        let started = Instant::now();
+        let reply = self.store.move_region(region, &eligible).await?;
+        let write_ms = started.elapsed().as_millis() as u64;
+        let report = self.record(reply, trigger, write_ms, |_| reason())?;
+        // Another router moved the tenants first (this write found none
+        // homed there): this router's cache still sends them to the dead
+        // region until it re-reads the table, so it does now.
+        let stranded: HashSet<&str> = report.skipped.iter().map(|s| s.tenant.as_str()).collect();
+        let stale = self
+            .cache
+            .homed_in(region)
+            .iter()
+            .any(|t| !stranded.contains(t.as_str()));
+        if stale && let Err(e) = self.cache.refresh_all(self.metrics).await {
+            tracing::warn!(region, error = %e, "re-reading placements after a failover failed; the periodic refresh retries");
         }
         Ok(report)
     }
 
     /// Moves every tenant whose preferred home is `region`, and which lives
-    /// elsewhere, back to `region`.
+    /// elsewhere, back to `region`, in one write.
     #[tracing::instrument(name = "fail back to a region", skip(self))]
     pub async fn fail_back(&self, region: &str) -> Result<MoveReport, MoveError> {
-        let mut report = MoveReport::default();
-        for (tenant, placement) in self.store.placements().await? {
-            if placement.preferred_home != region || placement.home == region {
-                continue;
-            }
-            self.move_tenant(&tenant, placement, Trigger::Failback, &mut report, |p| {
-                if p.home == p.preferred_home {
-                    return Err(format!("already home (epoch {})", p.epoch));
-                }
-                Ok(failback_target(p))
-            })
-            .await?;
-        }
-        Ok(report)
+        let started = Instant::now();
+        let reply = self.store.return_home(region).await?;
+        let write_ms = started.elapsed().as_millis() as u64;
+        self.record(reply, Trigger::Failback, write_ms, |_| String::new())
     }
 
-    /// CAS loop for one tenant: `decide` names the new home and standbys
-    /// from the current placement, or says why the tenant stays.
-    async fn move_tenant(
+    /// Turns a bulk move's reply into the report, the cache and the
+    /// counters.
+    fn record(
         &self,
-        tenant: &str,
-        mut current: Placement,
+        reply: Reply,
         trigger: Trigger,
-        report: &mut MoveReport,
-        decide: impl Fn(&Placement) -> Result<(String, Vec<String>), String>,
-    ) -> Result<(), MoveError> {
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let (home, standbys) = match decide(&current) {
-                Ok(target) => target,
-                Err(reason) => {
-                    tracing::info!(tenant, reason, "placement left as it is");
-                    report.skipped.push(Skipped {
-                        tenant: tenant.to_owned(),
-                        reason,
-                    });
-                    return Ok(());
-                }
-            };
-            match self
-                .store
-                .set_placement(tenant, current.epoch, &home, &standbys)
-                .await?
-            {
-                Reply::Placement(placement) => {
-                    let moved = Moved {
-                        tenant: tenant.to_owned(),
-                        from: current.home.clone(),
-                        to: placement.home.clone(),
-                        epoch: placement.epoch,
-                        at_ms: now_ms(),
-                    };
-                    tracing::warn!(
-                        tenant,
-                        from = %moved.from,
-                        to = %moved.to,
-                        epoch = moved.epoch,
-                        at_ms = moved.at_ms,
-                        trigger = trigger.as_str(),
-                        "placement moved"
-                    );
-                    self.metrics
-                        .placement_moves
-                        .get_or_create(&MoveLabels {
-                            from: moved.from.clone(),
-                            to: moved.to.clone(),
-                            trigger: trigger.as_str().to_owned(),
-                        })
-                        .inc();
-                    self.cache.remember(tenant, Some(placement));
-                    report.moved.push(moved);
-                    return Ok(());
-                }
-                Reply::PlacementConflict { current: Some(now) } => {
-                    tracing::info!(tenant, epoch = now.epoch, home = %now.home, "placement changed under us; deciding again");
-                    self.cache.remember(tenant, Some(now.clone()));
-                    current = now;
-                }
-                Reply::PlacementConflict { current: None } => {
-                    report.skipped.push(Skipped {
-                        tenant: tenant.to_owned(),
-                        reason: "placement deleted".to_owned(),
-                    });
-                    return Ok(());
-                }
-                other => return Err(MoveError::UnexpectedReply(Box::new(other))),
-            }
-        }
-        report.skipped.push(Skipped {
-            tenant: tenant.to_owned(),
-            reason: format!("placement kept changing ({MAX_CAS_ATTEMPTS} conflicts)"),
-        });
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn placement(home: &str, standbys: &[&str], preferred: &str) -> Placement {
-        Placement {
-            home: home.into(),
-            standbys: standbys.iter().map(|s| s.to_string()).collect(),
-            epoch: 3,
-            preferred_home: preferred.into(),
-        }
-    }
-
-    #[test]
-    fn failover_picks_the_first_healthy_standby_and_puts_the_failed_region_last() {
-        let p = placement("eu", &["us", "ap"], "eu");
-        assert_eq!(
-            failover_target(&p, "eu", |_| true),
-            Some(("us".into(), vec!["ap".into(), "eu".into()]))
-        );
-        assert_eq!(
-            failover_target(&p, "eu", |r| r != "us"),
-            Some(("ap".into(), vec!["us".into(), "eu".into()]))
-        );
-        assert_eq!(failover_target(&p, "eu", |_| false), None);
-    }
-
-    #[test]
-    fn failback_restores_the_original_order() {
-        let original = placement("eu", &["us", "ap"], "eu");
-        let (home, standbys) = failover_target(&original, "eu", |_| true).unwrap();
-        let failed_over = Placement {
-            home,
-            standbys,
-            ..original.clone()
+        write_ms: u64,
+        stranded_reason: impl Fn(&str) -> String,
+    ) -> Result<MoveReport, MoveError> {
+        let Reply::Moved { moved, stranded } = reply else {
+            return Err(MoveError::UnexpectedReply(Box::new(reply)));
         };
-        let (home, standbys) = failback_target(&failed_over);
-        assert_eq!(home, original.home);
-        assert_eq!(standbys, original.standbys);
+        let at_ms = now_ms();
+        let one_by_one = moved.len() <= LOGGED_ONE_BY_ONE;
+        let mut report = MoveReport::default();
+        let mut by_route: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        self.cache.remember_all(
+            moved
+                .iter()
+                .map(|m| (m.tenant.as_str(), m.placement.clone())),
+        );
+        for m in moved {
+            if one_by_one {
+                tracing::warn!(
+                    tenant = %m.tenant,
+                    from = %m.from,
+                    to = %m.placement.home,
+                    epoch = m.placement.epoch,
+                    at_ms,
+                    trigger = trigger.as_str(),
+                    "placement moved"
+                );
+            }
+            let route = by_route
+                .entry((m.from.clone(), m.placement.home.clone()))
+                .or_default();
+            route.0 += 1;
+            route.1 = route.1.max(m.placement.epoch);
+            report.moved.push(Moved {
+                tenant: m.tenant,
+                from: m.from,
+                to: m.placement.home,
+                epoch: m.placement.epoch,
+                at_ms,
+            });
+        }
+        for ((from, to), (tenants, max_epoch)) in by_route {
+            if !one_by_one {
+                tracing::warn!(
+                    %from,
+                    %to,
+                    tenants,
+                    max_epoch,
+                    at_ms,
+                    trigger = trigger.as_str(),
+                    "placements moved"
+                );
+            }
+            self.metrics
+                .placement_moves
+                .get_or_create(&MoveLabels {
+                    from,
+                    to,
+                    trigger: trigger.as_str().to_owned(),
+                })
+                .inc_by(tenants);
+        }
+        for tenant in stranded {
+            let reason = stranded_reason(&tenant);
+            tracing::info!(%tenant, reason, "placement left as it is");
+            report.skipped.push(Skipped { tenant, reason });
+        }
+        tracing::warn!(
+            moved = report.moved.len(),
+            skipped = report.skipped.len(),
+            write_ms,
+            trigger = trigger.as_str(),
+            "bulk placement move applied"
+        );
+        Ok(report)
     }
 }

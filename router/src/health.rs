@@ -3,11 +3,11 @@
 //! Every `--health-check-interval` the router asks every node of every
 //! region for `/readyz` (timeout = the interval). A round fails for a region
 //! when *every* node of it fails; after `--health-check-failures` failed
-//! rounds in a row the region is down: the router writes `Down` to the
-//! store and, with `--auto-failover`, moves each tenant homed there to its
-//! first healthy standby ([`crate::failover`]). While a region stays down,
-//! tenants that still (or again) name it home are moved on later rounds
-//! too, so a failed store write is retried. After
+//! rounds in a row the region is down: with `--auto-failover` the router
+//! moves every tenant homed there to its first healthy standby in one store
+//! write ([`crate::failover`]), then writes `Down` to the store. While a
+//! region stays down, tenants that still (or again) name it home are moved
+//! on later rounds too, so a failed store write is retried. After
 //! `--health-check-successes` good rounds it is `Healthy` again in the
 //! store; tenants are *not* moved back (that is `POST /admin/failback`).
 //!
@@ -64,7 +64,8 @@ pub async fn check_once(state: &RouterState) {
                     "region down: every node failed its health checks"
                 );
                 state.metrics.region_failovers.get_or_create(&labels).inc();
-                publish(state, region, RegionStatus::Down).await;
+                // Published after the tenants moved: the status is
+                // advisory, the move is what clients wait for.
                 went_down.push(region.clone());
             }
             Verdict::CameBack => {
@@ -83,6 +84,7 @@ pub async fn check_once(state: &RouterState) {
                 region,
                 "automatic failover disabled (--auto-failover=false): tenants stay"
             );
+            publish(state, region, RegionStatus::Down).await;
         }
         return;
     }
@@ -105,6 +107,9 @@ pub async fn check_once(state: &RouterState) {
                 tracing::error!(region, error = %e, "automatic failover failed; retrying next round")
             }
         }
+    }
+    for region in &went_down {
+        publish(state, region, RegionStatus::Down).await;
     }
 }
 

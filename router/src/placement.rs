@@ -117,6 +117,16 @@ impl PlacementCache {
         }
     }
 
+    /// Records the placements a bulk move answered, under one lock.
+    pub fn remember_all<'a>(&self, placements: impl Iterator<Item = (&'a str, Placement)>) {
+        let mut map = self.write();
+        for (tenant, p) in placements {
+            if map.get(tenant).is_none_or(|old| old.epoch <= p.epoch) {
+                map.insert(tenant.to_owned(), p);
+            }
+        }
+    }
+
     /// Refreshes every `interval`, or sooner when a 421 asks. Runs until
     /// the task is aborted.
     pub async fn keep_fresh(self: Arc<Self>, interval: Duration, metrics: Arc<Metrics>) {

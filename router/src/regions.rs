@@ -6,12 +6,13 @@
 //! region status is where routers publish their verdicts.
 //!
 //! An automatic failover only moves tenants to a region that has been up
-//! for a whole detection window (`failures` rounds): one that just came
-//! back is no evidence that the failed region is the one at fault. When
-//! raft-store has no leader for a few seconds, every node's `/readyz`
-//! fails and every region goes down together; they come back a round or
-//! two apart, and without this rule the first one back would take the
-//! tenants of the others, which were never really down.
+//! for a whole detection window (`failures` rounds), and at least `settle`
+//! (3 s): one that just came back is no evidence that the failed region is
+//! the one at fault. When raft-store has no leader for a few seconds, every
+//! node's `/readyz` fails and every region goes down together; they come
+//! back up to a few seconds apart (with 200 ms rounds, many rounds apart),
+//! and without this rule the first one back would take the tenants of the
+//! others, which were never really down.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -111,16 +112,22 @@ impl RegionHealth {
     }
 
     /// Whether `region` may take tenants in an automatic failover: up, and
-    /// up for a whole detection window (module docs).
+    /// up for a whole detection window and at least `settle` (module docs).
     pub fn is_settled_up(&self, region: &str) -> bool {
+        let settled = self.detection_window().max(self.thresholds.settle);
         self.lock()
             .get(region)
-            .is_some_and(|s| !s.down && s.up_since.elapsed() >= self.detection_window())
+            .is_some_and(|s| !s.down && s.up_since.elapsed() >= settled)
     }
 
     /// How long a region must fail before it is down.
     pub fn detection_window(&self) -> Duration {
         self.thresholds.interval * self.thresholds.failures
+    }
+
+    /// Every region this router checks.
+    pub fn regions(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
     }
 
     pub fn down_regions(&self) -> Vec<String> {
@@ -170,6 +177,7 @@ mod tests {
                 interval: Duration::from_secs(1),
                 failures: 3,
                 successes: 2,
+                settle: Duration::ZERO,
             },
         )
     }
@@ -199,6 +207,7 @@ mod tests {
                 interval: Duration::from_millis(200),
                 failures: 2,
                 successes: 1,
+                settle: Duration::ZERO,
             },
         );
         assert!(h.is_up("eu"));
@@ -226,6 +235,29 @@ mod tests {
             "up a whole window while us stayed down"
         );
         assert!(!h.is_settled_up("us"));
+    }
+
+    #[test]
+    fn a_region_back_for_less_than_the_settle_time_takes_no_tenants_however_short_the_window() {
+        let h = RegionHealth::new(
+            ["eu", "us"].into_iter(),
+            HealthConfig {
+                interval: Duration::from_millis(1),
+                failures: 1,
+                successes: 1,
+                // Long enough that no scheduling pause spans it.
+                settle: Duration::from_millis(300),
+            },
+        );
+        h.record("eu", false);
+        assert_eq!(h.record("eu", true).0, Verdict::CameBack);
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(
+            !h.is_settled_up("eu"),
+            "a detection window (1 ms) is past, the settle time is not"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(h.is_settled_up("eu"));
     }
 
     #[test]

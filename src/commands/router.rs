@@ -49,8 +49,11 @@ pub struct RouterArgs {
     /// for several nodes (round-robin).
     #[arg(long, env = "ONCE_NODES", value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
-    /// Time between health checks of every region's nodes (also their timeout).
-    #[arg(long, env = "ONCE_HEALTH_CHECK_INTERVAL", default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Time between health checks of every region's nodes (also their
+    /// timeout). With 3 failures a killed region is down 400–600 ms after
+    /// it stops answering; raise it where a region's round trip from the
+    /// router approaches it.
+    #[arg(long, env = "ONCE_HEALTH_CHECK_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
     pub health_check_interval: Duration,
     /// Consecutive failed rounds (every node of the region failing) before
     /// the region is down and its tenants fail over.
@@ -60,6 +63,11 @@ pub struct RouterArgs {
     /// (tenants are not moved back: `POST /admin/failback`).
     #[arg(long, env = "ONCE_HEALTH_CHECK_SUCCESSES", default_value_t = 5)]
     pub health_check_successes: u32,
+    /// The least time a region must have been up to take another region's
+    /// tenants in an automatic failover (the detection window if longer):
+    /// regions that failed together come back seconds apart.
+    #[arg(long, env = "ONCE_HEALTH_CHECK_SETTLE", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub health_check_settle: Duration,
     /// How often the whole placement table is re-read (a 421 re-reads at once).
     #[arg(long, env = "ONCE_PLACEMENT_REFRESH", default_value = "2s", value_parser = humantime::parse_duration)]
     pub placement_refresh: Duration,
@@ -112,6 +120,7 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         interval: args.health_check_interval,
         failures: args.health_check_failures,
         successes: args.health_check_successes,
+        settle: args.health_check_settle,
     };
     config.placement_refresh = args.placement_refresh;
     config.auto_failover = args.auto_failover;
@@ -157,6 +166,7 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
                     "interval": humantime::format_duration(config.health.interval).to_string(),
                     "failures": config.health.failures,
                     "successes": config.health.successes,
+                    "settle": humantime::format_duration(config.health.settle).to_string(),
                 },
                 "placementRefresh": humantime::format_duration(config.placement_refresh).to_string(),
                 "autoFailover": config.auto_failover,

@@ -1,6 +1,6 @@
 //! `once store`: run a raft-store member, or administer a running cluster
 //! (`status`, `add-learner`, `change-membership`, `snapshot`, `bench`,
-//! `partition`). `--region`, `--peer-regions` and `--wan-latency` place the
+//! `place`, `partition`). `--region`, `--peer-regions` and `--wan-latency` place the
 //! member in a simulated WAN (see `once_raft_store::wan`).
 
 use std::collections::BTreeMap;
@@ -18,6 +18,7 @@ use once_store_client::admin;
 use super::config_error;
 
 mod bench;
+mod place;
 
 const WAN_HELP: &str = "\
 Simulated WAN (latency and partition drills on one machine):
@@ -187,6 +188,23 @@ enum AdminCommand {
         /// `first` (the first endpoint), `leader` or `follower`.
         #[arg(long, default_value = "first", requires = "wan_latency")]
         local_member: bench::LocalMember,
+    },
+    /// Seed many first placements: tenants PREFIX-0000000 … homed in
+    /// --home with --standbys, --concurrency writes in flight (a large
+    /// placement table for failover benchmarks). Existing ones are kept.
+    Place {
+        #[arg(long, value_delimiter = ',', required = true)]
+        endpoints: Vec<String>,
+        #[arg(long, default_value = "bulk")]
+        prefix: String,
+        #[arg(long)]
+        count: usize,
+        #[arg(long)]
+        home: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        standbys: Vec<String>,
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
     },
     /// Show, or set with --isolated, whether a member is cut off from every
     /// other region, with --cut-regions which other regions are cut off
@@ -377,6 +395,26 @@ async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::
                 }
                 (None, None) => bench::claims(&endpoints, concurrency, requests, tls).await?,
             };
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        AdminCommand::Place {
+            endpoints,
+            prefix,
+            count,
+            home,
+            standbys,
+            concurrency,
+        } => {
+            let report = place::place(
+                &endpoints,
+                tls,
+                &prefix,
+                count,
+                &home,
+                &standbys,
+                concurrency,
+            )
+            .await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         AdminCommand::Partition {

@@ -566,6 +566,22 @@ impl StoreClient {
         .await
     }
 
+    /// Fails every tenant homed in `from` over to its first standby in
+    /// `eligible`, in one write ([`Op::MoveRegion`]): `Moved`.
+    pub async fn move_region(&self, from: &str, eligible: &[String]) -> Result<Reply, ClientError> {
+        self.write(Op::MoveRegion {
+            from: from.to_owned(),
+            eligible: eligible.to_vec(),
+        })
+        .await
+    }
+
+    /// Sends every tenant whose preferred home is `to`, and which lives
+    /// elsewhere, home in one write ([`Op::ReturnHome`]): `Moved`.
+    pub async fn return_home(&self, to: &str) -> Result<Reply, ClientError> {
+        self.write(Op::ReturnHome { to: to.to_owned() }).await
+    }
+
     pub async fn set_region_status(
         &self,
         region: &str,

@@ -307,6 +307,49 @@ pub struct Placement {
     pub preferred_home: String,
 }
 
+impl Placement {
+    /// The placement a failover away from `failed` proposes: the first
+    /// standby that is not `failed` and that `eligible` accepts becomes
+    /// home; the other standbys keep their order, and the failed region
+    /// goes last (it is the least attractive standby, but once it recovers
+    /// it is still one). `None`: no standby may take the tenant. The one
+    /// rule of the router's decision and raft-store's bulk move
+    /// ([`Op::MoveRegion`]).
+    pub fn failover_target(
+        &self,
+        failed: &str,
+        eligible: impl Fn(&str) -> bool,
+    ) -> Option<(String, Vec<String>)> {
+        let home = self
+            .standbys
+            .iter()
+            .find(|s| s.as_str() != failed && eligible(s))?
+            .clone();
+        let mut standbys: Vec<String> = self
+            .standbys
+            .iter()
+            .filter(|s| **s != home && s.as_str() != failed)
+            .cloned()
+            .collect();
+        standbys.push(failed.to_owned());
+        Some((home, standbys))
+    }
+
+    /// The placement a failback proposes: home is the preferred home again;
+    /// the region it leaves becomes the first standby, the others keep
+    /// their order.
+    pub fn failback_target(&self) -> (String, Vec<String>) {
+        let home = self.preferred_home.clone();
+        let mut standbys = vec![self.home.clone()];
+        for s in &self.standbys {
+            if *s != home && !standbys.contains(s) {
+                standbys.push(s.clone());
+            }
+        }
+        (home, standbys)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RegionStatus {
     Healthy,
@@ -442,6 +485,23 @@ pub enum Op {
         payload: Option<Sealed>,
         response: Option<Sealed>,
     },
+    /// Failover of a whole region in one entry: every tenant whose home is
+    /// `from` moves to [`Placement::failover_target`] with `eligible` as the
+    /// regions that may take it, its epoch bumped once. A tenant with no
+    /// eligible standby stays (answered as stranded). Race-safe like the
+    /// per-tenant compare-and-set: a second identical move finds no tenant
+    /// homed in `from` and moves nothing
+    /// (docs/decisions/0036-bulk-placement-moves.md).
+    MoveRegion {
+        from: String,
+        eligible: Vec<String>,
+    },
+    /// Failback in one entry: every tenant whose preferred home is `to`,
+    /// and which lives elsewhere, goes home ([`Placement::failback_target`]),
+    /// its epoch bumped once. A second identical one moves nothing.
+    ReturnHome {
+        to: String,
+    },
 }
 
 /// A client's command: deduplicated at apply by `(client, seq)`, so a
@@ -510,6 +570,21 @@ pub enum Reply {
     /// This `(client, seq)` was acknowledged and forgotten long ago; a
     /// client never sends it again, so seeing it is a client bug.
     StaleSequence,
+    /// A bulk move ([`Op::MoveRegion`], [`Op::ReturnHome`]): every tenant it
+    /// moved with its new placement, and the tenants homed in the failed
+    /// region that no eligible standby could take.
+    Moved {
+        moved: Vec<MovedPlacement>,
+        stranded: Vec<String>,
+    },
+}
+
+/// One tenant a bulk move moved: where it was, and its placement now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedPlacement {
+    pub tenant: String,
+    pub from: String,
+    pub placement: Placement,
 }
 
 /// The replies of one batch, in request order.
@@ -649,6 +724,64 @@ mod tests {
                 1, 1, 8, // the new response
             ]
         );
+    }
+
+    fn placement(home: &str, standbys: &[&str], preferred: &str) -> Placement {
+        Placement {
+            home: home.into(),
+            standbys: standbys.iter().map(|s| s.to_string()).collect(),
+            epoch: 3,
+            preferred_home: preferred.into(),
+        }
+    }
+
+    #[test]
+    fn failover_picks_the_first_eligible_standby_and_puts_the_failed_region_last() {
+        let p = placement("eu", &["us", "ap"], "eu");
+        assert_eq!(
+            p.failover_target("eu", |_| true),
+            Some(("us".into(), vec!["ap".into(), "eu".into()]))
+        );
+        assert_eq!(
+            p.failover_target("eu", |r| r != "us"),
+            Some(("ap".into(), vec!["us".into(), "eu".into()]))
+        );
+        assert_eq!(p.failover_target("eu", |_| false), None);
+    }
+
+    #[test]
+    fn failback_restores_the_original_order() {
+        let original = placement("eu", &["us", "ap"], "eu");
+        let (home, standbys) = original.failover_target("eu", |_| true).unwrap();
+        let failed_over = Placement {
+            home,
+            standbys,
+            ..original.clone()
+        };
+        let (home, standbys) = failed_over.failback_target();
+        assert_eq!(home, original.home);
+        assert_eq!(standbys, original.standbys);
+    }
+
+    /// The bulk moves are new variants at the end: every older entry in a
+    /// log or snapshot keeps its index.
+    #[test]
+    fn the_bulk_moves_come_last() {
+        let moved = Op::MoveRegion {
+            from: "eu".into(),
+            eligible: vec!["us".into()],
+        };
+        assert_eq!(
+            postcard::to_allocvec(&moved).unwrap(),
+            [12, 2, b'e', b'u', 1, 2, b'u', b's']
+        );
+        let home = Op::ReturnHome { to: "eu".into() };
+        assert_eq!(postcard::to_allocvec(&home).unwrap(), [13, 2, b'e', b'u']);
+        let reply = Reply::Moved {
+            moved: vec![],
+            stranded: vec![],
+        };
+        assert_eq!(postcard::to_allocvec(&reply).unwrap(), [13, 0, 0]);
     }
 
     /// The boundary both sides judge by: a lease or a window is over at the

@@ -347,8 +347,14 @@ async fn a_killed_region_fails_over_to_its_standby() {
         "the failed region is the last standby"
     );
     assert_eq!(after.preferred_home, "eu");
-    let statuses = regions.store.regions().await.expect("store answers");
-    assert!(statuses.contains(&("eu".to_owned(), RegionStatus::Down)));
+    // Published right after the move (the move is what clients wait for).
+    eventually(WAIT, || async {
+        let statuses = regions.store.regions().await.expect("store answers");
+        statuses
+            .contains(&("eu".to_owned(), RegionStatus::Down))
+            .then_some(())
+    })
+    .await;
 
     // Requests succeed again, from the standby.
     pay_until_served_by(&router, ACME_KEY, "failover-2", "us").await;

@@ -3,7 +3,7 @@
 //! authorised by the identity its certificate names. The attacks of issue
 //! 14, replayed against a running cluster: none of them gets through.
 use once_store_client::admin;
-use once_store_client::command::{ClientRequest, Op, RegionStatus};
+use once_store_client::command::{ClientRequest, Op, RegionStatus, Reply};
 use once_store_client::protocol::{
     ADD_LEARNER_PATH, CHANGE_MEMBERSHIP_PATH, ELECT_PATH, READ_PATH, RECORDS_PATH, Read,
     STATUS_PATH, WRITE_PATH,
@@ -224,6 +224,38 @@ async fn a_nodes_certificate_cannot_move_tenants_mark_regions_change_membership_
     assert_eq!(
         store.placement("acme").await.unwrap().unwrap().home,
         "eu-west"
+    );
+
+    // A whole region's failover and failback in one write: the router's
+    // too, never a node's.
+    let failover = Op::MoveRegion {
+        from: "eu-west".into(),
+        eligible: vec!["us-east".into()],
+    };
+    assert_forbidden(
+        post(&node, &write, write_of(failover)).await,
+        "node fails a region over",
+    );
+    assert_forbidden(
+        post(
+            &node,
+            &write,
+            write_of(Op::ReturnHome {
+                to: "us-east".into(),
+            }),
+        )
+        .await,
+        "node fails tenants back",
+    );
+    let still = store.placement("acme").await.unwrap().unwrap();
+    assert_eq!((still.home.as_str(), still.epoch), ("eu-west", 1));
+    let moved = as_router
+        .move_region("eu-west", &["us-east".to_owned()])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&moved, Reply::Moved { moved, .. } if moved.len() == 1 && moved[0].placement.home == "us-east"),
+        "{moved:?}"
     );
 }
 

@@ -211,6 +211,30 @@ async fn a_node_started_two_hours_ahead_says_so_and_comes_back_on_time(
     assert!(ahead.abs() <= 60, "the node's Date is {ahead} s off");
 }
 
+/// Sends `region`'s tenants home (`POST /admin/failback` on the router,
+/// until it answers 200): restarting a region's only node takes longer
+/// than the router's detection window (600 ms, decision 0036), so its
+/// tenants may have failed over meanwhile.
+async fn home_again(client: &reqwest::Client, cluster: &serde_json::Value, region: &str) {
+    let router = &cluster["router"];
+    let admin = router["admin_url"]
+        .as_str()
+        .or(router["url"].as_str())
+        .unwrap();
+    let token = cluster["admin_token"].as_str().unwrap();
+    eventually(Duration::from_secs(30), || async {
+        let answer = client
+            .post(format!("{admin}/admin/failback"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "region": region }))
+            .send()
+            .await
+            .ok()?;
+        answer.status().is_success().then_some(())
+    })
+    .await;
+}
+
 /// A payment made through a node two hours ahead: its record's times are
 /// the store leader's, within a minute of ours, its replay window a day
 /// from now rather than from the node's clock (so nothing of it can expire
@@ -221,6 +245,7 @@ async fn the_store_leader_not_the_node_stamps_its_records(
     region: &str,
     node_url: &str,
 ) {
+    home_again(client, cluster, region).await;
     let tenant = cluster["tenants"]
         .as_array()
         .unwrap()
