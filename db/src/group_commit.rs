@@ -240,9 +240,13 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             Ok(conn) => conn,
             Err(e) => return fail_all(batch.drain(..), &e.to_string()),
         };
-        let begin = match db.dialect {
-            Dialect::Sqlite => "BEGIN IMMEDIATE; SAVEPOINT job",
-            Dialect::Postgres => "BEGIN; SAVEPOINT job",
+        // A batch of one needs no savepoint: its failure is the transaction's.
+        let alone = batch.len() == 1;
+        let begin = match (db.dialect, alone) {
+            (Dialect::Sqlite, true) => "BEGIN IMMEDIATE",
+            (Dialect::Sqlite, false) => "BEGIN IMMEDIATE; SAVEPOINT job",
+            (Dialect::Postgres, true) => "BEGIN",
+            (Dialect::Postgres, false) => "BEGIN; SAVEPOINT job",
         };
         if let Err(e) = statement(&mut conn, begin).await {
             conn.close_on_drop();
@@ -251,7 +255,9 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
         let mut held = Vec::with_capacity(batch.len());
         let mut jobs = batch.drain(..);
         let mut broken = None;
+        let mut left = jobs.len();
         for job in jobs.by_ref() {
+            left -= 1;
             let ran = AssertUnwindSafe(job(&mut conn)).catch_unwind().await;
             let ran = match ran {
                 Ok(ran) => ran,
@@ -260,14 +266,19 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
                     break;
                 }
             };
-            // After a success the savepoint moves past it; after a failure the
-            // job's statements are undone and the savepoint stays where it was.
-            let next = if ran.ok {
-                "RELEASE SAVEPOINT job; SAVEPOINT job"
-            } else {
-                "ROLLBACK TO SAVEPOINT job"
+            // After a success the savepoint moves past it (after the last
+            // job the commit follows instead); after a failure the job's
+            // statements are undone and the savepoint stays where it was.
+            let next = match (ran.ok, left == 0, alone) {
+                (true, true, _) => None,
+                (true, false, _) => Some("RELEASE SAVEPOINT job; SAVEPOINT job"),
+                (false, _, true) => Some("ROLLBACK"),
+                (false, _, false) => Some("ROLLBACK TO SAVEPOINT job"),
             };
-            let step = statement(&mut conn, next).await;
+            let step = match next {
+                Some(sql) => statement(&mut conn, sql).await,
+                None => Ok(()),
+            };
             if ran.ok {
                 held.push(ran.answer);
             } else {
@@ -287,6 +298,9 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             return fail_all(jobs, &why);
         }
         drop(jobs);
+        if alone && held.is_empty() {
+            return; // its one job failed and was rolled back with the transaction
+        }
         let committed = statement(&mut conn, "COMMIT").await;
         let why = committed.as_ref().err().map(|e| {
             conn.close_on_drop();
