@@ -4,9 +4,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::join_all;
-use once_node::idempotency::{Status, Step};
+use once_node::idempotency::Step;
 use once_node::provider::PaymentProvider;
-use once_node::store::{Finish, Reclaim, StoreError};
+use once_node::store::{Reclaim, StoreError};
 
 use crate::contract::claim_as_another_owner;
 use crate::helpers::*;
@@ -235,19 +235,7 @@ async fn a_stale_owner_cannot_complete_after_a_takeover(backend: Backend) {
         store.advance(&zombie, Step::ProviderRequestSent, now).await,
         Err(StoreError::Fenced)
     ));
-    let finish = Finish {
-        status: Status::Completed,
-        response: once_node::idempotency::StoredResponse {
-            status: 201,
-            headers: vec![],
-            body: b"{\"forged\":true}".to_vec(),
-            schema_version: 2,
-        },
-        payment: None,
-        event: None,
-        now,
-        expires_at: now,
-    };
+    let finish = forged_finish(now);
     assert!(matches!(
         store.finish(&zombie, &finish).await,
         Err(StoreError::Fenced)

@@ -38,16 +38,7 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     let failpoint = format!("{point}=return");
 
     let sim = ProviderSim::start().await;
-    let node_args = [
-        "--lease",
-        "2s",
-        "--provider-url",
-        &sim.url,
-        "--provider-connect-timeout",
-        "200ms",
-        "--provider-timeout",
-        "300ms",
-    ];
+    let node_args = sim.crash_node_args();
     let mut doomed =
         NodeProcess::start(&db, &node_args, &[("FAILPOINTS", failpoint.as_str())]).await;
     let lost = post(&client, &doomed.url, ACME_KEY, Some("k-crash"), &body)

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use once_node::data_keys::DataKeys;
-use once_node::idempotency::{Record, Status, Step};
+use once_node::idempotency::{Record, Step};
 use once_node::sql::SqlStore;
 use once_node::sql::group_commit::BatchStats;
-use once_node::store::{ClaimOutcome, Finish, RequestPath, StoreError};
+use once_node::store::{ClaimOutcome, RequestPath, StoreError};
 
 use crate::contract::acme_claim;
 use crate::helpers::*;
@@ -163,19 +163,7 @@ async fn run(
         ),
         Write::StaleFinish => {
             let now = app.clock_now();
-            let finish = Finish {
-                status: Status::Completed,
-                response: once_node::idempotency::StoredResponse {
-                    status: 201,
-                    headers: vec![],
-                    body: b"{\"forged\":true}".to_vec(),
-                    schema_version: 2,
-                },
-                payment: None,
-                event: None,
-                now,
-                expires_at: now,
-            };
+            let finish = forged_finish(now);
             (
                 "stale finish",
                 store.finish(stale, &finish).await.map(|()| None),
@@ -192,16 +180,7 @@ async fn a_crash_between_a_batchs_commit_and_its_answers_loses_nothing_acknowled
     let db = TestDb::new(backend).await;
     let client = reqwest::Client::new();
     let sim = ProviderSim::start().await;
-    let node_args = [
-        "--lease",
-        "2s",
-        "--provider-url",
-        &sim.url,
-        "--provider-connect-timeout",
-        "200ms",
-        "--provider-timeout",
-        "300ms",
-    ];
+    let node_args = sim.crash_node_args();
     let bodies: Vec<(String, String)> = (0..ACKNOWLEDGED + IN_FLIGHT)
         .map(|i| {
             let body = payment_body("acc_1", "3.00", &format!("order-batch-{i}"));

@@ -547,6 +547,22 @@ impl ProviderSim {
         Self::start_on("127.0.0.1:0").await
     }
 
+    /// `once node` flags of the crash scenarios: this simulator with tight
+    /// timeouts and a short lease, so that after a restart the retry (or the
+    /// recovery worker) takes the dead owner's record over within seconds.
+    pub fn crash_node_args(&self) -> [&str; 8] {
+        [
+            "--lease",
+            "2s",
+            "--provider-url",
+            &self.url,
+            "--provider-connect-timeout",
+            "200ms",
+            "--provider-timeout",
+            "300ms",
+        ]
+    }
+
     /// Starts on a fixed address (to bring a killed simulator back where
     /// the node expects it).
     pub async fn start_on(listen: &str) -> Self {
@@ -598,5 +614,22 @@ impl ProviderSim {
 
     pub async fn kill(&mut self) {
         self.process.kill().await
+    }
+}
+
+/// A finish with a made-up answer, for owners that must be refused.
+pub fn forged_finish(now: once_node::domain::UnixMillis) -> once_node::store::Finish {
+    once_node::store::Finish {
+        status: once_node::idempotency::Status::Completed,
+        response: once_node::idempotency::StoredResponse {
+            status: 201,
+            headers: vec![],
+            body: b"{\"forged\":true}".to_vec(),
+            schema_version: 2,
+        },
+        payment: None,
+        event: None,
+        now,
+        expires_at: now,
     }
 }
