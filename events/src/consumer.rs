@@ -4,11 +4,15 @@
 //! effect inside a transaction. The [`ConsumerRunner`] owns the protocol
 //! that makes that effect happen once:
 //!
-//! 1. begin; insert the inbox row `(consumer, event id)` — if it is there
-//!    already, this is a duplicate: roll back and acknowledge;
+//! 1. insert the inbox row `(consumer, event id)` — if it is there already,
+//!    this is a duplicate: write nothing and acknowledge;
 //! 2. write the effect (itself behind a unique key);
 //! 3. commit, then acknowledge. A crash between commit and ack means a
 //!    redelivery, which step 1 turns into a no-op.
+//!
+//! Steps 1–2 are one job of the database's group commit (its own savepoint
+//! in a batch shared with other messages, decision 0037); step 3 is the
+//! batch's commit.
 //!
 //! A failed attempt rolls back (no inbox row, no effect) and asks the broker
 //! to redeliver after a backoff. After `max_attempts` deliveries — or at once

@@ -10,9 +10,12 @@
 //! - The outbox event (DESIGN §7).
 //! - An operator's audit entry, when the finish is a resolution.
 //!
-//! All of it commits together. PostgreSQL writes record, payment and event
-//! in one statement (`single_statement.rs`, decision 0006); SQLite in one
-//! transaction.
+//! All of it commits together. [`write`] is the statements; the `sql` mode's
+//! request path runs it as one job of a group commit batch (decision 0037),
+//! where PostgreSQL writes record, payment and event in one statement
+//! (`single_statement.rs`, decision 0006). [`finish`] runs it in a
+//! transaction of its own: the `raft` mode's materialized finish and
+//! operators' resolutions.
 
 use once_store_client::command::Sealed;
 use sqlx::AnyConnection;
@@ -34,8 +37,8 @@ pub enum RecordIn<'a> {
     RaftStore,
 }
 
-/// Finishes `owner`'s operation (see the module docs); `audit` is an
-/// operator's resolution to keep with it. [`StoreError::Fenced`], with
+/// Finishes `owner`'s operation in a transaction of its own (see the module
+/// docs); `audit` is an operator's resolution to keep with it. [`StoreError::Fenced`], with
 /// nothing written, when the record has a newer owner.
 pub async fn finish(
     db: &Database,
@@ -45,14 +48,6 @@ pub async fn finish(
     audit: Option<&Resolution>,
 ) -> Result<(), StoreError> {
     let _writer = db.writer().await;
-    if matches!(record, RecordIn::ThisDatabase { .. })
-        && db.dialect == Dialect::Postgres
-        && audit.is_none()
-    {
-        // One statement: no transaction to open and commit.
-        let mut conn = db.pool.acquire().await.map_err(unavailable)?;
-        return write(&mut conn, db.dialect, record, owner, finish).await;
-    }
     let mut tx = db.pool.begin().await.map_err(unavailable)?;
     match write(&mut tx, db.dialect, record, owner, finish).await {
         Ok(()) => {}
