@@ -7,6 +7,7 @@
 #   bash bench/payments.sh [seconds-per-point] [clients…]   (defaults: 10; 1 32 128)
 #   ROLE=api bash bench/payments.sh                       (the node without its event path)
 #   ONCE=/path/to/once bash bench/payments.sh             (another build, e.g. the one before a change)
+#   BACKENDS=sqlite bash bench/payments.sh                (one backend only: sqlite or postgres)
 #
 # CPU per request is utime + stime from /proc over the measured run: the
 # node process's, and for PostgreSQL the sum over every `postgres` process
@@ -35,7 +36,7 @@ fi
 WORK=$(mktemp -d)
 NODE=; DB=
 cleanup() {
-  [ -n "$NODE" ] && kill "$NODE" 2>/dev/null
+  [ -n "$NODE" ] && kill "$NODE" 2>/dev/null && wait "$NODE" 2>/dev/null
   [ -n "$DB" ] && psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
   rm -rf "$WORK"
 }
@@ -128,11 +129,62 @@ run_backend() { # label database-url
       rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s | %s |" % (r["backend"], r["mode"], r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d, r["ledger_lag_p99_ms"]))' "$json")")
     done
   done
+  command -v wrk > /dev/null && wrk_replays "$1"
   stop_node
 }
 
+# Replays once more with wrk, a load generator in C that costs the shared
+# cores far less than `once bench` (reqwest, JSON decoding of every answer),
+# so the row shows what the node itself can serve. One key per connection's
+# worth of load: every request replays the same finished payment.
+wrk_replays() { # label
+  local body='{"accountId":"acc_wrk","amount":"10.00","currency":"EUR","merchantReference":"ref-wrk"}'
+  local key="wrk-$$-$RANDOM"
+  curl -sf -o /dev/null -X POST "http://127.0.0.1:$PORT/payments" -H "Authorization: Bearer $KEY" \
+    -H "Idempotency-Key: $key" -H 'Content-Type: application/json' -d "$body"
+  cat > "$WORK/replay.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '$body'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer $KEY"
+wrk.headers["Idempotency-Key"] = "$key"
+LUA
+  for c in "${CLIENTS[@]}"; do
+    wrk -t1 -c"$c" -d2 -s "$WORK/replay.lua" "http://127.0.0.1:$PORT/payments" > /dev/null
+    node_before=$(ticks_of "$NODE"); postgres_ticks > "$WORK/pg.before"
+    wrk -t1 -c"$c" -d"$SECS" --latency -s "$WORK/replay.lua" "http://127.0.0.1:$PORT/payments" > "$WORK/wrk.out"
+    node_us=$(( ($(ticks_of "$NODE") - node_before) * TICK_US ))
+    postgres_ticks > "$WORK/pg.after"
+    db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
+    [ "$1" = sqlite ] && db_us=
+    json=$(python3 - "$WORK/wrk.out" "$node_us" "$db_us" "$1" "$c" <<'PY'
+import json, re, sys
+text = open(sys.argv[1]).read()
+def ms(v):
+    n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+done = int(re.search(r"(\d+) requests in", text).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+r = {"backend": sys.argv[4], "mode": "replay (wrk)", "concurrency": int(sys.argv[5]),
+     "throughput": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
+     "p50_ms": ms(re.search(r"50%\s+(\S+)", text).group(1)),
+     "p99_ms": ms(re.search(r"99%\s+(\S+)", text).group(1)),
+     "requests": done, "non_2xx": int(bad.group(1)) if bad else 0,
+     "node_cpu_us": int(sys.argv[2]) / max(done, 1),
+     "db_cpu_us": int(sys.argv[3]) / max(done, 1) if sys.argv[3] else None,
+     "ledger_lag_p99_ms": "–"}
+print(json.dumps(r))
+PY
+)
+    echo "$json" >> "$OUT/payments.jsonl"
+    rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s | %s |" % (r["backend"], r["mode"] + (" (%d not 2xx!)" % r["non_2xx"] if r["non_2xx"] else ""), r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d, r["ledger_lag_p99_ms"]))' "$json")")
+  done
+}
+
 : > "$OUT/payments.jsonl"
-run_backend sqlite "$WORK/bench.db"
+BACKENDS=${BACKENDS:-sqlite postgres}
+[[ " $BACKENDS " == *" sqlite "* ]] && run_backend sqlite "$WORK/bench.db"
+if [[ " $BACKENDS " == *" postgres "* ]]; then
 DB=bench_$$
 psql "$PG/postgres" -qc "CREATE DATABASE $DB"
 run_backend postgres "$PG/$DB"
@@ -163,6 +215,7 @@ for c in "${CLIENTS[@]}"; do
   rows+=("| postgres: bare \`INSERT … ON CONFLICT DO NOTHING\` (pgbench) | claim | $c | $tps | avg $lat | – | – | $per_claim | – |")
 done
 psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
+fi
 
 echo "# $(nproc) cores, ${SECS}s per point${ROLE:+, --role $ROLE}"
 echo "| backend | mode | clients | req/s | p50 ms | p99 ms | node CPU µs/req | PostgreSQL CPU µs/req | commit → ledger p99 ms |"

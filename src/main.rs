@@ -8,6 +8,10 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 
+/// Every role of the binary allocates through mimalloc (decision 0038).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(name = "once", version, about = "Exactly-once payments API")]
 struct Cli {

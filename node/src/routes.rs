@@ -14,7 +14,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::auth::Caller;
 use crate::domain::PaymentId;
-use crate::engine::execute::{Answer, CreatePaymentRequest, create_payment};
+use crate::engine::execute::{Answer, CreatePaymentRequest, create_payment, replay_from_memory};
 use crate::error::ApiError;
 use crate::http::TraceContext;
 use crate::metrics::Outcome;
@@ -62,9 +62,14 @@ pub async fn create(
             command,
             trace_id: Some(trace.traceparent),
         };
+        if let Some(answer) = replay_from_memory(&state, &request) {
+            return Ok(answer);
+        }
         // Detached: a client that hangs up must not cancel a payment halfway
-        // (it would sit IN_PROGRESS until its lease ran out).
-        let answer = tokio::spawn(create_payment(state.clone(), request).in_current_span())
+        // (it would sit IN_PROGRESS until its lease ran out). Boxed, so the
+        // task moves a pointer rather than the whole future.
+        let payment = Box::pin(create_payment(state.clone(), request).in_current_span());
+        let answer = tokio::spawn(payment)
             .await
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("payment task failed: {e}")))?;
         answer.map_err(ApiError::from)
