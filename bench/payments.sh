@@ -107,6 +107,22 @@ else:
 PY
 }
 
+# One Markdown row of the results table from a run's JSON line; a run with
+# answers that were not 2xx says so in its mode.
+table_row() { # json
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; bad=r.get("non_2xx", 0); print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s | %s |" % (r["backend"], r["mode"] + (" (%d not 2xx!)" % bad if bad else ""), r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d, r["ledger_lag_p99_ms"]))' "$1"
+}
+# CPU of the node and of PostgreSQL over a measured run: cpu_start before,
+# cpu_stop <backend> after; cpu_stop sets node_us and db_us (empty on SQLite).
+cpu_start() { node_before=$(ticks_of "$NODE"); postgres_ticks > "$WORK/pg.before"; }
+cpu_stop() { # backend
+  node_us=$(( ($(ticks_of "$NODE") - node_before) * TICK_US ))
+  postgres_ticks > "$WORK/pg.after"
+  db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
+  [ "$1" = sqlite ] && db_us=
+  return 0
+}
+
 rows=()
 run_backend() { # label database-url
   start_node "$2"
@@ -115,18 +131,15 @@ run_backend() { # label database-url
       $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
         --duration 2 --label warmup >/dev/null 2>&1
       scrape > "$WORK/metrics.before"
-      node_before=$(ticks_of "$NODE"); postgres_ticks > "$WORK/pg.before"
+      cpu_start
       json=$($BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
         --duration "$SECS" --warmup 0 --label "$1-$mode-$c" 2>/dev/null)
-      node_us=$(( ($(ticks_of "$NODE") - node_before) * TICK_US ))
-      postgres_ticks > "$WORK/pg.after"
-      db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
-      [ "$1" = sqlite ] && db_us=
+      cpu_stop "$1"
       lag=–
       [ "$mode" = new ] && lag=$(ledger_lag_p99 "$WORK/metrics.before")
       json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); n=max(r["requests"],1); r["node_cpu_us"]=int(sys.argv[2])/n; r["db_cpu_us"]=int(sys.argv[3])/n if sys.argv[3] else None; r["backend"]=sys.argv[4]; r["ledger_lag_p99_ms"]=sys.argv[5]; print(json.dumps(r))' "$json" "$node_us" "$db_us" "$1" "$lag")
       echo "$json" >> "$OUT/payments.jsonl"
-      rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s | %s |" % (r["backend"], r["mode"], r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d, r["ledger_lag_p99_ms"]))' "$json")")
+      rows+=("$(table_row "$json")")
     done
   done
   command -v wrk > /dev/null && wrk_replays "$1"
@@ -135,8 +148,8 @@ run_backend() { # label database-url
 
 # Replays once more with wrk, a load generator in C that costs the shared
 # cores far less than `once bench` (reqwest, JSON decoding of every answer),
-# so the row shows what the node itself can serve. One key per connection's
-# worth of load: every request replays the same finished payment.
+# so the row shows what the node itself can serve. Every request replays
+# the same finished payment.
 wrk_replays() { # label
   local body='{"accountId":"acc_wrk","amount":"10.00","currency":"EUR","merchantReference":"ref-wrk"}'
   local key="wrk-$$-$RANDOM"
@@ -151,12 +164,9 @@ wrk.headers["Idempotency-Key"] = "$key"
 LUA
   for c in "${CLIENTS[@]}"; do
     wrk -t1 -c"$c" -d2 -s "$WORK/replay.lua" "http://127.0.0.1:$PORT/payments" > /dev/null
-    node_before=$(ticks_of "$NODE"); postgres_ticks > "$WORK/pg.before"
+    cpu_start
     wrk -t1 -c"$c" -d"$SECS" --latency -s "$WORK/replay.lua" "http://127.0.0.1:$PORT/payments" > "$WORK/wrk.out"
-    node_us=$(( ($(ticks_of "$NODE") - node_before) * TICK_US ))
-    postgres_ticks > "$WORK/pg.after"
-    db_us=$(postgres_cpu_us "$WORK/pg.before" "$WORK/pg.after")
-    [ "$1" = sqlite ] && db_us=
+    cpu_stop "$1"
     json=$(python3 - "$WORK/wrk.out" "$node_us" "$db_us" "$1" "$c" <<'PY'
 import json, re, sys
 text = open(sys.argv[1]).read()
@@ -177,13 +187,14 @@ print(json.dumps(r))
 PY
 )
     echo "$json" >> "$OUT/payments.jsonl"
-    rows+=("$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); d=r["db_cpu_us"]; print("| %s | %s | %d | %.0f | %.2f | %.2f | %.0f | %s | %s |" % (r["backend"], r["mode"] + (" (%d not 2xx!)" % r["non_2xx"] if r["non_2xx"] else ""), r["concurrency"], r["throughput"], r["p50_ms"], r["p99_ms"], r["node_cpu_us"], "in the node" if d is None else "%.0f" % d, r["ledger_lag_p99_ms"]))' "$json")")
+    rows+=("$(table_row "$json")")
   done
 }
 
 : > "$OUT/payments.jsonl"
 BACKENDS=${BACKENDS:-sqlite postgres}
 [[ " $BACKENDS " == *" sqlite "* ]] && run_backend sqlite "$WORK/bench.db"
+# PostgreSQL, then the bare claim on the same database (up to the `fi`).
 if [[ " $BACKENDS " == *" postgres "* ]]; then
 DB=bench_$$
 psql "$PG/postgres" -qc "CREATE DATABASE $DB"

@@ -85,6 +85,9 @@ pub fn replay_from_memory(state: &AppState, req: &CreatePaymentRequest) -> Optio
     (same_request(&cached, req) == Some(true)).then(|| replayed(state, &cached))
 }
 
+/// The whole path: claim, decide, run. Callers ask [`replay_from_memory`]
+/// first; a record cached since then comes back from the store as
+/// `Existing` and is replayed from there.
 #[instrument(name = "create payment", skip_all, fields(tenant = %req.caller.tenant, outcome))]
 pub async fn create_payment(
     state: AppState,
@@ -114,11 +117,6 @@ pub async fn create_payment(
         region: state.config.region.clone(),
     };
 
-    // A finished record never changes inside its window: answer from memory
-    // (the handler asks first; a record cached since then is found here).
-    if let Some(answer) = replay_from_memory(&state, &req) {
-        return Ok(answer);
-    }
     let mut outcome = state.store.requests.claim(&claim).await?;
     crash_point("after_claim");
     let mut took_over = false;
