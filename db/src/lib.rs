@@ -106,6 +106,10 @@ impl Database {
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(5))
+            // A pooled PostgreSQL connection may have died with its server:
+            // ping it before use. A SQLite connection is a file in this
+            // process; the ping would be one more hand-off to its thread.
+            .test_before_acquire(dialect == Dialect::Postgres)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if dialect == Dialect::Sqlite {

@@ -10,9 +10,13 @@
 //! 3. commit, then acknowledge. A crash between commit and ack means a
 //!    redelivery, which step 1 turns into a no-op.
 //!
-//! Steps 1–2 are one job of the database's group commit (its own savepoint
-//! in a batch shared with other messages, decision 0037); step 3 is the
-//! batch's commit.
+//! Deliveries that arrive together are handled as a batch: steps 1–2 for
+//! all of them are one job of the database's group commit (its own
+//! savepoint in a batch shared with the request path's writes, decision
+//! 0037): one multi-row inbox statement, then the effects of the messages it
+//! found new, in one statement per consumer. Step 3 is the group commit's
+//! commit. A batch whose effects are refused is rolled back and its messages
+//! handled one at a time, so a bad message fails alone.
 //!
 //! A failed attempt rolls back (no inbox row, no effect) and asks the broker
 //! to redeliver after a backoff. After `max_attempts` deliveries — or at once
@@ -23,12 +27,14 @@
 //! lost, pool exhausted) never count towards dead-lettering: the message is
 //! fine, the node is not.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::future::join_all;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use once_db::Database;
 use once_domain::{Clock, UnixMillis};
 use once_failpoints::crash_point;
@@ -44,8 +50,11 @@ use crate::message::{EventMessage, MessageError};
 use crate::metrics::{ConsumerName, EventMetrics};
 use crate::outbox::error_chain;
 
-/// Deliveries one consumer handles at the same time.
-const IN_FLIGHT: usize = 64;
+/// Most deliveries one consumer handles as one batch.
+const BATCH: usize = 64;
+
+/// Batches one consumer handles at the same time.
+const IN_FLIGHT: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConsumeError {
@@ -99,12 +108,15 @@ pub trait Consumer: Send + Sync + std::fmt::Debug + 'static {
     /// Events of other types are acknowledged untouched.
     fn handles(&self, event_type: &str) -> bool;
 
-    /// Writes the effect of `message` on `tx`, the transaction that also
-    /// holds the inbox row. The effect must sit behind a unique key.
+    /// Writes the effects of `messages` (one or more, each of an event
+    /// this consumer handles and new to its inbox) on `tx`, the transaction
+    /// that also holds their inbox rows. Each effect must sit behind a
+    /// unique key. An error refuses them all; the runner then writes the
+    /// messages one at a time, so that a bad one fails alone.
     async fn apply(
         &self,
         tx: &mut sqlx::AnyConnection,
-        message: &EventMessage,
+        messages: &[EventMessage],
         now: UnixMillis,
     ) -> Result<(), ConsumeError>;
 }
@@ -155,52 +167,140 @@ impl ConsumerRunner {
         self.consumer.name()
     }
 
-    /// Inbox row and effect in one transaction: one job of the database's
-    /// group commit, so the effects of messages handled at the same time
-    /// share a commit, each still written or refused alone. Public so tests
-    /// can race it directly, without a broker in between.
+    /// One message: [`ConsumerRunner::process_batch`] of one. Public so
+    /// tests can race it directly, without a broker in between.
     pub async fn process(&self, message: &EventMessage) -> Result<Outcome, ConsumeError> {
-        if !self.consumer.handles(&message.event_type) {
-            return Ok(Outcome::Ignored);
+        let outcomes = self.process_batch(std::slice::from_ref(message)).await?;
+        Ok(outcomes[0])
+    }
+
+    /// Inbox rows and effects of `messages` in one job of the database's
+    /// group commit: one multi-row inbox statement, then the effects of the
+    /// messages it found new, written together. So a batch costs a few
+    /// statements, not a few per message, and shares its commit with the
+    /// request path's writes. A refused effect fails the whole job (rolled
+    /// back to its savepoint, nothing written); [`ConsumerRunner::handle_batch`]
+    /// then handles the messages one by one. The outcomes are in the order
+    /// of `messages`; a message given twice is processed once.
+    pub async fn process_batch(
+        &self,
+        messages: &[EventMessage],
+    ) -> Result<Vec<Outcome>, ConsumeError> {
+        let handled: Vec<EventMessage> = messages
+            .iter()
+            .filter(|m| self.consumer.handles(&m.event_type))
+            .cloned()
+            .collect();
+        let mut processed = HashSet::new();
+        if !handled.is_empty() {
+            let (consumer, now) = (self.consumer.clone(), self.clock.now());
+            processed = self
+                .db
+                .batches()
+                .run(Box::new(move |conn| {
+                    Box::pin(async move {
+                        let ids: Vec<&str> = handled.iter().map(|m| m.event_id.as_str()).collect();
+                        let mut fresh =
+                            inbox::record_processed(&mut *conn, consumer.name(), &ids, now).await?;
+                        let new: Vec<EventMessage> = handled
+                            .into_iter()
+                            .filter(|m| fresh.remove(&m.event_id))
+                            .collect();
+                        if !new.is_empty() {
+                            consumer.apply(conn, &new, now).await?;
+                        }
+                        Ok::<_, ConsumeError>(new.into_iter().map(|m| m.event_id).collect())
+                    })
+                }))
+                .await?;
         }
-        let now = self.clock.now();
-        let (consumer, job_message) = (self.consumer.clone(), message.clone());
-        let outcome = self
-            .db
-            .batches()
-            .run(Box::new(move |conn| {
-                Box::pin(async move {
-                    let fresh = inbox::record(
-                        &mut *conn,
-                        consumer.name(),
-                        &job_message.event_id,
-                        inbox::PROCESSED,
-                        None,
-                        now,
-                    )
-                    .await?;
-                    if !fresh {
-                        return Ok::<_, ConsumeError>(Outcome::Duplicate);
-                    }
-                    consumer.apply(conn, &job_message, now).await?;
-                    Ok(Outcome::Processed)
-                })
-            }))
-            .await?;
-        if outcome == Outcome::Processed {
-            self.metrics
-                .consume_lag
-                .get_or_create(&ConsumerName {
-                    consumer: self.consumer.name().to_owned(),
-                })
-                .observe((self.clock.now().0 - message.occurred_at).max(0) as f64 / 1000.0);
+        let now = self.clock.now().0;
+        let lag = self.metrics.consume_lag.get_or_create(&ConsumerName {
+            consumer: self.consumer.name().to_owned(),
+        });
+        Ok(messages
+            .iter()
+            .map(|m| {
+                if !self.consumer.handles(&m.event_type) {
+                    Outcome::Ignored
+                } else if processed.remove(&m.event_id) {
+                    lag.observe((now - m.occurred_at).max(0) as f64 / 1000.0);
+                    Outcome::Processed
+                } else {
+                    Outcome::Duplicate
+                }
+            })
+            .collect())
+    }
+
+    /// Handles deliveries that arrived together: one [`process_batch`] for
+    /// all that decode, then each settled in its own span (which continues
+    /// the trace of the request that wrote its event). If the batch was
+    /// refused, each delivery is handled alone, so one bad message is
+    /// retried or parked without holding up the others.
+    ///
+    /// [`process_batch`]: ConsumerRunner::process_batch
+    pub async fn handle_batch(&self, deliveries: Vec<Delivery>) {
+        if deliveries.len() == 1 {
+            let delivery = deliveries.into_iter().next().expect("one delivery");
+            return self.handle(delivery).await;
         }
-        Ok(outcome)
+        let (decoded, undecodable): (Vec<_>, Vec<_>) = deliveries
+            .into_iter()
+            .map(|d| (d.message(), d))
+            .partition(|(m, _)| m.is_ok());
+        let alone = undecodable.into_iter().map(|(_, d)| self.handle(d));
+        let (messages, deliveries): (Vec<EventMessage>, Vec<Delivery>) = decoded
+            .into_iter()
+            .map(|(m, d)| (m.expect("partitioned on decoding"), d))
+            .unzip();
+        let batch = async {
+            if messages.is_empty() {
+                return;
+            }
+            let result = self
+                .process_batch(&messages)
+                .instrument(info_span!(
+                    "consume a batch of events",
+                    consumer = self.consumer.name(),
+                    events = messages.len()
+                ))
+                .await;
+            match result {
+                Ok(outcomes) => {
+                    let settled = deliveries.into_iter().zip(&messages).zip(outcomes);
+                    join_all(settled.map(|((d, m), outcome)| {
+                        let span = self.span(&d, Some(m));
+                        self.settle_processed(d, outcome).instrument(span)
+                    }))
+                    .await;
+                }
+                Err(e @ ConsumeError::Unavailable(_)) => {
+                    warn!(consumer = self.consumer.name(), error = %error_chain(&e), events = deliveries.len(), "database unavailable; will redeliver");
+                    join_all(deliveries.into_iter().map(|d| async move {
+                        settle_logged(d.settle.retry(self.delay(d.attempt)).await);
+                    }))
+                    .await;
+                }
+                Err(e) => {
+                    debug!(error = %error_chain(&e), "a batch was refused; handling its messages one by one");
+                    join_all(deliveries.into_iter().map(|d| self.handle(d))).await;
+                }
+            }
+        };
+        futures::join!(join_all(alone), batch);
     }
 
     /// Processes one delivery and settles it: ack after the effect (or
     /// after parking it), retry otherwise.
     pub async fn handle(&self, delivery: Delivery) {
+        let span = self.span(&delivery, delivery.message().ok().as_ref());
+        self.handle_in_span(delivery).instrument(span).await
+    }
+
+    /// The span of one delivery, continuing the trace of the request that
+    /// wrote its event.
+    fn span(&self, delivery: &Delivery, message: Option<&EventMessage>) -> tracing::Span {
         let span = info_span!(
             "consume an event",
             consumer = self.consumer.name(),
@@ -208,18 +308,35 @@ impl ConsumerRunner {
             attempt = delivery.attempt,
             otel.kind = "consumer",
         );
-        // Continue the trace of the request that wrote the event.
-        if let Some(parent) = delivery
-            .message()
-            .ok()
-            .and_then(|m| m.traceparent)
-            .and_then(|t| once_telemetry::context::parse_traceparent(&t))
+        if let Some(parent) = message
+            .and_then(|m| m.traceparent.as_deref())
+            .and_then(once_telemetry::context::parse_traceparent)
         {
             use opentelemetry::trace::TraceContextExt as _;
             use tracing_opentelemetry::OpenTelemetrySpanExt as _;
             let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
         }
-        self.handle_in_span(delivery).instrument(span).await
+        span
+    }
+
+    /// Acknowledges a delivery whose message was processed (or found a
+    /// duplicate, or ignored).
+    async fn settle_processed(&self, delivery: Delivery, outcome: Outcome) {
+        if outcome == Outcome::Processed {
+            // The crash a consumer must survive: effect committed, not yet
+            // acknowledged.
+            crash_point("after_consume");
+        }
+        self.metrics.consumed(
+            self.consumer.name(),
+            match outcome {
+                Outcome::Processed => "processed",
+                Outcome::Duplicate => "duplicate",
+                Outcome::Ignored => "ignored",
+            },
+        );
+        debug!(?outcome, "consumed");
+        settle_logged(delivery.settle.ack().await);
     }
 
     async fn handle_in_span(&self, delivery: Delivery) {
@@ -240,23 +357,7 @@ impl ConsumerRunner {
             }
         };
         match self.process(&message).await {
-            Ok(outcome) => {
-                if outcome == Outcome::Processed {
-                    // The crash a consumer must survive: effect committed,
-                    // not yet acknowledged.
-                    crash_point("after_consume");
-                }
-                self.metrics.consumed(
-                    name,
-                    match outcome {
-                        Outcome::Processed => "processed",
-                        Outcome::Duplicate => "duplicate",
-                        Outcome::Ignored => "ignored",
-                    },
-                );
-                debug!(?outcome, "consumed");
-                settle_logged(delivery.settle.ack().await);
-            }
+            Ok(outcome) => self.settle_processed(delivery, outcome).await,
             Err(e @ ConsumeError::Unavailable(_)) => {
                 warn!(error = %error_chain(&e), "database unavailable; will redeliver");
                 settle_logged(delivery.settle.retry(self.delay(delivery.attempt)).await);
@@ -342,8 +443,10 @@ impl ConsumerRunner {
                     _ = shutdown.changed() => return,
                 }
             };
-            // Up to `IN_FLIGHT` deliveries are handled at once, so their
-            // effects gather into the same group commit batches.
+            // Deliveries that are waiting are taken together (up to
+            // `BATCH`) and handled as one batch; up to `IN_FLIGHT` batches
+            // at once, so that their writes gather into the same group
+            // commit batches.
             let mut in_flight = FuturesUnordered::new();
             loop {
                 let delivery = tokio::select! {
@@ -351,10 +454,17 @@ impl ConsumerRunner {
                     Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
                     _ = shutdown.changed() => return,
                 };
-                match delivery {
-                    Ok(delivery) => in_flight.push(self.handle(delivery)),
-                    Err(BrokerError::Closed) if *shutdown.borrow() => return,
-                    Err(e) => {
+                let (batch, broke) = match delivery {
+                    Ok(first) => gather(first, &mut subscription),
+                    Err(e) => (Vec::new(), Some(e)),
+                };
+                if !batch.is_empty() {
+                    in_flight.push(self.handle_batch(batch));
+                }
+                match broke {
+                    None => {}
+                    Some(BrokerError::Closed) if *shutdown.borrow() => return,
+                    Some(e) => {
                         warn!(consumer = %name, error = %e, "subscription broke; subscribing again");
                         while in_flight.next().await.is_some() {}
                         break;
@@ -414,7 +524,9 @@ impl ConsumerRunner {
         // Only the first redrive writes the effect; a racing one (another
         // node) finds the inbox row already revived.
         if inbox::revive(&mut *tx, self.consumer.name(), &message.event_id, now).await? {
-            self.consumer.apply(&mut tx, &message, now).await?;
+            self.consumer
+                .apply(&mut tx, std::slice::from_ref(&message), now)
+                .await?;
         }
         dead_letters::mark_redriven(&mut *tx, letter.id, now).await?;
         tx.commit()
@@ -422,6 +534,24 @@ impl ConsumerRunner {
             .map_err(|e| ConsumeError::Unavailable(e.into()))?;
         Ok(())
     }
+}
+
+/// `first` and the deliveries already waiting behind it, up to [`BATCH`];
+/// with the error that stopped the gathering, if one did.
+fn gather(
+    first: Delivery,
+    subscription: &mut Box<dyn Subscription>,
+) -> (Vec<Delivery>, Option<BrokerError>) {
+    let mut batch = vec![first];
+    while batch.len() < BATCH {
+        // `next` is cancel-safe: a delivery not ready now stays queued.
+        match subscription.next().now_or_never() {
+            Some(Ok(delivery)) => batch.push(delivery),
+            Some(Err(e)) => return (batch, Some(e)),
+            None => break,
+        }
+    }
+    (batch, None)
 }
 
 fn settle_logged(result: Result<(), BrokerError>) {

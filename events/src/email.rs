@@ -5,8 +5,9 @@
 //!    `email_notifications` row whose unique `dedupe_key` is
 //!    `receipt_payment_<payment id>` (with the inbox row, one transaction);
 //! 2. [`EmailSenderWorker`]: reads `PENDING` rows, sends each through the
-//!    [`EmailSender`] with the dedupe key as idempotency token, then marks it
-//!    `SENT`. A crash between the two sends the same row again — under the
+//!    [`EmailSender`] with the dedupe key as idempotency token, then marks
+//!    the round's rows `SENT` in one write. A crash between the two sends the
+//!    same rows again — under the
 //!    same token, which the email service dedupes — never under a new one.
 //!
 //! Several replicas may send the same pending row at once; that too is the
@@ -28,6 +29,7 @@ use crate::email_sender::{Email, EmailSender};
 use crate::message::{EventMessage, PAYMENT_SUCCEEDED};
 use crate::metrics::EventMetrics;
 use crate::outbox::error_chain;
+use crate::placeholders;
 
 pub const NAME: &str = "receipt-email";
 pub const PENDING: &str = "PENDING";
@@ -54,34 +56,81 @@ impl Consumer for ReceiptEmailConsumer {
     async fn apply(
         &self,
         tx: &mut sqlx::AnyConnection,
-        message: &EventMessage,
+        messages: &[EventMessage],
         now: UnixMillis,
     ) -> Result<(), ConsumeError> {
-        let payment = message.payment()?;
-        // The payment carries no address: the email service resolves the
-        // account to its owner's address.
-        let recipient = format!("account:{}/{}", payment.tenant_id, payment.account_id);
-        let subject = format!("Your payment of {} {}", payment.amount, payment.currency);
-        let body = format!(
-            "Payment {} of {} {} for order {} succeeded.",
-            payment.payment_id, payment.amount, payment.currency, payment.merchant_reference
+        let sql = format!(
+            "INSERT INTO email_notifications (dedupe_key, payment_id, tenant_id, recipient, subject, body, status, created_at) \
+             VALUES {} ON CONFLICT (dedupe_key) DO NOTHING",
+            placeholders::rows(messages.len(), 8)
         );
-        sqlx::query(
-            "INSERT INTO email_notifications (dedupe_key, payment_id, tenant_id, recipient, subject, body, status, attempts, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $8) ON CONFLICT (dedupe_key) DO NOTHING",
-        )
-        .bind(dedupe_key(&payment.payment_id))
-        .bind(&payment.payment_id)
-        .bind(&payment.tenant_id)
-        .bind(&recipient)
-        .bind(&subject)
-        .bind(&body)
-        .bind(PENDING)
-        .bind(now.0)
-        .execute(&mut *tx)
-        .await?;
+        let mut query = sqlx::query(&sql);
+        for message in messages {
+            let payment = message.payment()?;
+            // The payment carries no address: the email service resolves
+            // the account to its owner's address.
+            let recipient = format!("account:{}/{}", payment.tenant_id, payment.account_id);
+            let subject = format!("Your payment of {} {}", payment.amount, payment.currency);
+            let body = format!(
+                "Payment {} of {} {} for order {} succeeded.",
+                payment.payment_id, payment.amount, payment.currency, payment.merchant_reference
+            );
+            query = query
+                .bind(dedupe_key(&payment.payment_id))
+                .bind(payment.payment_id)
+                .bind(payment.tenant_id)
+                .bind(recipient)
+                .bind(subject)
+                .bind(body)
+                .bind(PENDING)
+                .bind(now.0);
+        }
+        query.execute(&mut *tx).await?;
         Ok(())
     }
+}
+
+/// A round of the sender that could not read or mark its notifications;
+/// the next round tries again (a sent row not marked is sent again under
+/// the same token).
+#[derive(Debug, thiserror::Error)]
+pub enum SendRoundError {
+    #[error("email notifications query failed")]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    NotCommitted(#[from] once_db::BatchFailed),
+}
+
+/// Marks a round's sent notifications `SENT` (one statement) and counts an
+/// attempt with its error on each that failed.
+async fn mark_round(
+    conn: &mut sqlx::AnyConnection,
+    sent: &[i64],
+    failed: &[(i64, String)],
+    now: UnixMillis,
+) -> Result<(), SendRoundError> {
+    if !sent.is_empty() {
+        let sql = format!(
+            "UPDATE email_notifications SET status = $1, sent_at = $2, attempts = attempts + 1 \
+             WHERE status = '{PENDING}' AND seq IN ({})",
+            placeholders::list(3, sent.len())
+        );
+        let mut query = sqlx::query(&sql).bind(SENT).bind(now.0);
+        for seq in sent {
+            query = query.bind(*seq);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    for (seq, error) in failed {
+        sqlx::query(
+            "UPDATE email_notifications SET attempts = attempts + 1, last_error = $1 WHERE seq = $2",
+        )
+        .bind(error)
+        .bind(*seq)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone)]
@@ -107,10 +156,12 @@ impl EmailSenderWorker {
         }
     }
 
-    /// Sends up to 64 pending notifications, oldest first. Returns how many
-    /// were sent.
+    /// Sends up to 64 pending notifications, oldest first, then marks the
+    /// round's outcomes in one write (a job of the database's group commit,
+    /// so it shares a commit with the request path's writes rather than
+    /// paying one per email). Returns how many were sent.
     #[instrument(name = "send pending receipt emails", skip_all)]
-    pub async fn send_pending(&self) -> Result<usize, sqlx::Error> {
+    pub async fn send_pending(&self) -> Result<usize, SendRoundError> {
         let rows = sqlx::query(
             "SELECT seq, dedupe_key, recipient, subject, body FROM email_notifications \
              WHERE status = $1 ORDER BY seq LIMIT 64",
@@ -118,7 +169,8 @@ impl EmailSenderWorker {
         .bind(PENDING)
         .fetch_all(&self.db.pool)
         .await?;
-        let mut sent = 0;
+        let mut sent = Vec::with_capacity(rows.len());
+        let mut failed = Vec::new();
         for row in rows {
             let seq: i64 = row.try_get("seq")?;
             let token: String = row.try_get("dedupe_key")?;
@@ -128,36 +180,30 @@ impl EmailSenderWorker {
                 body: row.try_get("body")?,
             };
             match self.sender.send(&token, &email).await {
-                Ok(()) => {
-                    // The crash the sender must survive: sent, not marked.
-                    crash_point("after_email_send");
-                    sqlx::query(
-                        "UPDATE email_notifications SET status = $1, sent_at = $2, attempts = attempts + 1 \
-                         WHERE seq = $3 AND status = $4",
-                    )
-                    .bind(SENT)
-                    .bind(self.clock.now().0)
-                    .bind(seq)
-                    .bind(PENDING)
-                    .execute(&self.db.pool)
-                    .await?;
-                    self.metrics.emails_sent.inc();
-                    sent += 1;
-                }
+                Ok(()) => sent.push(seq),
                 Err(e) => {
                     self.metrics.email_send_failures.inc();
                     warn!(token = %token, error = %error_chain(&e), "sending an email failed; will retry");
-                    sqlx::query(
-                        "UPDATE email_notifications SET attempts = attempts + 1, last_error = $1 WHERE seq = $2",
-                    )
-                    .bind(error_chain(&e))
-                    .bind(seq)
-                    .execute(&self.db.pool)
-                    .await?;
+                    failed.push((seq, error_chain(&e)));
                 }
             }
         }
-        Ok(sent)
+        if sent.is_empty() && failed.is_empty() {
+            return Ok(0);
+        }
+        if !sent.is_empty() {
+            // The crash the sender must survive: sent, not marked.
+            crash_point("after_email_send");
+        }
+        let (count, now) = (sent.len(), self.clock.now());
+        self.db
+            .batches()
+            .run(Box::new(move |conn| {
+                Box::pin(async move { mark_round(conn, &sent, &failed, now).await })
+            }))
+            .await?;
+        self.metrics.emails_sent.inc_by(count as u64);
+        Ok(count)
     }
 
     /// Sends until `shutdown` flips: again at once after a full batch,

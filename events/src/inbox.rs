@@ -5,8 +5,12 @@
 //! unique key `(consumer_name, message_id)` until the first commits, then
 //! finds the row and does nothing. A rolled-back attempt leaves no row.
 
+use std::collections::HashSet;
+
 use once_domain::UnixMillis;
 use sqlx::{Any, Executor, Row};
+
+use crate::placeholders;
 
 /// The message's effect exists.
 pub const PROCESSED: &str = "PROCESSED";
@@ -35,6 +39,32 @@ pub async fn record<'e>(
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records `message_ids` as processed by `consumer`, in one statement.
+/// Returns the ids that were new: a duplicate delivery's row was there
+/// already, and an id given twice is new once.
+pub async fn record_processed<'e>(
+    db: impl Executor<'e, Database = Any>,
+    consumer: &str,
+    message_ids: &[&str],
+    now: UnixMillis,
+) -> Result<HashSet<String>, sqlx::Error> {
+    let sql = format!(
+        "INSERT INTO consumer_inbox (consumer_name, message_id, status, processed_at) VALUES {} \
+         ON CONFLICT (consumer_name, message_id) DO NOTHING RETURNING message_id",
+        placeholders::rows(message_ids.len(), 4)
+    );
+    let mut query = sqlx::query(&sql);
+    for id in message_ids {
+        query = query.bind(consumer).bind(*id).bind(PROCESSED).bind(now.0);
+    }
+    query
+        .fetch_all(db)
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect()
 }
 
 /// Turns a dead-lettered row into a processed one (the redrive's effect is

@@ -69,6 +69,7 @@ pub mod message;
 pub mod metrics;
 pub mod nats;
 pub mod outbox;
+mod placeholders;
 pub mod runtime;
 
 pub use broker::{Broker, BrokerError};

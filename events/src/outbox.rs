@@ -6,7 +6,8 @@
 //! they are marked, so two publishers never hold the same row, and a
 //! publisher that dies releases its rows (the transaction rolls back) for
 //! another to publish again. On SQLite (one node per database file) there is
-//! one publisher, and no transaction is held across the publish.
+//! one publisher, no transaction is held across the publish, and the mark is
+//! a job of the group commit (decision 0037).
 //!
 //! Safe across restarts: a row is marked only after the broker stored the
 //! event, so a crash in between publishes it again on restart, under the same
@@ -21,7 +22,7 @@
 use std::sync::Arc;
 
 use once_db::{Database, Dialect};
-use once_domain::Clock;
+use once_domain::{Clock, UnixMillis};
 use once_failpoints::crash_point;
 use sqlx::Row;
 use tokio::sync::watch;
@@ -31,6 +32,7 @@ use crate::broker::Broker;
 use crate::config::EventsConfig;
 use crate::message::EventMessage;
 use crate::metrics::EventMetrics;
+use crate::placeholders;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -38,6 +40,10 @@ pub enum PublishError {
     Database(#[from] sqlx::Error),
     #[error(transparent)]
     Broker(#[from] crate::broker::BrokerError),
+    /// The mark's group commit batch did not commit: published, not
+    /// marked, so the next round publishes the rows again.
+    #[error(transparent)]
+    NotCommitted(#[from] once_db::BatchFailed),
     #[error("outbox row {seq} has a payload that is not JSON")]
     Corrupt {
         seq: i64,
@@ -102,7 +108,7 @@ impl Publisher {
                     return Ok(0);
                 }
                 self.publish(&pending).await?;
-                self.mark(&mut tx, &pending).await?;
+                mark(&mut tx, &seqs_of(&pending), self.clock.now()).await?;
                 tx.commit().await?;
                 Ok(pending.len())
             }
@@ -116,11 +122,15 @@ impl Publisher {
                     return Ok(0);
                 }
                 self.publish(&pending).await?;
-                // Queue with the process's other writers (the group commit
-                // among them) rather than in SQLite's busy handler.
-                let _writer = self.db.writer().await;
-                let mut conn = self.db.pool.acquire().await?;
-                self.mark(&mut conn, &pending).await?;
+                // A job of the group commit: the mark shares a commit with
+                // the request path's writes instead of paying its own.
+                let (seqs, now) = (seqs_of(&pending), self.clock.now());
+                self.db
+                    .batches()
+                    .run(Box::new(move |conn| {
+                        Box::pin(async move { mark(conn, &seqs, now).await })
+                    }))
+                    .await?;
                 Ok(pending.len())
             }
         }
@@ -138,24 +148,6 @@ impl Publisher {
         self.metrics.published.inc_by(pending.len() as u64);
         // The crash the publisher must survive: published, not yet marked.
         crash_point("after_publish");
-        Ok(())
-    }
-
-    async fn mark(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        pending: &[Pending],
-    ) -> Result<(), PublishError> {
-        let placeholders: Vec<String> = (2..pending.len() + 2).map(|i| format!("${i}")).collect();
-        let sql = format!(
-            "UPDATE outbox SET published_at = $1 WHERE published_at IS NULL AND seq IN ({})",
-            placeholders.join(", ")
-        );
-        let mut query = sqlx::query(&sql).bind(self.clock.now().0);
-        for p in pending {
-            query = query.bind(p.seq);
-        }
-        query.execute(&mut *conn).await?;
         Ok(())
     }
 
@@ -213,6 +205,28 @@ impl Publisher {
             }
         }
     }
+}
+
+fn seqs_of(pending: &[Pending]) -> Vec<i64> {
+    pending.iter().map(|p| p.seq).collect()
+}
+
+/// Marks the rows `seqs` published, in one statement.
+async fn mark(
+    conn: &mut sqlx::AnyConnection,
+    seqs: &[i64],
+    now: UnixMillis,
+) -> Result<(), PublishError> {
+    let sql = format!(
+        "UPDATE outbox SET published_at = $1 WHERE published_at IS NULL AND seq IN ({})",
+        placeholders::list(2, seqs.len())
+    );
+    let mut query = sqlx::query(&sql).bind(now.0);
+    for seq in seqs {
+        query = query.bind(*seq);
+    }
+    query.execute(&mut *conn).await?;
+    Ok(())
 }
 
 fn decode(rows: Vec<sqlx::any::AnyRow>) -> Result<Vec<Pending>, PublishError> {

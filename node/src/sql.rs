@@ -11,11 +11,11 @@
 //! `once-db` crate's, shared with the event path; it is re-exported here.
 
 mod finish;
+mod hot_writes;
 mod materialize;
 mod outbox;
 mod payments;
 mod records;
-mod single_statement;
 mod store;
 
 pub use materialize::Materialized;

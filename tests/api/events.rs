@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use once_node::domain::{SystemClock, UnixMillis};
+use once_node::events::broker::{BrokerError, Delivery, Settle};
 use once_node::events::consumer::{ConsumeError, Consumer, Outcome};
 use once_node::events::email::dedupe_key;
 use once_node::events::email_sender::FakeEmailSender;
 use once_node::events::ledger::LedgerConsumer;
-use once_node::events::message::PAYMENT_SUCCEEDED;
+use once_node::events::message::{PAYMENT_DECLINED, PAYMENT_SUCCEEDED};
 use once_node::events::runtime::Overrides;
 use once_node::events::{EventMessage, Events, EventsConfig};
 use once_node::metrics::EventMetrics;
@@ -78,6 +79,10 @@ on_every_backend_and_broker!(
     the_same_event_raced_by_two_consumer_instances_has_one_effect,
     a_poison_message_is_dead_lettered_while_others_flow_and_redrives_once_fixed,
     a_payment_becomes_one_ledger_entry_and_one_receipt_email,
+);
+
+crate::on_sql_backends!(
+    a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_alone
 );
 
 /// Event settings of one test: its own stream and subjects, fast retries.
@@ -418,17 +423,136 @@ impl Consumer for BuggyLedger {
     async fn apply(
         &self,
         tx: &mut sqlx::AnyConnection,
-        message: &EventMessage,
+        messages: &[EventMessage],
         now: UnixMillis,
     ) -> Result<(), ConsumeError> {
-        if self.broken.lock().unwrap().contains(&message.aggregate_id) {
+        let broken = self.broken.lock().unwrap().clone();
+        if let Some(message) = messages.iter().find(|m| broken.contains(&m.aggregate_id)) {
             return Err(ConsumeError::Effect(format!(
                 "ledger rejects {}: account mapping missing",
                 message.aggregate_id
             )));
         }
-        LedgerConsumer.apply(tx, message, now).await
+        LedgerConsumer.apply(tx, messages, now).await
     }
+}
+
+/// How each delivery of a test was settled, by message id.
+#[derive(Debug, Clone, Default)]
+struct Settled(Arc<Mutex<Vec<(String, &'static str)>>>);
+
+impl Settled {
+    fn delivery(&self, message_id: &str, payload: Vec<u8>) -> Delivery {
+        Delivery {
+            payload: payload.into(),
+            message_id: Some(message_id.to_owned()),
+            attempt: 1,
+            settle: Box::new(SettleInto(message_id.to_owned(), self.clone())),
+        }
+    }
+
+    fn sorted(&self) -> Vec<(String, &'static str)> {
+        let mut all = self.0.lock().unwrap().clone();
+        all.sort();
+        all
+    }
+}
+
+#[derive(Debug)]
+struct SettleInto(String, Settled);
+
+#[async_trait]
+impl Settle for SettleInto {
+    async fn ack(&self) -> Result<(), BrokerError> {
+        self.1.0.lock().unwrap().push((self.0.clone(), "ack"));
+        Ok(())
+    }
+    async fn retry(&self, _delay: Duration) -> Result<(), BrokerError> {
+        self.1.0.lock().unwrap().push((self.0.clone(), "retry"));
+        Ok(())
+    }
+}
+
+/// Deliveries that arrive together are written as one batch (one inbox
+/// statement, one effect statement), each still once; when the batch is
+/// refused, each delivery is handled alone, so the bad one is retried (or
+/// parked) and the others are written and acknowledged.
+async fn a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_alone(
+    backend: Backend,
+) {
+    let db = TestDb::new(backend).await;
+    let config = events_config(BrokerKind::InProcess);
+    let harness = EventHarness::start(&db, &config, Overrides::default()).await;
+    let ledger = BuggyLedger::default();
+    let runner = harness.events.runner(Arc::new(ledger.clone()));
+
+    // Two new events, one of them twice, and one the ledger does not handle.
+    let (a, b) = (succeeded("pay_batch_a"), succeeded("pay_batch_b"));
+    let declined = EventMessage {
+        event_type: PAYMENT_DECLINED.into(),
+        ..succeeded("pay_batch_declined")
+    };
+    let outcomes = runner
+        .process_batch(&[a.clone(), b.clone(), a.clone(), declined])
+        .await
+        .expect("the batch commits");
+    use Outcome::*;
+    assert_eq!(outcomes, [Processed, Processed, Duplicate, Ignored]);
+    // One already written, one new.
+    let c = succeeded("pay_batch_c");
+    let outcomes = runner
+        .process_batch(&[b.clone(), c.clone()])
+        .await
+        .expect("the batch commits");
+    assert_eq!(outcomes, [Duplicate, Processed]);
+    for m in [&a, &b, &c] {
+        assert_eq!(
+            ledger_entries(&db, &m.aggregate_id).await,
+            1,
+            "{}",
+            m.aggregate_id
+        );
+        assert_eq!(inbox_rows(&db, &m.event_id).await, 1, "{}", m.event_id);
+    }
+    assert_eq!(ledger_entries(&db, "pay_batch_declined").await, 0);
+
+    // A batch with an effect the ledger refuses, and a body that is not an
+    // event at all.
+    ledger.broken.lock().unwrap().insert("pay_refused".into());
+    let settled = Settled::default();
+    let (ok_1, refused, ok_2) = (
+        succeeded("pay_ok_1"),
+        succeeded("pay_refused"),
+        succeeded("pay_ok_2"),
+    );
+    let mut deliveries: Vec<Delivery> = [&ok_1, &refused, &ok_2]
+        .iter()
+        .map(|m| settled.delivery(&m.event_id, m.to_bytes()))
+        .collect();
+    deliveries.push(settled.delivery("evt_garbage", b"not an event".to_vec()));
+    runner.handle_batch(deliveries).await;
+
+    let mut expected = vec![
+        (ok_1.event_id.clone(), "ack"),
+        (ok_2.event_id.clone(), "ack"),
+        (refused.event_id.clone(), "retry"),
+        ("evt_garbage".to_owned(), "ack"),
+    ];
+    expected.sort();
+    assert_eq!(settled.sorted(), expected);
+    assert_eq!(ledger_entries(&db, "pay_ok_1").await, 1);
+    assert_eq!(ledger_entries(&db, "pay_ok_2").await, 1);
+    assert_eq!(ledger_entries(&db, "pay_refused").await, 0);
+    assert_eq!(
+        inbox_rows(&db, &refused.event_id).await,
+        0,
+        "nothing of the refused one stays"
+    );
+    let (_, status, _, _) = dead_letter_status(&db, "evt_garbage")
+        .await
+        .expect("the undecodable body is parked");
+    assert_eq!(status, "DEAD");
+    harness.stop().await;
 }
 
 fn once_cli(args: &[&str]) -> std::process::Output {

@@ -12,16 +12,16 @@
 //!
 //! All of it commits together. [`write`] is the statements; the `sql` mode's
 //! request path runs it as one job of a group commit batch (decision 0037),
-//! where PostgreSQL writes record, payment and event in one statement
-//! (`single_statement.rs`, decision 0006). [`finish`] runs it in a
+//! where record, payment and event are one trip to the database
+//! (`hot_writes.rs`, decisions 0006 and 0039). [`finish`] runs it in a
 //! transaction of its own: the `raft` mode's materialized finish and
 //! operators' resolutions.
 
 use once_store_client::command::Sealed;
 use sqlx::AnyConnection;
 
-use super::records::{Terminal, unavailable};
-use super::{outbox, payments, records, single_statement};
+use super::records::unavailable;
+use super::{hot_writes, outbox, payments, records};
 use crate::idempotency::record::Record;
 use crate::store::Resolution;
 use crate::store::{Finish, StoreError};
@@ -73,16 +73,7 @@ pub async fn write(
     finish: &Finish,
 ) -> Result<(), StoreError> {
     if let RecordIn::ThisDatabase { answer } = record {
-        if dialect == Dialect::Postgres {
-            return single_statement::finish(conn, &owner.scope, owner.fence, finish, answer).await;
-        }
-        records::finish(
-            &mut *conn,
-            &owner.scope,
-            owner.fence,
-            &Terminal::completed(finish, answer),
-        )
-        .await?;
+        return hot_writes::finish(conn, dialect, &owner.scope, owner.fence, finish, answer).await;
     }
     if let Some(update) = &finish.payment
         && !payments::apply_update(&mut *conn, update, finish.now).await?

@@ -16,7 +16,7 @@ use once_store_client::command::Sealed;
 use crate::data_keys::DataKeys;
 use crate::domain::{IdempotencyKey, PaymentId, PrincipalId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
-use crate::store::{AuditEntry, Claim, Finish, StoreError};
+use crate::store::{AuditEntry, Claim, StoreError};
 
 const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fingerprint, fingerprint_version, \
      status, step, fence, locked_until, payment_id, provider_key, response_sealed, \
@@ -87,34 +87,6 @@ pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
 /// recovery ask the provider by key before charging, as after any
 /// `PROVIDER_REQUEST_SENT` (the raft mode claims the same way).
 pub const CLAIMED_AT: Step = Step::ProviderRequestSent;
-
-/// Inserts a new record for `claim` if the scoped key is free.
-pub async fn insert<'e>(
-    db: impl Executor<'e, Database = Any>,
-    claim: &Claim,
-    payment_id: &PaymentId,
-) -> Result<bool, StoreError> {
-    let sql = format!(
-        "INSERT INTO idempotency_requests ({COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10, $11, NULL, NULL, $12, $13, 0, $14, $14, NULL) \
-         ON CONFLICT DO NOTHING"
-    );
-    let done = bind_scope(sqlx::query(&sql), &claim.scope)
-        .bind(&claim.fingerprint.hash)
-        .bind(i64::from(claim.fingerprint.version))
-        .bind(Status::InProgress.as_str())
-        .bind(CLAIMED_AT.as_str())
-        .bind(claim.now.plus(claim.lease).0)
-        .bind(payment_id.as_str())
-        .bind(payment_id.provider_key())
-        .bind(claim.trace_id.as_deref())
-        .bind(&claim.region)
-        .bind(claim.now.0)
-        .execute(db)
-        .await
-        .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
-}
 
 pub async fn select<'e>(
     db: impl Executor<'e, Database = Any>,
@@ -273,21 +245,6 @@ pub struct Terminal<'a> {
     pub error_code: Option<&'a str>,
     pub now: UnixMillis,
     pub expires_at: UnixMillis,
-}
-
-impl<'a> Terminal<'a> {
-    /// The operation finished: step `COMPLETED`, with the answer to replay
-    /// (`finish.response` sealed by the caller).
-    pub fn completed(finish: &'a Finish, answer: &'a Sealed) -> Self {
-        Self {
-            status: finish.status,
-            step: Step::Completed,
-            answer: Some(answer),
-            error_code: None,
-            now: finish.now,
-            expires_at: finish.expires_at,
-        }
-    }
 }
 
 /// Writes a terminal status (and, for replayable ones, the stored answer).

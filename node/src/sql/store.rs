@@ -15,7 +15,7 @@ use sqlx::AnyConnection;
 
 use super::finish::{self, RecordIn};
 use super::records::{Terminal, unavailable};
-use super::{payments, records, single_statement};
+use super::{hot_writes, payments, records};
 use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
@@ -151,35 +151,25 @@ async fn existing(
         })
 }
 
-/// A claim, as one job of a batch. PostgreSQL inserts record and payment in
-/// one statement (decision 0006); SQLite in two.
+/// A claim, as one job of a batch: record and payment in one trip
+/// (`hot_writes.rs`).
 async fn claim_in(
     conn: &mut AnyConnection,
     dialect: Dialect,
     claim: &Claim,
     keys: &DataKeys,
 ) -> Result<ClaimOutcome, StoreError> {
-    match dialect {
-        Dialect::Postgres => {
-            let write = single_statement::claim(&mut *conn, claim).await?;
-            if !write.claimed {
-                return existing(conn, claim, keys).await;
-            }
-            let record = claimed_record(claim);
-            if write.payment_created {
-                return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
-            }
-            // Rare: the business key is taken. We own the record; record
-            // that it has no payment, and find the one that holds the key.
-            business_key_taken(conn, record, claim).await
-        }
-        Dialect::Sqlite => {
-            if !records::insert(&mut *conn, claim, &claim.payment.id).await? {
-                return existing(conn, claim, keys).await;
-            }
-            attach_payment(conn, claimed_record(claim), claim).await
-        }
+    let write = hot_writes::claim(&mut *conn, dialect, claim).await?;
+    if !write.claimed {
+        return existing(conn, claim, keys).await;
     }
+    let record = claimed_record(claim);
+    if write.payment_created {
+        return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
+    }
+    // Rare: the business key is taken. We own the record; record that it
+    // has no payment, and find the one that holds the key.
+    business_key_taken(conn, record, claim).await
 }
 
 /// A takeover, as one job of a batch: `None` when another caller won.
