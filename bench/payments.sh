@@ -171,14 +171,17 @@ LUA
 import json, re, sys
 text = open(sys.argv[1]).read()
 def ms(v):
-    n, unit = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    m = re.match(r"([\d.]+)(us|ms|s)", v)
+    if m is None:
+        sys.exit("cannot read wrk's latency %r from:\n%s" % (v, text))
+    n, unit = m.groups()
     return float(n) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 done = int(re.search(r"(\d+) requests in", text).group(1))
 bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 r = {"backend": sys.argv[4], "mode": "replay (wrk)", "concurrency": int(sys.argv[5]),
      "throughput": float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1)),
-     "p50_ms": ms(re.search(r"50%\s+(\S+)", text).group(1)),
-     "p99_ms": ms(re.search(r"99%\s+(\S+)", text).group(1)),
+     "p50_ms": ms(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1)),
+     "p99_ms": ms(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1)),
      "requests": done, "non_2xx": int(bad.group(1)) if bad else 0,
      "node_cpu_us": int(sys.argv[2]) / max(done, 1),
      "db_cpu_us": int(sys.argv[3]) / max(done, 1) if sys.argv[3] else None,

@@ -24,7 +24,9 @@
 //!   resolve, expire, purge, set placement, region status), the record they
 //!   act on, and the `(client id, seq)` envelope.
 //! - **log store**: [`log_store`] — the Raft log, vote and purge marker in redb.
-//! - **state machine**: [`state_machine`] (storage, snapshots) and
+//! - **state machine**: [`state_machine`] (storage, building and installing
+//!   snapshots), [`snapshot_file`] (the snapshot format and files, streamed
+//!   row by row) and
 //!   [`apply`] (the deterministic apply of one command, with dedup; the
 //!   tables and their derived indexes: unfinished records, payments by id,
 //!   each tenant's listing, and the sweeper's schedule, so expiry and purge
@@ -188,6 +190,7 @@ pub mod network;
 pub mod raft_service;
 pub mod read_index;
 pub mod server;
+pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;
 pub mod wan;

@@ -4,12 +4,11 @@
 //!
 //! Each `apply` call commits all of its entries, their effects and the new
 //! `last_applied` in one redb transaction, so the tables never disagree with
-//! `last_applied`, after a crash included. A snapshot is a postcard dump of
-//! every data table taken from one read transaction (a consistent view while
+//! `last_applied`, after a crash included. A snapshot is every data table's
+//! rows written to a file from one read transaction (a consistent view while
 //! apply goes on); installing one replaces the tables in one transaction.
-//! The snapshot is built in memory, which bounds the state to what fits in
-//! RAM — fine for records within their replay window; streaming is the next
-//! step if it is not.
+//! Both stream row by row ([`crate::snapshot_file`] owns the format and the
+//! files), so memory stays flat however many records the state holds.
 //!
 //! # Why apply does not fsync
 //!
@@ -30,7 +29,6 @@
 //! only after a quorum's logs hold the entry, so nothing acknowledged
 //! depends on the state machine's own fsync.
 
-use std::io::Cursor;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,16 +47,19 @@ use crate::apply::{
 };
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
 use crate::protocol::{PaymentListQuery, RecordQuery};
+use crate::snapshot_file::{SnapshotContent, SnapshotDir};
 use crate::types::{
-    Entry, LogId, Snapshot, SnapshotMeta, StorageError, StorageIOError, StoredMembership,
-    TypeConfig,
+    Entry, LogId, Snapshot, SnapshotData, SnapshotMeta, StorageError, StorageIOError,
+    StoredMembership, TypeConfig,
 };
 
 const SM_META: TableDefinition<&str, &[u8]> = TableDefinition::new("sm_meta");
 const LAST_APPLIED: &str = "last_applied";
 const MEMBERSHIP: &str = "membership";
 const SNAPSHOT_META: &str = "snapshot_meta";
-const SNAPSHOT_DATA: &str = "snapshot_data";
+/// Where builds before snapshot files kept the current snapshot's bytes;
+/// moved to a file when such a state machine is opened.
+const LEGACY_SNAPSHOT_DATA: &str = "snapshot_data";
 
 /// Longest time applied state stays only in memory (module docs).
 pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
@@ -92,9 +93,10 @@ impl DurableMark {
     }
 }
 
-/// A snapshot's payload: every data table as raw key/value pairs.
+/// A snapshot from a build before snapshot files: every data table as raw
+/// key/value pairs, one postcard value.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct SnapshotBody {
+struct LegacySnapshot {
     tables: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
@@ -106,6 +108,7 @@ pub struct StateMachine {
     /// A std mutex: taken for a counter update on the blocking pool, never
     /// across an await.
     durable: Arc<Mutex<DurableMark>>,
+    snapshots: Arc<SnapshotDir>,
 }
 
 fn io<E: std::error::Error + 'static>(e: E) -> StorageError {
@@ -139,10 +142,33 @@ impl StateMachine {
         if !txn.open_table(PLACEMENTS)?.is_empty()? && txn.open_table(HOMES)?.is_empty()? {
             rebuild_home_index(&txn).map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
         }
+        let snapshots = SnapshotDir::beside(path)?;
+        let current = {
+            let mut meta = txn.open_table(SM_META)?;
+            let current: Option<SnapshotMeta> = meta
+                .get(SNAPSHOT_META)?
+                .map(|v| decode(v.value()))
+                .transpose()
+                .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+            // A snapshot a build before snapshot files kept in this table:
+            // written out as its file (the reader knows that format).
+            if let Some(legacy) = meta.remove(LEGACY_SNAPSHOT_DATA)? {
+                if let Some(current) = &current {
+                    let path = snapshots.path_of(&current.snapshot_id);
+                    std::fs::write(&path, legacy.value())?;
+                    std::fs::File::open(&path)?.sync_all()?;
+                }
+            }
+            current.map(|m| m.snapshot_id)
+        };
         txn.commit()?;
+        if let Some(current) = current {
+            snapshots.remove_all_but(&current)?;
+        }
         Ok(Self {
             db: Arc::new(db),
             durable: Arc::new(Mutex::new(DurableMark::now())),
+            snapshots: Arc::new(snapshots),
         })
     }
 
@@ -366,18 +392,17 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let (meta, data) = self
-            .blocking(|db| {
+        let snapshots = self.snapshots.clone();
+        let (meta, file) = self
+            .blocking(move |db| {
                 let txn = db.begin_read().map_err(io)?;
-                let mut body = SnapshotBody::default();
-                for def in DATA_TABLES {
-                    let table = txn.open_table(def).map_err(io)?;
-                    let mut rows = Vec::new();
+                let mut writer = snapshots.writer(DATA_TABLES.len() as u16).map_err(wio)?;
+                for (index, def) in DATA_TABLES.iter().enumerate() {
+                    let table = txn.open_table(*def).map_err(io)?;
                     for item in table.iter().map_err(io)? {
                         let (k, v) = item.map_err(io)?;
-                        rows.push((k.value().to_vec(), v.value().to_vec()));
+                        writer.row(index as u8, k.value(), v.value()).map_err(wio)?;
                     }
-                    body.tables.push(rows);
                 }
                 let meta_table = txn.open_table(SM_META).map_err(io)?;
                 let read = |name: &str| -> Result<Option<Vec<u8>>, StorageError> {
@@ -404,27 +429,41 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                     last_membership: membership,
                     snapshot_id,
                 };
-                let data = encode(&body).map_err(io)?;
                 drop(meta_table);
                 drop(txn);
+                let path = writer.finish(&snapshots, &meta.snapshot_id).map_err(wio)?;
+                let file = std::fs::File::open(&path).map_err(io)?;
                 // Keep it as the current snapshot, so a restarted member can
-                // still send it to a lagging follower. This commit is durable
-                // (the default), and with it every apply before it: openraft
-                // purges the log up to this snapshot next.
+                // still send it to a lagging follower — unless one installed
+                // meanwhile is newer. This commit is durable (the default),
+                // and with it every apply before it: openraft purges the log
+                // up to this snapshot next.
                 let w = db.begin_write().map_err(wio)?;
-                {
+                let current = {
                     let mut t = w.open_table(SM_META).map_err(wio)?;
-                    t.insert(SNAPSHOT_META, encode(&meta).map_err(wio)?.as_slice())
+                    let installed: Option<SnapshotMeta> = t
+                        .get(SNAPSHOT_META)
+                        .map_err(wio)?
+                        .map(|v| decode(v.value()))
+                        .transpose()
                         .map_err(wio)?;
-                    t.insert(SNAPSHOT_DATA, data.as_slice()).map_err(wio)?;
-                }
+                    match installed {
+                        Some(newer) if newer.last_log_id > meta.last_log_id => newer.snapshot_id,
+                        _ => {
+                            t.insert(SNAPSHOT_META, encode(&meta).map_err(wio)?.as_slice())
+                                .map_err(wio)?;
+                            meta.snapshot_id.clone()
+                        }
+                    }
+                };
                 w.commit().map_err(wio)?;
-                Ok((meta, data))
+                snapshots.remove_all_but(&current).map_err(wio)?;
+                Ok((meta, file))
             })
             .await?;
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         })
     }
 }
@@ -494,46 +533,80 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        let snapshots = self.snapshots.clone();
+        let file = tokio::task::spawn_blocking(move || snapshots.receiving())
+            .await
+            .map_err(wio)?
+            .map_err(wio)?;
+        Ok(Box::new(tokio::fs::File::from_std(file)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
         let meta = meta.clone();
-        let data = snapshot.into_inner();
+        let file = snapshot.into_std().await;
+        let snapshots = self.snapshots.clone();
         self.blocking(move |db| {
             let signature = Some(meta.signature());
             let err = |e: &dyn std::fmt::Display| -> StorageError {
                 StorageIOError::write_snapshot(signature.clone(), openraft::AnyError::error(e))
                     .into()
             };
-            let body: SnapshotBody = decode(&data).map_err(|e| err(&e))?;
-            let from_older_build = body.tables.len() < DATA_TABLES.len();
+            let content = SnapshotContent::open(file.try_clone().map_err(|e| err(&e))?)
+                .map_err(|e| err(&e))?;
             let txn = db.begin_write().map_err(|e| err(&e))?;
-            if from_older_build {
-                // Tables it does not carry start empty, not with our data.
-                for def in &DATA_TABLES[body.tables.len()..] {
-                    let mut table = txn.open_table(*def).map_err(|e| err(&e))?;
-                    table.retain(|_, _| false).map_err(|e| err(&e))?;
-                }
+            // Every data table starts empty: tables an older build's
+            // snapshot does not carry are derived from the records after.
+            for def in DATA_TABLES {
+                txn.delete_table(def).map_err(|e| err(&e))?;
             }
-            for (def, rows) in DATA_TABLES.iter().zip(body.tables) {
-                let mut table = txn.open_table(*def).map_err(|e| err(&e))?;
-                table.retain(|_, _| false).map_err(|e| err(&e))?;
-                for (k, v) in rows {
-                    table
-                        .insert(k.as_slice(), v.as_slice())
+            let carried = match content {
+                SnapshotContent::Rows(mut rows) => {
+                    let carried = usize::from(rows.tables());
+                    if carried > DATA_TABLES.len() {
+                        return Err(err(&format!(
+                            "snapshot from a newer build: {carried} tables, this build knows {}",
+                            DATA_TABLES.len()
+                        )));
+                    }
+                    let mut tables = DATA_TABLES
+                        .iter()
+                        .map(|def| txn.open_table(*def))
+                        .collect::<Result<Vec<_>, _>>()
                         .map_err(|e| err(&e))?;
+                    while let Some(row) = rows.next_row().map_err(|e| err(&e))? {
+                        tables[usize::from(row.table)]
+                            .insert(row.key.as_slice(), row.value.as_slice())
+                            .map_err(|e| err(&e))?;
+                    }
+                    carried
                 }
-            }
-            if from_older_build {
+                SnapshotContent::Legacy(bytes) => {
+                    let body: LegacySnapshot = decode(&bytes).map_err(|e| err(&e))?;
+                    let carried = body.tables.len().min(DATA_TABLES.len());
+                    for (def, rows) in DATA_TABLES.iter().zip(body.tables) {
+                        let mut table = txn.open_table(*def).map_err(|e| err(&e))?;
+                        for (k, v) in rows {
+                            table
+                                .insert(k.as_slice(), v.as_slice())
+                                .map_err(|e| err(&e))?;
+                        }
+                    }
+                    carried
+                }
+            };
+            if carried < DATA_TABLES.len() {
                 rebuild_derived_indexes(&txn).map_err(|e| err(&e))?;
                 rebuild_home_index(&txn).map_err(|e| err(&e))?;
             }
+            // Named as the current snapshot before the commit that says so.
+            snapshots
+                .keep_received(&file, &meta.snapshot_id)
+                .map_err(|e| err(&e))?;
             {
                 let mut t = txn.open_table(SM_META).map_err(|e| err(&e))?;
                 if let Some(last) = meta.last_log_id {
@@ -552,10 +625,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     encode(&meta).map_err(|e| err(&e))?.as_slice(),
                 )
                 .map_err(|e| err(&e))?;
-                t.insert(SNAPSHOT_DATA, data.as_slice())
-                    .map_err(|e| err(&e))?;
             }
             txn.commit().map_err(|e| err(&e))?;
+            snapshots
+                .remove_all_but(&meta.snapshot_id)
+                .map_err(|e| err(&e))?;
             Ok(())
         })
         .await
@@ -565,16 +639,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let Some(meta) = self.meta::<SnapshotMeta>(SNAPSHOT_META)? else {
             return Ok(None);
         };
-        let txn = self.db.begin_read().map_err(io)?;
-        let table = txn.open_table(SM_META).map_err(io)?;
-        let data = table
-            .get(SNAPSHOT_DATA)
-            .map_err(io)?
-            .map(|v| v.value().to_vec())
-            .unwrap_or_default();
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        match tokio::fs::File::open(self.snapshots.path_of(&meta.snapshot_id)).await {
+            Ok(file) => Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(file),
+            })),
+            // Recorded but gone (removed by hand): openraft builds another
+            // when a follower needs one.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(snapshot = %meta.snapshot_id, "the current snapshot's file is missing");
+                Ok(None)
+            }
+            Err(e) => Err(io(e)),
+        }
     }
 }

@@ -2,8 +2,6 @@
 //! generic openraft types it is used with, so the rest of the crate reads
 //! `LogId` instead of `openraft::LogId<NodeId>`.
 
-use std::io::Cursor;
-
 use crate::command::{Batch, BatchReply};
 
 /// A member's id: one voter per region, numbered by the operator (a plain
@@ -19,7 +17,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
@@ -31,6 +29,8 @@ pub type Vote = openraft::Vote<NodeId>;
 pub type StoredMembership = openraft::StoredMembership<NodeId, Node>;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, Node>;
 pub type Snapshot = openraft::Snapshot<TypeConfig>;
+/// A snapshot's bytes: a file of [`crate::snapshot_file`]'s format.
+pub type SnapshotData = tokio::fs::File;
 pub type StorageError = openraft::StorageError<NodeId>;
 pub type StorageIOError = openraft::StorageIOError<NodeId>;
 pub type LogState = openraft::storage::LogState<TypeConfig>;
