@@ -76,6 +76,9 @@ pub struct StoreConfig {
     /// Log entries kept after a snapshot, so a briefly lagging follower
     /// catches up from the log rather than a snapshot. Default 1 000.
     pub keep_logs_after_snapshot: u64,
+    /// The state machine's page cache in bytes (default 256 MiB): with the
+    /// log's, what bounds the member's memory however many records it holds.
+    pub state_cache: usize,
     /// Group commit: most client requests in one raft entry (default 512)
     /// and most entries proposed at once (default 8).
     pub max_batch: usize,
@@ -108,6 +111,7 @@ impl StoreConfig {
             snapshot_chunk: 4 << 20,
             snapshot_every: 10_000,
             keep_logs_after_snapshot: 1_000,
+            state_cache: crate::state_machine::DEFAULT_STATE_CACHE,
             max_batch: 512,
             max_inflight_batches: 8,
             wan: WanConfig::alone(id),

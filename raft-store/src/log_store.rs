@@ -50,10 +50,16 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
     postcard::from_bytes(bytes)
 }
 
+/// redb's page cache for the log (redb's own default is 1 GiB). The log
+/// holds up to `snapshot_every` + `keep_logs_after_snapshot` entries of up
+/// to 512 requests each, gigabytes under load; replication reads what was
+/// just appended, so a small cache serves it and memory stays bounded.
+pub const LOG_CACHE: usize = 128 << 20;
+
 impl LogStore {
     /// Opens (or creates) the log at `path`.
     pub fn open(path: &Path) -> Result<Self, redb::DatabaseError> {
-        let db = Database::create(path)?;
+        let db = redb::Builder::new().set_cache_size(LOG_CACHE).create(path)?;
         Ok(Self { db: Arc::new(db) })
     }
 

@@ -108,8 +108,9 @@ impl StoreServer {
             source,
         })?;
         let log = LogStore::open(&config.data_dir.join("log.redb")).map_err(StartError::Log)?;
-        let state_machine = StateMachine::open(&config.data_dir.join("state.redb"))
-            .map_err(StartError::StateMachine)?;
+        let state_machine =
+            StateMachine::open_with_cache(&config.data_dir.join("state.redb"), config.state_cache)
+                .map_err(StartError::StateMachine)?;
 
         let edge = EdgeMetrics::default();
         let access = if config.tls.is_some() {

@@ -65,6 +65,10 @@ const LEGACY_SNAPSHOT_DATA: &str = "snapshot_data";
 pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 /// Most applies between two durable commits.
 pub const DURABLE_EVERY_APPLIES: u32 = 1_000;
+/// redb's page cache for the state machine, by default: what bounds the
+/// member's memory for its state, however many records it holds (redb's
+/// own default is 1 GiB). Reads beyond it come from the OS page cache.
+pub const DEFAULT_STATE_CACHE: usize = 256 << 20;
 
 /// When apply last committed durably.
 #[derive(Debug)]
@@ -120,8 +124,18 @@ fn wio<E: std::error::Error + 'static>(e: E) -> StorageError {
 }
 
 impl StateMachine {
+    /// Opens (or creates) the state machine at `path` with the default
+    /// cache ([`DEFAULT_STATE_CACHE`]).
     pub fn open(path: &Path) -> Result<Self, redb::Error> {
-        let db = Database::create(path)?;
+        Self::open_with_cache(path, DEFAULT_STATE_CACHE)
+    }
+
+    /// Opens (or creates) the state machine at `path`, with a redb page
+    /// cache of `cache_bytes`.
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self, redb::Error> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)?;
         // Create every table up front so readers never meet a missing one.
         let txn = db.begin_write()?;
         for table in DATA_TABLES {

@@ -105,6 +105,10 @@ struct MemberArgs {
     snapshot_every: u64,
     #[arg(long, default_value_t = 1_000)]
     keep_logs_after_snapshot: u64,
+    /// The state machine's page cache, in MiB: with the log's, what bounds
+    /// this member's memory however many records it holds.
+    #[arg(long, default_value_t = 256)]
+    state_cache_mib: usize,
     /// This member's region label [default: its --peer-regions entry, else
     /// member-<id>]. Simulated WAN latency and partitions apply between
     /// members of different regions.
@@ -302,6 +306,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     config.snapshot_every = args.snapshot_every;
     config.max_clock_offset = args.max_clock_offset;
     config.keep_logs_after_snapshot = args.keep_logs_after_snapshot;
+    config.state_cache = args.state_cache_mib << 20;
     let timing = &config.timing;
     if !(timing.heartbeat < timing.election_min && timing.election_min < timing.election_max) {
         return Err(config_error(anyhow::anyhow!(
