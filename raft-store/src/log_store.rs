@@ -59,7 +59,9 @@ pub const LOG_CACHE: usize = 128 << 20;
 impl LogStore {
     /// Opens (or creates) the log at `path`.
     pub fn open(path: &Path) -> Result<Self, redb::DatabaseError> {
-        let db = redb::Builder::new().set_cache_size(LOG_CACHE).create(path)?;
+        let db = redb::Builder::new()
+            .set_cache_size(LOG_CACHE)
+            .create(path)?;
         Ok(Self { db: Arc::new(db) })
     }
 
