@@ -12,7 +12,7 @@
 //! # Format (version 1)
 //!
 //! ```text
-//! "ONCESNAP"  u16 version  u16 tables            header, little endian
+//! 0xFF × 10  "ONCESNAP"  u16 version  u16 tables   header, little endian
 //! u8 table  u32 key len  u32 value len  key  value   one frame per row
 //! u8 0xFF  u64 rows  u32 crc32                   trailer
 //! ```
@@ -23,7 +23,13 @@
 //! byte before it, so a truncated or damaged file is refused before its
 //! transaction commits. A file without the magic is a snapshot from a build
 //! before this format (one postcard value, read whole): it is still
-//! installed, so an old and a new member can share a cluster.
+//! installed, so a new member catches up from an old leader. The other way
+//! round, the magic's ten `0xFF` bytes are a varint postcard refuses, so a
+//! member of a build before this format fails to install this file with an
+//! error rather than read its bytes as tables (postcard does not require a
+//! value to use all its input, and "ONCESNAP" alone reads as the start of
+//! 79 tables: whether the rest failed would depend on the bytes).
+//! Such a member needs upgrading before it can catch up by snapshot.
 //!
 //! # Files
 //!
@@ -39,7 +45,7 @@ use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-const MAGIC: &[u8; 8] = b"ONCESNAP";
+const MAGIC: &[u8; 18] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffONCESNAP";
 const VERSION: u16 = 1;
 const END: u8 = 0xFF;
 /// Largest key or value a frame may claim, so a damaged length cannot make
@@ -248,7 +254,7 @@ impl SnapshotContent {
     pub fn open(mut file: File) -> io::Result<Self> {
         file.seek(SeekFrom::Start(0))?;
         let mut input = BufReader::with_capacity(1 << 20, file);
-        let mut magic = [0u8; 8];
+        let mut magic = [0u8; MAGIC.len()];
         let mut read = 0;
         while read < magic.len() {
             match input.read(&mut magic[read..])? {
@@ -408,6 +414,24 @@ mod tests {
         fs::write(&path, &bytes[..bytes.len() - 6]).unwrap();
         let err = read_all(&path).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    #[test]
+    fn a_build_before_this_format_refuses_the_file_rather_than_misreading_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SnapshotDir::beside(&tmp.path().join("state.redb")).unwrap();
+        let rows: Vec<(u8, Vec<u8>, Vec<u8>)> = (0..2_000u32)
+            .map(|i| ((i % 3) as u8, i.to_be_bytes().to_vec(), vec![b'v'; 40]))
+            .collect();
+        let mut w = dir.writer(3).unwrap();
+        for (t, k, v) in &rows {
+            w.row(*t, k, v).unwrap();
+        }
+        let bytes = fs::read(w.finish(&dir, "new").unwrap()).unwrap();
+        // What the build before decoded a snapshot as.
+        type Tables = Vec<Vec<(Vec<u8>, Vec<u8>)>>;
+        let err = postcard::from_bytes::<Tables>(&bytes).unwrap_err();
+        assert_eq!(err, postcard::Error::DeserializeBadVarint);
     }
 
     #[test]
