@@ -17,10 +17,10 @@ use once_raft_store::protocol::RecordQuery;
 use once_raft_store::state_machine::StateMachine;
 use openraft::RaftSnapshotBuilder;
 use openraft::storage::RaftStateMachine;
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::AsyncSeekExt;
 
 mod common;
-use common::{Applier, DAY, scope};
+use common::{Applier, DAY, scope, send_in_chunks};
 
 const CHUNK: usize = 4 << 20;
 
@@ -96,22 +96,7 @@ async fn main() {
                 .await
                 .expect("read")
                 .expect("no snapshot built: run build first");
-            let mut received = to.begin_receiving_snapshot().await.expect("begin");
-            let mut buf = vec![0u8; CHUNK];
-            let mut offset = 0u64;
-            loop {
-                let n = snapshot.snapshot.read(&mut buf).await.expect("read chunk");
-                if n == 0 {
-                    break;
-                }
-                received
-                    .seek(std::io::SeekFrom::Start(offset))
-                    .await
-                    .expect("seek");
-                received.write_all(&buf[..n]).await.expect("write chunk");
-                offset += n as u64;
-            }
-            received.shutdown().await.expect("flush");
+            let (received, bytes) = send_in_chunks(&mut snapshot, &mut to, CHUNK).await;
             to.install_snapshot(&snapshot.meta, received)
                 .await
                 .expect("install");
@@ -127,7 +112,7 @@ async fn main() {
                 );
             }
             println!(
-                "{{\"phase\":\"install\",\"records\":{m},\"snapshot_bytes\":{offset},\"ms\":{},\"peak_rss_mib\":{}}}",
+                "{{\"phase\":\"install\",\"records\":{m},\"snapshot_bytes\":{bytes},\"ms\":{},\"peak_rss_mib\":{}}}",
                 elapsed.as_millis(),
                 peak
             );

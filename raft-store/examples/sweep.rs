@@ -11,6 +11,8 @@ use std::time::Instant;
 use once_raft_store::command::{Op, Reply};
 use once_raft_store::state_machine::StateMachine;
 
+// Shared with the snapshot example and tests, which use the rest of it.
+#[allow(dead_code)]
 mod common;
 use common::{Applier, DAY, T0};
 

@@ -254,18 +254,14 @@ impl SnapshotContent {
     pub fn open(mut file: File) -> io::Result<Self> {
         file.seek(SeekFrom::Start(0))?;
         let mut input = BufReader::with_capacity(1 << 20, file);
-        let mut magic = [0u8; MAGIC.len()];
-        let mut read = 0;
-        while read < magic.len() {
-            match input.read(&mut magic[read..])? {
-                0 => break,
-                n => read += n,
-            }
-        }
-        if read < magic.len() || &magic != MAGIC {
-            let mut legacy = magic[..read].to_vec();
-            input.read_to_end(&mut legacy)?;
-            return Ok(Self::Legacy(legacy));
+        // A legacy file may be shorter than the magic (an empty state).
+        let mut head = Vec::with_capacity(MAGIC.len());
+        (&mut input)
+            .take(MAGIC.len() as u64)
+            .read_to_end(&mut head)?;
+        if head != MAGIC {
+            input.read_to_end(&mut head)?;
+            return Ok(Self::Legacy(head));
         }
         let mut reader = SnapshotReader {
             input,

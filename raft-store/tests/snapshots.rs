@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 #[path = "../examples/common/mod.rs"]
 mod common;
-use common::{Applier, DAY, T0, scope};
+use common::{Applier, DAY, T0, scope, send_in_chunks};
 
 const RECORDS: u64 = 2_500;
 
@@ -67,37 +67,6 @@ fn view(sm: &StateMachine) -> (Vec<String>, u64, usize, Vec<String>) {
     )
 }
 
-/// Copies `snapshot` into `to` as openraft's chunked transport does: seek
-/// to each chunk's offset, write it, shut down; returns what was received.
-async fn send(
-    snapshot: &mut Snapshot,
-    to: &mut StateMachine,
-    chunk: usize,
-) -> Box<tokio::fs::File> {
-    snapshot
-        .snapshot
-        .seek(std::io::SeekFrom::Start(0))
-        .await
-        .unwrap();
-    let mut received = to.begin_receiving_snapshot().await.unwrap();
-    let mut buf = vec![0u8; chunk];
-    let mut offset = 0;
-    loop {
-        let n = snapshot.snapshot.read(&mut buf).await.unwrap();
-        if n == 0 {
-            break;
-        }
-        received
-            .seek(std::io::SeekFrom::Start(offset))
-            .await
-            .unwrap();
-        received.write_all(&buf[..n]).await.unwrap();
-        offset += n as u64;
-    }
-    received.shutdown().await.unwrap();
-    received
-}
-
 async fn bytes_of(snapshot: &mut Snapshot) -> Vec<u8> {
     let mut out = Vec::new();
     snapshot
@@ -129,7 +98,7 @@ async fn a_snapshot_installs_on_another_member_chunk_by_chunk_and_is_kept_across
     let mut b = StateMachine::open(&b_dir.path().join("state.redb")).unwrap();
     // An abandoned stream first (the leader moved on): its file goes.
     drop(b.begin_receiving_snapshot().await.unwrap());
-    let received = send(&mut snapshot, &mut b, 64 << 10).await;
+    let (received, _) = send_in_chunks(&mut snapshot, &mut b, 64 << 10).await;
     b.install_snapshot(&snapshot.meta, received).await.unwrap();
     assert_eq!(view(&b), original);
     assert_eq!(
@@ -171,7 +140,7 @@ async fn a_damaged_snapshot_is_refused_and_the_state_stays_as_it_was() {
         .unwrap();
     let applied = b.sm.applied_state().await.unwrap();
 
-    let mut received = send(&mut snapshot, &mut b.sm, 1 << 20).await;
+    let (mut received, _) = send_in_chunks(&mut snapshot, &mut b.sm, 1 << 20).await;
     let len = received.seek(std::io::SeekFrom::End(0)).await.unwrap();
     // One bit of one row, well past the header.
     received

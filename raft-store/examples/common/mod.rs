@@ -1,14 +1,16 @@
 //! What the raft-store examples and snapshot tests share: a state machine filled with N
 //! finished payment records through openraft's `RaftStateMachine::apply`,
-//! as a leader would apply them (1,000 requests per entry).
+//! as a leader would apply them (1,000 requests per entry), and a snapshot
+//! copied into another state machine as openraft's transport does.
 
 use once_raft_store::command::{
     Batch, BusinessKey, ClientRequest, NewClaim, Op, Reply, Scope, Sealed, Step,
 };
 use once_raft_store::state_machine::StateMachine;
-use once_raft_store::types::{Entry, LogId};
+use once_raft_store::types::{Entry, LogId, Snapshot, TypeConfig};
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, EntryPayload};
+use openraft::{CommittedLeaderId, EntryPayload, RaftTypeConfig};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 pub const T0: i64 = 1_700_000_000_000;
 pub const DAY: i64 = 86_400_000;
@@ -103,4 +105,36 @@ fn new_claim(k: u64) -> NewClaim {
         epoch: 0,
         lease_ms: 10_000,
     }
+}
+
+/// What a state machine receives a snapshot into.
+pub type Received = Box<<TypeConfig as RaftTypeConfig>::SnapshotData>;
+
+/// Copies `snapshot` into `to` as openraft's chunked transport does: from
+/// its start, each chunk written at its offset, then shut down. Returns
+/// what `to` received, ready to install, and its size in bytes.
+pub async fn send_in_chunks(
+    snapshot: &mut Snapshot,
+    to: &mut StateMachine,
+    chunk: usize,
+) -> (Received, u64) {
+    let from = &mut snapshot.snapshot;
+    from.seek(std::io::SeekFrom::Start(0)).await.expect("seek");
+    let mut received = to.begin_receiving_snapshot().await.expect("begin");
+    let mut buf = vec![0u8; chunk];
+    let mut offset = 0;
+    loop {
+        let n = from.read(&mut buf).await.expect("read chunk");
+        if n == 0 {
+            break;
+        }
+        received
+            .seek(std::io::SeekFrom::Start(offset))
+            .await
+            .expect("seek");
+        received.write_all(&buf[..n]).await.expect("write chunk");
+        offset += n as u64;
+    }
+    received.shutdown().await.expect("flush");
+    (received, offset)
 }
