@@ -18,30 +18,17 @@ declare -A PID
 cleanup() { for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT
 
-PEERS="1=127.0.0.1:27001,2=127.0.0.2:27001,3=127.0.0.3:27001"
 export ONCE_ADMIN_TOKEN="catch-up-bench-admin-token-$$-0123456789"
-"$ONCE" certs init --dir "$DIR/ca" >/dev/null
-for i in 1 2 3; do
-  "$ONCE" certs issue --ca "$DIR/ca" --region "member-$i" --role store --ip "127.0.0.$i" --out "$DIR/tls$i" >/dev/null
-done
-"$ONCE" certs issue --ca "$DIR/ca" --region bench --role operator --out "$DIR/operator" >/dev/null
-start() { # id [extra flags…]
-  local i=$1; shift
-  RUST_LOG=error "$ONCE" store --id "$i" --raft-addr "127.0.0.$i:27001" --api-addr "127.0.0.$i:27101" \
-    --admin-listen "127.0.0.$i:27201" \
-    --tls-ca "$DIR/tls$i/ca.pem" --tls-cert "$DIR/tls$i/cert.pem" --tls-key "$DIR/tls$i/key.pem" \
-    --data-dir "$DIR/m$i" "$@" >>"$DIR/out$i" 2>&1 &
-  PID[$i]=$!
-}
-for i in 1 2 3; do start "$i" --peers "$PEERS"; done
-export ONCE_TLS_CA="$DIR/operator/ca.pem" ONCE_TLS_CERT="$DIR/operator/cert.pem" ONCE_TLS_KEY="$DIR/operator/key.pem"
-ENDPOINTS="127.0.0.1:27101,127.0.0.2:27101,127.0.0.3:27101"
+source bench/store-cluster.sh
+store_certs
+start() { store_start "$@"; PID[$1]=$STORE_PID; }
+for i in 1 2 3; do start "$i" --peers "$STORE_PEERS"; done
+store_operator_env
+ENDPOINTS=$STORE_ENDPOINTS
 ADMIN="127.0.0.1:27201,127.0.0.2:27201,127.0.0.3:27201"
 status() { "$ONCE" store status --endpoints "$1"; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.readline()).get(sys.argv[1]))' "$1"; }
-leader() { [[ "$(status "$ENDPOINTS")" == *'"state":"Leader"'* ]]; }
-for _ in $(seq 1 100); do leader && break; sleep 0.1; done
-leader || { echo "no leader"; exit 1; }
+store_wait_for_leader
 peak_mib() { awk '/VmHWM/ {printf "%d", $2 / 1024}' "/proc/$1/status"; }
 disk_mib() { du -sm "$1" | cut -f1; }
 

@@ -23,27 +23,15 @@ trap cleanup EXIT
 
 WAN_FLAGS=()
 [[ $MODE == wan ]] && WAN_FLAGS=(--wan-latency "$RTT_MS")
-PEERS="1=127.0.0.1:27001,2=127.0.0.2:27001,3=127.0.0.3:27001"
-# Mutual TLS as deployed: a CA, a certificate per member, and an operator's
-# for the status and bench commands (which present it through ONCE_TLS_*).
-"$ONCE" certs init --dir "$DIR/ca" >/dev/null
+source bench/store-cluster.sh
+store_certs
 for i in 1 2 3; do
-  "$ONCE" certs issue --ca "$DIR/ca" --region "member-$i" --role store --ip "127.0.0.$i" --out "$DIR/tls$i" >/dev/null
+  store_start "$i" --peers "$STORE_PEERS" "${WAN_FLAGS[@]}"
+  PIDS+=("$STORE_PID")
 done
-"$ONCE" certs issue --ca "$DIR/ca" --region bench --role operator --out "$DIR/operator" >/dev/null
-for i in 1 2 3; do
-  RUST_LOG=error "$ONCE" store --id "$i" --raft-addr "127.0.0.$i:27001" --api-addr "127.0.0.$i:27101" \
-    --admin-listen "127.0.0.$i:27201" \
-    --tls-ca "$DIR/tls$i/ca.pem" --tls-cert "$DIR/tls$i/cert.pem" --tls-key "$DIR/tls$i/key.pem" \
-    --data-dir "$DIR/m$i" --peers "$PEERS" "${WAN_FLAGS[@]}" >"$DIR/out$i" 2>&1 &
-  PIDS+=($!)
-done
-export ONCE_TLS_CA="$DIR/operator/ca.pem" ONCE_TLS_CERT="$DIR/operator/cert.pem" ONCE_TLS_KEY="$DIR/operator/key.pem"
-ENDPOINTS="127.0.0.1:27101,127.0.0.2:27101,127.0.0.3:27101"
-# Wait (with a deadline) until a leader is elected.
-leader() { [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *'"state":"Leader"'* ]]; }
-for _ in $(seq 1 100); do leader && break; sleep 0.1; done
-leader || { echo "no leader"; exit 1; }
+store_operator_env
+ENDPOINTS=$STORE_ENDPOINTS
+store_wait_for_leader
 
 if [[ $MODE == wan ]]; then
   echo "# $(nproc) cores, members with --wan-latency $RTT_MS, one sequential client, $REQUESTS claims per run, binary $ONCE"
