@@ -290,6 +290,8 @@ mod tests {
             voters: vec![1, 2, 3],
             learners: Vec::new(),
             follower_lag: Default::default(),
+            wire: Default::default(),
+            remembered_clients: None,
         }
     }
 

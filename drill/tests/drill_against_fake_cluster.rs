@@ -223,6 +223,8 @@ fn member_status(id: u64, leader: u64, applied: u64) -> Value {
         voters: vec![1, 2],
         learners: Vec::new(),
         follower_lag: Default::default(),
+        wire: Default::default(),
+        remembered_clients: None,
     })
     .unwrap()
 }

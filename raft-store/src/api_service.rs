@@ -49,13 +49,14 @@ use crate::group_commit::GroupCommit;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
     ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
-    Status, WRITE_PATH, WriteRequest,
+    Status, WRITE_PATH, WireStatus, WriteRequest,
 };
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
 use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError, StorageError};
 use crate::wan::{self, CLIENT_REGION_HEADER, PARTITION_PATH, SetPartition, SimulatedWan};
 use crate::wire::Postcard;
+use crate::wire_versions::{self, WireVersions};
 
 /// What every handler shares.
 pub struct ApiState {
@@ -80,6 +81,8 @@ pub struct ApiState {
     pub wan: Arc<SimulatedWan>,
     /// This member's clock and its checks against its peers'.
     pub clock: Arc<crate::clock::ClockGuard>,
+    /// The wire version each member speaks, this one's included.
+    pub versions: Arc<WireVersions>,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -120,6 +123,11 @@ pub fn client_router(state: Arc<ApiState>) -> Router {
         ))
         // A server span per request, continuing the caller's trace.
         .layer(axum::middleware::from_fn(server_span))
+        // Every answer declares this member's wire version.
+        .layer(axum::middleware::from_fn_with_state(
+            state.versions.clone(),
+            wire_versions::declare,
+        ))
         .with_state(state)
 }
 
@@ -344,7 +352,16 @@ pub fn status_of(state: &ApiState) -> Status {
         }
         _ => m.last_applied.map(|l| l.index),
     };
+    let members: Vec<NodeId> = membership.nodes().map(|(id, _)| *id).collect();
+    let wire = WireStatus {
+        speaks: state.versions.speaks(),
+        cluster: state.state_machine.wire_version().unwrap_or(1),
+        members: state.versions.members(),
+        agreed: state.versions.agreed(members),
+    };
     Status {
+        wire,
+        remembered_clients: state.state_machine.remembered_clients().ok(),
         id: state.id,
         raft_addr: state.raft_addr.clone(),
         api_addr: state.api_addr.clone(),

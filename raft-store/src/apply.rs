@@ -14,6 +14,7 @@ use crate::command::{
     BusinessKey, ClientRequest, Millis, MovedPlacement, NewClaim, Op, Placement, Record, Reply,
     Scope, Status, Step, TakeOverKind,
 };
+use crate::sessions::{self, session_key};
 
 type Bytes = &'static [u8];
 
@@ -67,6 +68,15 @@ pub(crate) const DUE: TableDefinition<Bytes, Bytes> = TableDefinition::new("due"
 /// rebuilt ([`rebuild_home_index`]).
 pub(crate) const HOMES: TableDefinition<Bytes, Bytes> = TableDefinition::new("homes");
 
+/// `name` → value: what the cluster as a whole has agreed, replicated like
+/// everything else. Today one entry, [`WIRE_VERSION_KEY`]. Last of the data
+/// tables, and carried by a snapshot only once it holds anything, so a
+/// cluster that has not moved past wire version 1 still sends snapshots a
+/// member of the build before installs.
+pub(crate) const CLUSTER: TableDefinition<Bytes, Bytes> = TableDefinition::new("cluster");
+/// The wire version the cluster has moved to (u16 big-endian; absent: 1).
+pub(crate) const WIRE_VERSION_KEY: &[u8] = b"wire_version";
+
 /// The kinds of [`DUE`] entries.
 const DUE_TO_EXPIRE: u8 = b'e';
 const DUE_TO_PURGE: u8 = b'p';
@@ -74,7 +84,7 @@ const DUE_TO_PURGE: u8 = b'p';
 /// Every table a snapshot carries, in a fixed order. New tables go last: a
 /// snapshot from an older build carries a prefix of this list, and the
 /// derived tables it lacks are rebuilt after it is installed.
-pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 11] = [
+pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 12] = [
     RECORDS,
     BUSINESS_KEYS,
     PLACEMENTS,
@@ -86,7 +96,23 @@ pub(crate) const DATA_TABLES: [TableDefinition<Bytes, Bytes>; 11] = [
     TENANT_PAYMENTS,
     DUE,
     HOMES,
+    CLUSTER,
 ];
+
+/// How many of [`DATA_TABLES`] a snapshot of a build before [`CLUSTER`]
+/// carried: a snapshot with fewer lacks derived indexes, rebuilt after it
+/// installs.
+pub(crate) const TABLES_BEFORE_CLUSTER: usize = 11;
+
+/// The wire version in `cluster` (1 when none was ever set).
+pub(crate) fn wire_version_in(
+    cluster: &impl ReadableTable<Bytes, Bytes>,
+) -> Result<u16, redb::StorageError> {
+    Ok(cluster
+        .get(WIRE_VERSION_KEY)?
+        .and_then(|v| <[u8; 2]>::try_from(v.value()).ok())
+        .map_or(1, u16::from_be_bytes))
+}
 
 /// Where the tenants homed in `region` start in [`HOMES`]: the region is
 /// postcard (length-prefixed, so no region's prefix starts another's).
@@ -270,13 +296,6 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::E
     postcard::from_bytes(bytes)
 }
 
-fn session_key(client: u64, seq: u64) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&client.to_be_bytes());
-    k[8..].copy_from_slice(&seq.to_be_bytes());
-    k
-}
-
 /// The open tables of one write transaction.
 pub(crate) struct Tables<'txn> {
     pub records: Table<'txn, Bytes, Bytes>,
@@ -290,10 +309,14 @@ pub(crate) struct Tables<'txn> {
     pub tenant_payments: Table<'txn, Bytes, Bytes>,
     pub due: Table<'txn, Bytes, Bytes>,
     pub homes: Table<'txn, Bytes, Bytes>,
+    pub cluster: Table<'txn, Bytes, Bytes>,
+    /// The cluster's wire version, read once per transaction.
+    wire_version: u16,
 }
 
 impl<'txn> Tables<'txn> {
     pub fn open(txn: &'txn redb::WriteTransaction) -> Result<Self, redb::Error> {
+        let cluster = txn.open_table(CLUSTER)?;
         Ok(Self {
             records: txn.open_table(RECORDS)?,
             business_keys: txn.open_table(BUSINESS_KEYS)?,
@@ -306,6 +329,8 @@ impl<'txn> Tables<'txn> {
             tenant_payments: txn.open_table(TENANT_PAYMENTS)?,
             due: txn.open_table(DUE)?,
             homes: txn.open_table(HOMES)?,
+            wire_version: wire_version_in(&cluster)?,
+            cluster,
         })
     }
 
@@ -485,12 +510,8 @@ impl<'txn> Tables<'txn> {
 
     /// Applies one client request, exactly once per `(client, seq)`.
     pub fn apply(&mut self, req: &ClientRequest) -> Result<Reply, ApplyError> {
-        let floor_key = req.client.to_be_bytes();
-        let floor = match self.floors.get(floor_key.as_slice())? {
-            Some(v) => u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8])),
-            None => 0,
-        };
-        if req.seq < floor {
+        let mut floor = sessions::floor_of(&self.floors, req.client)?;
+        if req.seq < floor.floor {
             return Ok(Reply::StaleSequence);
         }
         let key = session_key(req.client, req.seq);
@@ -500,16 +521,53 @@ impl<'txn> Tables<'txn> {
         let reply = self.execute(req.now, &req.op)?;
         self.sessions
             .insert(key.as_slice(), encode(&reply)?.as_slice())?;
+        let mut changed = false;
         let new_floor = req.acked_below.min(req.seq);
-        if new_floor > floor {
-            let from = session_key(req.client, floor);
-            let to = session_key(req.client, new_floor);
-            self.sessions
-                .retain_in(from.as_slice()..to.as_slice(), |_, _| false)?;
-            self.floors
-                .insert(floor_key.as_slice(), new_floor.to_be_bytes().as_slice())?;
+        if new_floor > floor.floor {
+            sessions::forget_replies(&mut self.sessions, req.client, floor.floor, new_floor)?;
+            floor.floor = new_floor;
+            changed = true;
+        }
+        // From wire version 2 every member records when each client was
+        // last seen, so all of them forget the same idle clients.
+        if self.wire_version >= 2 && floor.seen_is_stale(req.now) {
+            floor.last_seen = Some(req.now);
+            changed = true;
+        }
+        if changed {
+            sessions::put_floor(&mut self.floors, req.client, floor)?;
         }
         Ok(reply)
+    }
+
+    /// [`Op::RaiseWireVersion`]: never back. Moving to 2 stamps every
+    /// client known so far as seen now.
+    fn raise_wire_version(&mut self, now: Millis, version: u16) -> Result<Reply, ApplyError> {
+        if version > self.wire_version {
+            if self.wire_version < 2 && version >= 2 {
+                sessions::stamp_unseen(&mut self.floors, now)?;
+            }
+            self.cluster
+                .insert(WIRE_VERSION_KEY, version.to_be_bytes().as_slice())?;
+            self.wire_version = version;
+        }
+        Ok(Reply::Ok)
+    }
+
+    /// [`Op::ForgetIdleClients`]; forgets nothing before wire version 2,
+    /// when no member records when clients were seen.
+    fn forget_idle_clients(
+        &mut self,
+        now: Millis,
+        idle_ms: i64,
+        limit: u32,
+    ) -> Result<Reply, ApplyError> {
+        if self.wire_version < 2 {
+            return Ok(Reply::Count(0));
+        }
+        let idle = sessions::idle_clients(&self.floors, now, idle_ms, limit as usize)?;
+        sessions::forget_clients(&mut self.sessions, &mut self.floors, &idle)?;
+        Ok(Reply::Count(idle.len() as u64))
     }
 
     fn execute(&mut self, now: Millis, op: &Op) -> Result<Reply, ApplyError> {
@@ -624,6 +682,10 @@ impl<'txn> Tables<'txn> {
             }
             Op::MoveRegion { from, eligible } => self.move_region(from, eligible),
             Op::ReturnHome { to } => self.return_home(to),
+            Op::RaiseWireVersion { version } => self.raise_wire_version(now, *version),
+            Op::ForgetIdleClients { idle_ms, limit } => {
+                self.forget_idle_clients(now, *idle_ms, *limit)
+            }
             Op::SetRegionStatus { region, status } => {
                 self.regions
                     .insert(region.as_bytes(), encode(status)?.as_slice())?;

@@ -85,6 +85,9 @@ impl Caller {
             | Op::SetRegionStatus { .. }
             | Op::MoveRegion { .. }
             | Op::ReturnHome { .. } => &[Role::Router, Role::Operator],
+            // The leader proposes these itself (`crate::housekeeping`),
+            // never through the client API.
+            Op::RaiseWireVersion { .. } | Op::ForgetIdleClients { .. } => &[],
         };
         self.is(roles)
     }

@@ -92,6 +92,14 @@ pub struct StoreConfig {
     /// [`crate::clock`]). Members' clocks must be kept well within it
     /// (NTP keeps them within milliseconds).
     pub max_clock_offset: Duration,
+    /// The newest wire version this member declares (default: this
+    /// build's). Lower keeps the cluster at that version, so the build
+    /// before can still be rolled back to ([`crate::wire_versions`]).
+    pub wire_version: u16,
+    /// What the leader does on its own ([`crate::housekeeping`]): how
+    /// often it looks (default 1 s) and how long a client stays idle
+    /// before its dedup entries are forgotten (default 24 h).
+    pub housekeeping: crate::housekeeping::Settings,
 }
 
 impl StoreConfig {
@@ -116,6 +124,11 @@ impl StoreConfig {
             max_inflight_batches: 8,
             wan: WanConfig::alone(id),
             max_clock_offset: Duration::from_millis(500),
+            wire_version: crate::wire::WIRE_VERSION,
+            housekeeping: crate::housekeeping::Settings {
+                every: Duration::from_secs(1),
+                forget_clients_after: Some(Duration::from_secs(24 * 3600)),
+            },
         }
     }
 }

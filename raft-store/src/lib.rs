@@ -30,7 +30,8 @@
 //!   [`apply`] (the deterministic apply of one command, with dedup; the
 //!   tables and their derived indexes: unfinished records, payments by id,
 //!   each tenant's listing, and the sweeper's schedule, so expiry and purge
-//!   read only the records that are due).
+//!   read only the records that are due), [`sessions`] (the dedup table's
+//!   floors, when each client was last seen, forgetting idle clients).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
 //!   `once-store-client`).
@@ -38,7 +39,12 @@
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
 //!   [`group_commit`], [`read_index`], [`metrics`], [`clock`] (leader-stamped
-//!   time and the clock checks between members).
+//!   time and the clock checks between members), [`housekeeping`] (what
+//!   the leader proposes on its own: a new wire version, forgetting idle
+//!   clients).
+//! - **versions**: [`wire_versions`] — which wire version each member
+//!   speaks, as heard on Raft RPC; the cluster moves to a new one only once
+//!   every member speaks it, so two releases run side by side in a roll.
 //! - **trust**: [`authz`] — who may call what, by the identity of the
 //!   caller's client certificate: members speak Raft, nodes and routers
 //!   use their role's commands and reads, operators the rest. All three
@@ -184,16 +190,19 @@ pub mod authz;
 pub mod clock;
 pub mod config;
 pub mod group_commit;
+pub mod housekeeping;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod raft_service;
 pub mod read_index;
 pub mod server;
+pub mod sessions;
 pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;
 pub mod wan;
+pub mod wire_versions;
 
 /// The types the member shares with its clients, defined once in
 /// `once-store-client`.

@@ -1,6 +1,6 @@
 //! A member's metrics in Prometheus text: Raft leader, term, commit and
-//! applied index, apply lag and each follower's replication lag, plus the
-//! edge's. Rendered from the member's status at scrape time (openraft's own
+//! applied index, apply lag and each follower's replication lag, wire
+//! versions and remembered clients, plus the edge's. Rendered from the member's status at scrape time (openraft's own
 //! metrics), so there is nothing to keep in sync; `api_service` serves it.
 
 use axum::http::header;
@@ -71,6 +71,24 @@ pub fn render(status: &Status, edge: &EdgeMetrics) -> impl IntoResponse + use<> 
         "raft_apply_lag",
         "Committed entries not yet applied to the state machine",
         index(status.committed_index).saturating_sub(index(status.applied_index)),
+    );
+    gauge(
+        &mut registry,
+        "raft_wire_version",
+        "The newest wire version this member speaks",
+        i64::from(status.wire.speaks),
+    );
+    gauge(
+        &mut registry,
+        "raft_cluster_wire_version",
+        "The wire version the cluster has moved to, as this member applied it",
+        i64::from(status.wire.cluster),
+    );
+    gauge(
+        &mut registry,
+        "raft_remembered_clients",
+        "Clients whose dedup entries the state machine remembers",
+        index(status.remembered_clients),
     );
     let lag = Family::<Follower, Gauge>::default();
     for (id, behind) in &status.follower_lag {

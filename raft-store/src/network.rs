@@ -11,8 +11,10 @@
 //! | the peer answered with a Raft error | `RemoteError` | acts on it |
 //! | partitioned ([`crate::wan`]): cut off here, or refused by the peer | `Unreachable` | backs off |
 //!
-//! Every RPC carries this member's region (`X-Once-Region`) and, to a
-//! member of another region, first waits the simulated WAN latency.
+//! Every RPC carries this member's region (`X-Once-Region`) and wire
+//! version, records the peer's version from the answer
+//! ([`crate::wire_versions`]) and, to a member of another region, first
+//! waits the simulated WAN latency.
 //!
 //! # Commit notices do not hold up the next append
 //!
@@ -59,6 +61,7 @@ use crate::types::{
 };
 use crate::wan::{self, REGION_HEADER, SimulatedWan, WanConfig};
 use crate::wire;
+use crate::wire_versions::WireVersions;
 
 /// Paths of the Raft RPC listener.
 pub const APPEND_PATH: &str = "/raft/append";
@@ -78,6 +81,7 @@ pub struct Network {
     max_body: usize,
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
+    versions: Arc<WireVersions>,
 }
 
 impl Network {
@@ -111,6 +115,7 @@ impl Network {
                 Duration::from_millis(500),
                 Duration::from_millis(300),
             )),
+            versions: Arc::new(WireVersions::new(id, wire::WIRE_VERSION)),
         })
     }
 
@@ -122,6 +127,12 @@ impl Network {
     /// Sends through `wan`: its latency and partition apply to every RPC.
     pub fn with_wan(self, wan: Arc<SimulatedWan>) -> Self {
         Self { wan, ..self }
+    }
+
+    /// Declares this member's version on every RPC and records each peer's
+    /// from its answers.
+    pub fn with_versions(self, versions: Arc<WireVersions>) -> Self {
+        Self { versions, ..self }
     }
 }
 
@@ -138,6 +149,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 max_body: self.max_body,
                 wan: self.wan.clone(),
                 clock: self.clock.clone(),
+                versions: self.versions.clone(),
             }),
             confirmed: None,
             notices: None,
@@ -221,6 +233,7 @@ struct Link {
     max_body: usize,
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
+    versions: Arc<WireVersions>,
 }
 
 impl Link {
@@ -300,6 +313,7 @@ impl Link {
             .header(MEMBER_HEADER, self.id)
             .header(QUORUM_HEADER, if self.clock.vouches() { "1" } else { "0" })
             .header(CLOCK_HEADER, self.clock.now())
+            .header(wire::VERSION_HEADER, self.versions.speaks())
             .timeout(timeout)
             .body(body)
             .send()
@@ -318,6 +332,7 @@ impl Link {
             Err(e) => return Err(RpcError::Network(NetworkError::new(&e))),
         };
         self.read_clock(sent_at, response.headers());
+        self.versions.heard_in(self.target, response.headers());
         let status = response.status();
         if wan::is_partition_refusal(status.as_u16(), response.headers()) {
             return Err(self.partitioned("the peer is cut off from this region"));

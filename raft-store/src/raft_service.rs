@@ -7,6 +7,9 @@
 //! request from a candidate whose clock disagrees with this member's is
 //! refused before raft sees it (`409`).
 //!
+//! Every answer declares this member's wire version, and the version each
+//! calling member declares is recorded ([`crate::wire_versions`]).
+//!
 //! Only store members may call it ([`crate::authz`]): a forged vote or
 //! append from any other identity is refused before raft sees it.
 //!
@@ -34,6 +37,7 @@ use crate::types::{
 };
 use crate::wan::{self, REGION_HEADER, SimulatedWan};
 use crate::wire::Postcard;
+use crate::wire_versions::{self, WireVersions};
 
 /// `max_body` bounds one append batch or snapshot chunk; a sender over it
 /// gets 413 and splits the batch. `wan` decides which senders get through;
@@ -43,6 +47,7 @@ pub fn router(
     max_body: usize,
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
+    versions: Arc<WireVersions>,
     access: Access,
 ) -> Router {
     Router::new()
@@ -52,6 +57,10 @@ pub fn router(
         .route(INITIALIZED_PATH, get(initialized))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(clock, exchange_clocks))
+        .layer(axum::middleware::from_fn_with_state(
+            versions.clone(),
+            wire_versions::hear,
+        ))
         // A partitioned sender's body is never even read.
         .layer(axum::middleware::from_fn_with_state(wan, partition))
         // Outermost: only members speak Raft, partition or not.
@@ -62,6 +71,11 @@ pub fn router(
                 what: "speak Raft",
             },
             authz::require,
+        ))
+        // Every answer, refusals included, declares this member's version.
+        .layer(axum::middleware::from_fn_with_state(
+            versions,
+            wire_versions::declare,
         ))
         .with_state(raft)
 }

@@ -18,6 +18,7 @@ use crate::authz::Access;
 use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
 use crate::group_commit::GroupCommit;
+use crate::housekeeping::Housekeeping;
 use crate::log_store::LogStore;
 use crate::network::{INITIALIZED_PATH, Network};
 use crate::raft_service;
@@ -25,6 +26,7 @@ use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
 use crate::types::{Node, NodeId, Raft};
 use crate::wan::{REGION_HEADER, SimulatedWan};
+use crate::wire_versions::WireVersions;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -164,6 +166,7 @@ impl StoreServer {
             config.max_clock_offset,
             t.heartbeat,
         ));
+        let versions = Arc::new(WireVersions::new(config.id, config.wire_version));
         let network = Network::new(
             config.id,
             Some(raft_addr.ip()),
@@ -173,7 +176,8 @@ impl StoreServer {
         )
         .map_err(StartError::Client)?
         .with_wan(wan.clone())
-        .with_clock(clock.clone());
+        .with_clock(clock.clone())
+        .with_versions(versions.clone());
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -184,16 +188,27 @@ impl StoreServer {
         .await
         .map_err(StartError::Raft)?;
 
+        let group_commit = GroupCommit::start(
+            raft.clone(),
+            clock.clone(),
+            config.max_batch,
+            config.max_inflight_batches,
+        );
+        Housekeeping {
+            raft: raft.clone(),
+            state_machine: state_machine.clone(),
+            group_commit: group_commit.clone(),
+            versions: versions.clone(),
+            clock: clock.clone(),
+            settings: config.housekeeping.clone(),
+        }
+        .start();
         let api = Arc::new(ApiState {
             id: config.id,
             raft: raft.clone(),
             state_machine: state_machine.clone(),
-            group_commit: GroupCommit::start(
-                raft.clone(),
-                clock.clone(),
-                config.max_batch,
-                config.max_inflight_batches,
-            ),
+            group_commit,
+            versions: versions.clone(),
             read_index: ReadIndex::start(raft.clone()),
             raft_addr: raft_addr.to_string(),
             api_addr: api_addr.to_string(),
@@ -218,6 +233,7 @@ impl StoreServer {
             config.max_body,
             wan.clone(),
             clock.clone(),
+            versions,
             access,
         );
         tokio::spawn(raft_server.serve(raft_router, stopped(stopping.clone()), drain));

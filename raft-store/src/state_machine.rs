@@ -41,9 +41,10 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use crate::apply::{
-    DATA_TABLES, DUE, HOMES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS, TENANT_PAYMENTS, Tables,
-    UNFINISHED, decode, encode, rebuild_derived_indexes, rebuild_home_index, tenant_payment_key,
-    tenant_payments_prefix, tenants_homed_in,
+    CLUSTER, DATA_TABLES, DUE, FLOORS, HOMES, PAYMENT_IDS, PLACEMENTS, RECORDS, REGIONS,
+    TABLES_BEFORE_CLUSTER, TENANT_PAYMENTS, Tables, UNFINISHED, decode, encode,
+    rebuild_derived_indexes, rebuild_home_index, tenant_payment_key, tenant_payments_prefix,
+    tenants_homed_in, wire_version_in,
 };
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
 use crate::protocol::{PaymentListQuery, RecordQuery};
@@ -277,6 +278,34 @@ impl StateMachine {
         Ok(out)
     }
 
+    /// The wire version the cluster has moved to, as applied here.
+    pub fn wire_version(&self) -> Result<u16, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(CLUSTER).map_err(io)?;
+        wire_version_in(&table).map_err(io)
+    }
+
+    /// How many clients the dedup table remembers.
+    pub fn remembered_clients(&self) -> Result<u64, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(FLOORS).map_err(io)?;
+        table.len().map_err(io)
+    }
+
+    /// The clients (at most `limit`) not seen for `idle_ms` before `now`:
+    /// what [`Op::ForgetIdleClients`](crate::command::Op::ForgetIdleClients)
+    /// would forget at `now`.
+    pub fn idle_clients(
+        &self,
+        now: i64,
+        idle_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<u64>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(FLOORS).map_err(io)?;
+        crate::sessions::idle_clients(&table, now, idle_ms, limit).map_err(io)
+    }
+
     /// The tenants homed in `region`, by tenant, as the home index lists
     /// them (what a bulk failover reads).
     pub fn homed_in(&self, region: &str) -> Result<Vec<String>, StorageError> {
@@ -410,8 +439,20 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         let (meta, file) = self
             .blocking(move |db| {
                 let txn = db.begin_read().map_err(io)?;
-                let mut writer = snapshots.writer(DATA_TABLES.len() as u16).map_err(wio)?;
-                for (index, def) in DATA_TABLES.iter().enumerate() {
+                // The cluster table only once it holds something: until
+                // then a member of the build before can install this.
+                let carried = if txn
+                    .open_table(CLUSTER)
+                    .map_err(io)?
+                    .is_empty()
+                    .map_err(io)?
+                {
+                    TABLES_BEFORE_CLUSTER
+                } else {
+                    DATA_TABLES.len()
+                };
+                let mut writer = snapshots.writer(carried as u16).map_err(wio)?;
+                for (index, def) in DATA_TABLES.iter().take(carried).enumerate() {
                     let table = txn.open_table(*def).map_err(io)?;
                     for item in table.iter().map_err(io)? {
                         let (k, v) = item.map_err(io)?;
@@ -613,7 +654,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     carried
                 }
             };
-            if carried < DATA_TABLES.len() {
+            if carried < TABLES_BEFORE_CLUSTER {
                 rebuild_derived_indexes(&txn).map_err(|e| err(&e))?;
                 rebuild_home_index(&txn).map_err(|e| err(&e))?;
             }

@@ -930,3 +930,80 @@ async fn a_hundred_thousand_tenants_fail_over_in_one_apply() {
     assert_eq!(h.sm.homed_in("eu").unwrap(), Vec::<String>::new());
     assert!(took < std::time::Duration::from_secs(60), "{took:?}");
 }
+
+/// Wire version 2: every member records when each client was last seen,
+/// and `ForgetIdleClients` forgets the replies and floor of clients idle
+/// past the limit, and no one else's. Before the cluster moves to 2 it
+/// forgets nothing (members of the build before keep no such stamp).
+#[tokio::test]
+async fn idle_clients_are_forgotten_once_the_cluster_moved_to_wire_version_2() {
+    const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
+    let mut h = Harness::new();
+    let placement = |client, tenant: &str, now| ClientRequest {
+        client,
+        seq: 1,
+        acked_below: 1,
+        now,
+        op: Op::SetPlacement {
+            tenant: tenant.into(),
+            expected_epoch: 0,
+            home: "eu".into(),
+            standbys: vec![],
+        },
+    };
+    let forget = Op::ForgetIdleClients {
+        idle_ms: DAY,
+        limit: 100,
+    };
+    // Client 7 writes under version 1 and goes quiet.
+    let first = h.apply_requests(vec![placement(7, "acme", T0)]).await;
+    assert!(matches!(first[0], Reply::Placement(_)));
+    assert_eq!(h.run(T0 + 2 * DAY, forget.clone()).await, Reply::Count(0));
+    assert_eq!(
+        h.apply_requests(vec![placement(7, "acme", T0)]).await,
+        first
+    );
+
+    // The cluster moves to 2: client 7 counts as seen at the move.
+    assert_eq!(h.sm.wire_version().unwrap(), 1);
+    let moved_at = T0 + 2 * DAY;
+    assert_eq!(
+        h.run(moved_at, Op::RaiseWireVersion { version: 2 }).await,
+        Reply::Ok
+    );
+    assert_eq!(h.sm.wire_version().unwrap(), 2);
+    assert_eq!(
+        h.run(moved_at + HOUR, forget.clone()).await,
+        Reply::Count(0)
+    );
+
+    // A day after the move clients 1 and 8 write; client 7 stays quiet.
+    h.run(moved_at + DAY, Op::Purge { limit: 1 }).await;
+    let recent = h
+        .apply_requests(vec![placement(8, "globex", moved_at + DAY)])
+        .await;
+    assert_eq!(h.sm.remembered_clients().unwrap(), 3, "clients 1, 7 and 8");
+    assert_eq!(
+        h.run(moved_at + DAY + HOUR, forget.clone()).await,
+        Reply::Count(1),
+        "client 7 only"
+    );
+    assert_eq!(h.sm.remembered_clients().unwrap(), 2);
+    // Client 8's reply is still deduplicated ...
+    assert_eq!(
+        h.apply_requests(vec![placement(8, "globex", moved_at + DAY)])
+            .await,
+        recent
+    );
+    // ... client 7's is gone: the same (client, seq) now runs again
+    // (which is why the limit must be far above any client's retries).
+    assert!(matches!(
+        h.apply_requests(vec![placement(7, "acme", T0)]).await[0],
+        Reply::PlacementConflict { .. }
+    ));
+    // Never back to version 1.
+    h.run(moved_at + DAY, Op::RaiseWireVersion { version: 1 })
+        .await;
+    assert_eq!(h.sm.wire_version().unwrap(), 2);
+}

@@ -109,6 +109,17 @@ struct MemberArgs {
     /// this member's memory however many records it holds.
     #[arg(long, default_value_t = 256)]
     state_cache_mib: usize,
+    /// The newest wire version this member declares [default: this
+    /// build's]. The cluster moves to a new version only once every member
+    /// declares it; pin one member to the version before while a roll may
+    /// still be undone, so the build before can rejoin.
+    #[arg(long, env = "ONCE_STORE_WIRE_VERSION", value_parser = clap::value_parser!(u16).range(1..=i64::from(once_raft_store::wire::WIRE_VERSION)))]
+    wire_version: Option<u16>,
+    /// Forget a client's dedup entries once it has sent nothing for this
+    /// long ("off": never). Far above the longest a client retries one
+    /// command (seconds); clients that restart take a new id.
+    #[arg(long, default_value = "24h", value_parser = parse_idle_limit)]
+    forget_clients_after: IdleLimit,
     /// This member's region label [default: its --peer-regions entry, else
     /// member-<id>]. Simulated WAN latency and partitions apply between
     /// members of different regions.
@@ -307,6 +318,10 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     config.max_clock_offset = args.max_clock_offset;
     config.keep_logs_after_snapshot = args.keep_logs_after_snapshot;
     config.state_cache = args.state_cache_mib << 20;
+    if let Some(version) = args.wire_version {
+        config.wire_version = version;
+    }
+    config.housekeeping.forget_clients_after = args.forget_clients_after.0;
     let timing = &config.timing;
     if !(timing.heartbeat < timing.election_min && timing.election_min < timing.election_max) {
         return Err(config_error(anyhow::anyhow!(
@@ -338,6 +353,8 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
                 "region": config.wan.region,
                 "peerRegions": config.wan.peer_regions,
                 "wanLatencyMs": args.wan_latency,
+                "wireVersion": config.wire_version,
+                "forgetClientsAfter": config.housekeeping.forget_clients_after.map(|d| humantime::format_duration(d).to_string()),
             })
         );
         return Ok(());
@@ -448,4 +465,15 @@ async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::
         }
     }
     Ok(())
+}
+
+/// `--forget-clients-after`: a duration, or `off` for never.
+#[derive(Debug, Clone, Copy)]
+struct IdleLimit(Option<Duration>);
+
+fn parse_idle_limit(s: &str) -> Result<IdleLimit, humantime::DurationError> {
+    match s {
+        "off" => Ok(IdleLimit(None)),
+        s => humantime::parse_duration(s).map(|d| IdleLimit(Some(d))),
+    }
 }

@@ -492,6 +492,7 @@ impl StoreClient {
         let request = self
             .http
             .request(method, url)
+            .header(wire::VERSION_HEADER, wire::WIRE_VERSION)
             .timeout(self.options.attempt_timeout);
         match &self.options.region {
             Some(region) => request.header(CLIENT_REGION_HEADER, region),

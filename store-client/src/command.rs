@@ -502,6 +502,36 @@ pub enum Op {
     ReturnHome {
         to: String,
     },
+    /// Wire version 2. The cluster moves to wire `version` (never back):
+    /// commands of that version may be proposed from the next entry on.
+    /// Proposed by the leader alone, once every member declares it speaks
+    /// it (docs/decisions/0041-wire-versions.md). Moving to 2 starts the
+    /// record of when each client was last seen, which
+    /// [`Op::ForgetIdleClients`] judges by.
+    RaiseWireVersion {
+        version: u16,
+    },
+    /// Wire version 2. Forgets the dedup entries of up to `limit` clients
+    /// not seen for `idle_ms` before the leader's stamp: their replies and
+    /// their floor. A client's retries of one command last seconds, so a
+    /// client idle this long is gone (a process that restarted takes a new
+    /// id) and would never send those sequences again. Proposed by the
+    /// leader alone.
+    ForgetIdleClients {
+        idle_ms: i64,
+        limit: u32,
+    },
+}
+
+impl Op {
+    /// The wire version that first carried this command: the cluster must
+    /// have moved to it before it is proposed.
+    pub fn wire_version(&self) -> u16 {
+        match self {
+            Self::RaiseWireVersion { .. } | Self::ForgetIdleClients { .. } => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// A client's command: deduplicated at apply by `(client, seq)`, so a
@@ -640,6 +670,28 @@ mod tests {
     /// The serde form is what the Raft log, snapshots and the client wire
     /// carry (postcard) and what JSON shows: the variant's identifier, never
     /// the canonical name, and postcard's variant index in declaration order.
+    /// A command of a newer wire version comes after every older one, so
+    /// a member of the build before fails to decode it (an unknown variant
+    /// index) rather than read it as some other command.
+    #[test]
+    fn commands_of_a_newer_wire_version_come_last() {
+        let raise = Op::RaiseWireVersion { version: 2 };
+        let forget = Op::ForgetIdleClients {
+            idle_ms: 1,
+            limit: 1,
+        };
+        // ReturnHome, the last command of version 1, is variant 13.
+        let last_of_v1 = Op::ReturnHome { to: "eu".into() };
+        assert_eq!(postcard::to_allocvec(&last_of_v1).unwrap()[0], 13);
+        assert_eq!(last_of_v1.wire_version(), 1);
+        assert_eq!(postcard::to_allocvec(&raise).unwrap(), [14, 2]);
+        assert_eq!(postcard::to_allocvec(&forget).unwrap(), [15, 2, 1]);
+        for op in [raise, forget] {
+            assert_eq!(op.wire_version(), 2);
+            assert!(op.wire_version() <= crate::wire::WIRE_VERSION);
+        }
+    }
+
     #[test]
     fn the_serde_form_is_pinned() {
         fn json<T: Serialize>(value: &T) -> String {

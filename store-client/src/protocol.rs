@@ -206,6 +206,30 @@ pub struct Status {
     /// On the leader: each follower's lag in entries behind the leader's
     /// last log index (`null`: nothing matched yet).
     pub follower_lag: BTreeMap<NodeId, Option<u64>>,
+    /// Wire versions: this member's, its peers', the cluster's. Absent
+    /// from members of the build before versions.
+    #[serde(default)]
+    pub wire: WireStatus,
+    /// Clients whose dedup entries this member's state remembers
+    /// (`null` from a build before versions).
+    #[serde(default)]
+    pub remembered_clients: Option<u64>,
+}
+
+/// What a member knows of wire versions (docs/decisions/0041-wire-versions.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireStatus {
+    /// The newest version this member speaks (its `--wire-version`).
+    pub speaks: u16,
+    /// The version the cluster has moved to, as this member has applied it:
+    /// commands up to it may be proposed.
+    pub cluster: u16,
+    /// The version each member last declared to this one on a Raft RPC
+    /// (this member included); members not heard from are absent.
+    pub members: BTreeMap<NodeId, u16>,
+    /// The newest version every current member declares (`null`: some
+    /// member not heard from yet): what a leader moves the cluster to.
+    pub agreed: Option<u16>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

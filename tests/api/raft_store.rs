@@ -4,11 +4,13 @@
 //! a member whose clock runs 60 s ahead, and a region isolated by the
 //! members' own simulated WAN (`once store --peer-regions`, `/admin/partition`).
 //! Every link is mutual TLS (`cluster`); `trust` replays issue 14's attacks
-//! against the members, `certs` checks `once certs` and the plaintext switch.
+//! against the members, `certs` checks `once certs` and the plaintext switch,
+//! `upgrade` rolls a cluster from one wire version to the next.
 
 mod certs;
 pub mod cluster;
 mod trust;
+mod upgrade;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -676,6 +678,12 @@ async fn every_member_exposes_raft_metrics() {
         // with timing, so only their range is checked.
         assert!(value("raft_term") >= 1);
         assert!(value("raft_apply_lag") >= 0);
+        assert_eq!(
+            value("raft_wire_version"),
+            i64::from(once_store_client::wire::WIRE_VERSION)
+        );
+        assert!((1..=value("raft_wire_version")).contains(&value("raft_cluster_wire_version")));
+        assert!(value("raft_remembered_clients") >= 0);
         if id == leader {
             assert!(text.contains("raft_follower_lag{follower="), "{text}");
         }

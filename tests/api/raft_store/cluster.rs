@@ -195,6 +195,11 @@ impl Cluster {
         m.process = Some(process);
     }
 
+    /// Replaces member `id`'s extra environment, from its next start on.
+    pub fn set_env(&mut self, id: u64, env: MemberEnv) {
+        self.members.get_mut(&id).expect("member").env = env;
+    }
+
     /// SIGKILL: no shutdown, no flush beyond what was already committed.
     pub async fn kill(&mut self, id: u64) {
         if let Some(mut process) = self.members.get_mut(&id).expect("member").process.take() {

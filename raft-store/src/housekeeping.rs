@@ -1,0 +1,165 @@
+//! The commands a leader proposes on its own, on a timer: moving the
+//! cluster to the newest wire version every member speaks, and forgetting
+//! the dedup entries of clients gone idle (docs/decisions/0041-wire-versions.md).
+//!
+//! Only the leader proposes, through the same group commit as clients, as
+//! a client of its own (a random id per process, as a node's store client
+//! has). Each round reads this member's state first and proposes only what
+//! would change something, so an idle cluster's log does not grow by an
+//! entry a second. A round the member does not lead in does nothing; a
+//! leader that loses its leadership mid-round gets `ForwardToLeader` and
+//! the new leader's next round does the work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+
+use crate::clock::ClockGuard;
+use crate::command::{ClientRequest, Op, Reply};
+use crate::group_commit::GroupCommit;
+use crate::protocol::WriteAnswer;
+use crate::state_machine::StateMachine;
+use crate::types::Raft;
+use crate::wire_versions::WireVersions;
+
+/// Most clients one [`Op::ForgetIdleClients`] forgets.
+const FORGET_LIMIT: u32 = 1_000;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How often the leader looks.
+    pub every: Duration,
+    /// Forget a client's dedup entries once it has been idle this long
+    /// (`None`: never). Must stay far above the longest a client retries
+    /// one command.
+    pub forget_clients_after: Option<Duration>,
+}
+
+/// What the leader's rounds work with; [`Housekeeping::start`] runs them.
+pub struct Housekeeping {
+    pub raft: Raft,
+    pub state_machine: StateMachine,
+    pub group_commit: GroupCommit,
+    pub versions: Arc<WireVersions>,
+    pub clock: Arc<ClockGuard>,
+    pub settings: Settings,
+}
+
+impl std::fmt::Debug for Housekeeping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Housekeeping")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The rounds' own client: a random id per process, one command at a time.
+struct Rounds {
+    parts: Housekeeping,
+    client: u64,
+    seq: u64,
+}
+
+impl Housekeeping {
+    /// Starts the rounds on this member; they act only while it leads.
+    pub fn start(self) {
+        let mut rounds = Rounds {
+            parts: self,
+            client: rand::random(),
+            seq: 0,
+        };
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(rounds.parts.settings.every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                if rounds.parts.raft.metrics().borrow().state == ServerState::Leader {
+                    rounds.round().await;
+                }
+            }
+        });
+    }
+}
+
+impl Rounds {
+    async fn round(&mut self) {
+        let Ok(cluster) = self.parts.state_machine.wire_version() else {
+            return;
+        };
+        let members: Vec<_> = {
+            let m = self.parts.raft.metrics();
+            let m = m.borrow();
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        match self.parts.versions.agreed(members) {
+            Some(agreed) if agreed > cluster => {
+                tracing::info!(
+                    from = cluster,
+                    to = agreed,
+                    "moving the cluster's wire version"
+                );
+                self.propose(Op::RaiseWireVersion { version: agreed }).await;
+                return;
+            }
+            Some(agreed) if agreed < cluster => {
+                let behind: Vec<_> = self
+                    .parts
+                    .versions
+                    .members()
+                    .into_iter()
+                    .filter(|(_, v)| *v < cluster)
+                    .collect();
+                tracing::error!(
+                    cluster,
+                    ?behind,
+                    "members speak an older wire version than the cluster has moved to: they cannot decode the log; upgrade them"
+                );
+            }
+            _ => {}
+        }
+        if cluster >= 2
+            && let Some(after) = self.parts.settings.forget_clients_after
+        {
+            let idle_ms = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
+            let any = self
+                .parts
+                .state_machine
+                .idle_clients(self.parts.clock.now(), idle_ms, 1)
+                .is_ok_and(|idle| !idle.is_empty());
+            if any {
+                let op = Op::ForgetIdleClients {
+                    idle_ms,
+                    limit: FORGET_LIMIT,
+                };
+                if let Some(Reply::Count(n)) = self.propose(op).await {
+                    tracing::info!(clients = n, idle_ms, "forgot idle clients' dedup entries");
+                }
+            }
+        }
+    }
+
+    async fn propose(&mut self, op: Op) -> Option<Reply> {
+        self.seq += 1;
+        let request = ClientRequest {
+            client: self.client,
+            seq: self.seq,
+            // Each command is awaited before the next: everything below
+            // this one has its answer.
+            acked_below: self.seq,
+            now: 0,
+            op,
+        };
+        match self.parts.group_commit.submit(request).await {
+            WriteAnswer::Done(reply) => Some(reply),
+            other => {
+                tracing::debug!(answer = ?other, "housekeeping command not applied");
+                None
+            }
+        }
+    }
+}
