@@ -118,7 +118,12 @@ struct MemberArgs {
     /// Forget a client's dedup entries once it has sent nothing for this
     /// long ("off": never). Far above the longest a client retries one
     /// command (seconds); clients that restart take a new id.
-    #[arg(long, default_value = "24h", value_parser = parse_idle_limit)]
+    #[arg(
+        long,
+        env = "ONCE_STORE_FORGET_CLIENTS_AFTER",
+        default_value = "24h",
+        value_parser = parse_idle_limit
+    )]
     forget_clients_after: IdleLimit,
     /// This member's region label [default: its --peer-regions entry, else
     /// member-<id>]. Simulated WAN latency and partitions apply between

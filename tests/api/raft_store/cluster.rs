@@ -49,6 +49,8 @@ pub struct Member {
     pub proxy: LinkProxy,
     process: Option<Process>,
     env: MemberEnv,
+    /// The `once` binary it runs (`None`: this build's).
+    program: Option<PathBuf>,
 }
 
 impl Member {
@@ -86,6 +88,16 @@ impl Cluster {
 
     /// As [`Self::start`], with extra flags and each member's extra env.
     pub async fn start_with(n: u64, extra_args: &[&str], env: impl Fn(u64) -> MemberEnv) -> Self {
+        Self::start_running(n, extra_args, |id| (env(id), None)).await
+    }
+
+    /// As [`Self::start_with`], each member also with the `once` binary
+    /// it runs (`None`: this build's).
+    pub async fn start_running(
+        n: u64,
+        extra_args: &[&str],
+        setup: impl Fn(u64) -> (MemberEnv, Option<PathBuf>),
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let pki = TestPki::new(&dir.path().join("tls"));
         let operator_tls = pki.tls("operator", "test", Role::Operator);
@@ -101,7 +113,9 @@ impl Cluster {
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=n {
-            cluster.add_member(id, env(id)).await;
+            cluster.add_member(id).await;
+            let (env, program) = setup(id);
+            cluster.set_env(id, env, program);
         }
         let peers = cluster.peers();
         for id in 1..=n {
@@ -116,7 +130,7 @@ impl Cluster {
     }
 
     /// Registers member `id` (its addresses and proxy) without starting it.
-    async fn add_member(&mut self, id: u64, env: MemberEnv) {
+    async fn add_member(&mut self, id: u64) {
         let raft_addr = SocketAddr::new(member_ip(id), self.raft_port);
         let api_addr = SocketAddr::new(member_ip(id), self.api_port);
         let admin_addr = SocketAddr::new(member_ip(id), self.admin_port);
@@ -132,7 +146,8 @@ impl Cluster {
                 data_dir: self.dir.path().join(format!("member-{id}")),
                 proxy,
                 process: None,
-                env,
+                env: Vec::new(),
+                program: None,
             },
         );
     }
@@ -159,7 +174,8 @@ impl Cluster {
             &[member_ip(id)],
         );
         let m = self.members.get_mut(&id).expect("member");
-        let mut command = process::command(ONCE);
+        let program = m.program.clone().unwrap_or_else(|| PathBuf::from(ONCE));
+        let mut command = process::command(program);
         command
             .args(["store", "--id", &id.to_string()])
             .args(certificate.flags())
@@ -195,9 +211,12 @@ impl Cluster {
         m.process = Some(process);
     }
 
-    /// Replaces member `id`'s extra environment, from its next start on.
-    pub fn set_env(&mut self, id: u64, env: MemberEnv) {
-        self.members.get_mut(&id).expect("member").env = env;
+    /// Replaces member `id`'s extra environment and the `once` binary it
+    /// runs (`None`: this build's), from its next start on.
+    pub fn set_env(&mut self, id: u64, env: MemberEnv, program: Option<PathBuf>) {
+        let m = self.members.get_mut(&id).expect("member");
+        m.env = env;
+        m.program = program;
     }
 
     /// SIGKILL: no shutdown, no flush beyond what was already committed.

@@ -1,12 +1,12 @@
 //! A rolling upgrade of raft-store across a wire version
 //! (docs/decisions/0041-wire-versions.md): one member still speaks the
-//! version before (`ONCE_STORE_WIRE_VERSION=1`, as a member of the build
-//! before declares itself), and the cluster serves on it without moving;
+//! version before, and the cluster serves on it without moving;
 //! a node of the build before (no version header) is served by the new
 //! members; once the last member restarts on the new version the leader
 //! moves the cluster to it, and the command it brings — forgetting idle
 //! clients' dedup entries — runs.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use once_store_client::client::ClientOptions;
@@ -15,14 +15,39 @@ use once_store_client::protocol::{WRITE_PATH, WireStatus, WriteAnswer};
 use once_store_client::wire::{self, VERSION_HEADER, WIRE_VERSION};
 use once_tls::Role;
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, MemberEnv};
 use super::{assert_members_agree, claim};
 use crate::helpers::eventually;
 
-/// What the leader says of wire versions once it has heard every member.
+/// The member that is a step behind: by default this build declaring
+/// version 1 (`ONCE_STORE_WIRE_VERSION`), as a member of the build before
+/// declares itself. With `ONCE_BUILD_BEFORE=<path to a once binary of the
+/// build before wire versions>` it runs that binary instead (by hand: a
+/// second build in CI would double its compile time).
+const BEHIND: u64 = 3;
+
+fn build_before() -> Option<PathBuf> {
+    std::env::var_os("ONCE_BUILD_BEFORE").map(PathBuf::from)
+}
+
+/// Every member forgets clients idle for an hour (an environment variable,
+/// which a build before the flag ignores).
+fn forget_after_an_hour() -> MemberEnv {
+    vec![("ONCE_STORE_FORGET_CLIENTS_AFTER".into(), "1h".into())]
+}
+
+/// What a leader of this build says of wire versions once it has heard
+/// every member. A member of the build before reports no wire versions, so
+/// the lead is moved off it first.
 async fn wire_once_all_heard(cluster: &Cluster) -> (u64, WireStatus) {
-    eventually(Duration::from_secs(30), || async {
+    let operator = cluster.operator();
+    eventually(Duration::from_secs(60), || async {
         let leader = cluster.wait_for_leader(&cluster.ids()).await;
+        if leader == BEHIND && build_before().is_some() {
+            let other = cluster.members[&1].admin_endpoint();
+            let _ = once_store_client::admin::elect(&operator, &other).await;
+            return None;
+        }
         let wire = cluster.status(leader).await?.wire;
         (wire.members.len() == cluster.ids().len()).then_some((leader, wire))
     })
@@ -59,14 +84,20 @@ async fn write_as_old_node(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_upgrade_moves_the_cluster_to_a_new_wire_version_only_once_every_member_speaks_it()
  {
-    let still_old = |id| {
-        if id == 3 {
-            vec![("ONCE_STORE_WIRE_VERSION".to_owned(), "1".to_owned())]
-        } else {
-            vec![]
+    let behind = |id| {
+        let mut env = forget_after_an_hour();
+        if id != BEHIND {
+            return (env, None);
+        }
+        match build_before() {
+            Some(binary) => (env, Some(binary)),
+            None => {
+                env.push(("ONCE_STORE_WIRE_VERSION".into(), "1".into()));
+                (env, None)
+            }
         }
     };
-    let mut cluster = Cluster::start_with(3, &["--forget-clients-after", "1h"], still_old).await;
+    let mut cluster = Cluster::start_running(3, &[], behind).await;
     let client = cluster.client(ClientOptions::default());
     assert!(matches!(
         client
@@ -100,7 +131,7 @@ async fn a_rolling_upgrade_moves_the_cluster_to_a_new_wire_version_only_once_eve
     };
     let (declared, status, answer) = write_as_old_node(&cluster, leader, &old_node).await;
     assert!(status.is_success(), "{status}");
-    let speaks = if leader == 3 { 1 } else { WIRE_VERSION };
+    let speaks = if leader == BEHIND { 1 } else { WIRE_VERSION };
     assert_eq!(declared, Some(speaks.to_string()));
     assert!(
         matches!(answer, Some(WriteAnswer::Done(Reply::Claimed(_)))),
@@ -117,9 +148,9 @@ async fn a_rolling_upgrade_moves_the_cluster_to_a_new_wire_version_only_once_eve
     assert_eq!(status, reqwest::StatusCode::FORBIDDEN);
 
     // The last member restarts on the new version: the cluster moves.
-    cluster.kill(3).await;
-    cluster.set_env(3, vec![]);
-    cluster.spawn(3, None).await;
+    cluster.kill(BEHIND).await;
+    cluster.set_env(BEHIND, forget_after_an_hour(), None);
+    cluster.spawn(BEHIND, None).await;
     eventually(Duration::from_secs(30), || async {
         let mut moved = true;
         for id in cluster.ids() {
