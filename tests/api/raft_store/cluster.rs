@@ -167,13 +167,27 @@ impl Cluster {
 
     /// Starts member `id`'s process; `peers` only for a founding start.
     pub async fn spawn(&mut self, id: u64, peers: Option<&str>) {
+        let command = self.command(id, peers);
+        let (process, ()) = Process::start(
+            command,
+            &format!("member {id}"),
+            Duration::from_secs(60),
+            |line| line.starts_with("listening raft=").then_some(()),
+        )
+        .await;
+        self.members.get_mut(&id).expect("member").process = Some(process);
+    }
+
+    /// The command that starts member `id` (`peers` only for a founding
+    /// start), with a fresh certificate.
+    pub fn command(&self, id: u64, peers: Option<&str>) -> tokio::process::Command {
         let certificate = self.pki.issue(
             &format!("member-{id}"),
             &format!("member-{id}"),
             Role::StoreMember,
             &[member_ip(id)],
         );
-        let m = self.members.get_mut(&id).expect("member");
+        let m = &self.members[&id];
         let program = m.program.clone().unwrap_or_else(|| PathBuf::from(ONCE));
         let mut command = process::command(program);
         command
@@ -201,14 +215,7 @@ impl Cluster {
             command.args(["--peers", peers]);
         }
         command.envs(m.env.iter().map(|(k, v)| (k, v)));
-        let (process, ()) = Process::start(
-            command,
-            &format!("member {id}"),
-            Duration::from_secs(60),
-            |line| line.starts_with("listening raft=").then_some(()),
-        )
-        .await;
-        m.process = Some(process);
+        command
     }
 
     /// Replaces member `id`'s extra environment and the `once` binary it
