@@ -1,6 +1,8 @@
 # Sourced by bench/raft-store.sh and bench/catch-up.sh: three `once store`
-# members on 127.0.0.1–3, mutual TLS as deployed, data on disk under $DIR.
+# members on 127.0.0.1–3, mutual TLS as deployed (STORE_TLS=off: plaintext,
+# `--insecure-plaintext`), data on disk under $DIR.
 # Needs $ONCE and $DIR set by the caller.
+STORE_TLS="${STORE_TLS:-on}"
 STORE_PEERS="1=127.0.0.1:27001,2=127.0.0.2:27001,3=127.0.0.3:27001"
 STORE_ENDPOINTS="127.0.0.1:27101,127.0.0.2:27101,127.0.0.3:27101"
 
@@ -15,7 +17,17 @@ store_certs() {
 }
 
 store_operator_env() {
+  [[ $STORE_TLS == off ]] && return 0
   export ONCE_TLS_CA="$DIR/operator/ca.pem" ONCE_TLS_CERT="$DIR/operator/cert.pem" ONCE_TLS_KEY="$DIR/operator/key.pem"
+}
+
+# The TLS flags of member ID (or the plaintext switch).
+store_tls_flags() { # id
+  if [[ $STORE_TLS == off ]]; then
+    echo --insecure-plaintext
+  else
+    echo --tls-ca "$DIR/tls$1/ca.pem" --tls-cert "$DIR/tls$1/cert.pem" --tls-key "$DIR/tls$1/key.pem"
+  fi
 }
 
 # Starts member ID in the background (data in $DIR/mID, output appended to
@@ -24,7 +36,7 @@ store_start() { # id [flags…]
   local i=$1; shift
   RUST_LOG=error "$ONCE" store --id "$i" --raft-addr "127.0.0.$i:27001" --api-addr "127.0.0.$i:27101" \
     --admin-listen "127.0.0.$i:27201" \
-    --tls-ca "$DIR/tls$i/ca.pem" --tls-cert "$DIR/tls$i/cert.pem" --tls-key "$DIR/tls$i/key.pem" \
+    $(store_tls_flags "$i") \
     --data-dir "$DIR/m$i" "$@" >>"$DIR/out$i" 2>&1 &
   STORE_PID=$!
 }

@@ -15,6 +15,14 @@
 //!
 //! Writes run on the blocking pool: a commit waits for an fsync and must
 //! not stall a runtime worker.
+//!
+//! `append` returns only after its fsync, although openraft's contract
+//! allows returning first and calling the callback later. Nothing would
+//! gain: openraft 0.9's core awaits the callback inside its own
+//! `append_to_log` before its next step (replication included), so the
+//! leader's fsync cannot overlap the followers' (tried on 2026-12-03; see
+//! `BENCHMARKS.md`, raft-store vs etcd). openraft 0.10's non-blocking log
+//! IO would change that.
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};

@@ -415,7 +415,7 @@ async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::
             local_member,
         } => {
             let report = match (etcd, wan_latency) {
-                (Some(url), _) => bench::etcd_claims(&url, concurrency, requests).await?,
+                (Some(url), _) => bench::etcd_claims(&url, concurrency, requests, tls).await?,
                 (None, Some(ms)) => {
                     let rtt = Duration::from_millis(ms);
                     bench::wan_claims(&endpoints, requests, rtt, local_member, tls).await?

@@ -236,10 +236,17 @@ pub async fn etcd_claims(
     endpoint: &str,
     concurrency: usize,
     requests: usize,
+    tls: Option<once_tls::Tls>,
 ) -> Result<BenchReport, reqwest::Error> {
     use base64::Engine;
     let b64 = |s: &[u8]| base64::engine::general_purpose::STANDARD.encode(s);
-    let http = reqwest::Client::builder().tcp_nodelay(true).build()?;
+    // With an identity, etcd is spoken to over mutual TLS, as raft-store is.
+    let http = match &tls {
+        Some(tls) => tls.http_client(),
+        None => reqwest::Client::builder(),
+    }
+    .tcp_nodelay(true)
+    .build()?;
     let url = format!("{}/v3/kv/txn", endpoint.trim_end_matches('/'));
     let run: u64 = rand::random();
     let value = b64(&[b'r'; 300]);
