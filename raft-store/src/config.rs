@@ -97,8 +97,9 @@ pub struct StoreConfig {
     /// before can still be rolled back to ([`crate::wire_versions`]).
     pub wire_version: u16,
     /// What the leader does on its own ([`crate::housekeeping`]): how
-    /// often it looks (default 1 s) and how long a client stays idle
-    /// before its dedup entries are forgotten (default 24 h).
+    /// often it looks (default 1 s), how long a client stays idle before
+    /// its dedup entries are forgotten (default 24 h), and which member it
+    /// hands the lead to (default none).
     pub housekeeping: crate::housekeeping::Settings,
 }
 
@@ -128,6 +129,7 @@ impl StoreConfig {
             housekeeping: crate::housekeeping::Settings {
                 every: Duration::from_secs(1),
                 forget_clients_after: Some(Duration::from_secs(24 * 3600)),
+                preferred_leader: None,
             },
         }
     }

@@ -1,6 +1,8 @@
-//! The commands a leader proposes on its own, on a timer: moving the
-//! cluster to the newest wire version every member speaks, and forgetting
-//! the dedup entries of clients gone idle (docs/decisions/0041-wire-versions.md).
+//! What a leader does on its own, on a timer: moving the cluster to the
+//! newest wire version every member speaks, forgetting the dedup entries of
+//! clients gone idle (docs/decisions/0041-wire-versions.md), and handing
+//! the lead back to the preferred member once it has caught up after an
+//! election put the lead elsewhere.
 //!
 //! Only the leader proposes, through the same group commit as clients, as
 //! a client of its own (a random id per process, as a node's store client
@@ -18,9 +20,10 @@ use openraft::ServerState;
 use crate::clock::ClockGuard;
 use crate::command::{ClientRequest, Op, Reply};
 use crate::group_commit::GroupCommit;
+use crate::network::Network;
 use crate::protocol::WriteAnswer;
 use crate::state_machine::StateMachine;
-use crate::types::Raft;
+use crate::types::{NodeId, Raft};
 use crate::wire_versions::WireVersions;
 
 /// Most clients one [`Op::ForgetIdleClients`] forgets.
@@ -34,7 +37,14 @@ pub struct Settings {
     /// (`None`: never). Must stay far above the longest a client retries
     /// one command.
     pub forget_clients_after: Option<Duration>,
+    /// The member that should lead whenever it can (the region most
+    /// traffic comes from). A leader that is not it asks it to campaign
+    /// once it holds every entry, at most once per [`HANDOFF_EVERY`].
+    pub preferred_leader: Option<NodeId>,
 }
+
+/// Least time between two hand-offs of the lead.
+pub const HANDOFF_EVERY: Duration = Duration::from_secs(10);
 
 /// What the leader's rounds work with; [`Housekeeping::start`] runs them.
 pub struct Housekeeping {
@@ -43,6 +53,8 @@ pub struct Housekeeping {
     pub group_commit: GroupCommit,
     pub versions: Arc<WireVersions>,
     pub clock: Arc<ClockGuard>,
+    /// To ask the preferred member to campaign.
+    pub network: Network,
     pub settings: Settings,
 }
 
@@ -59,6 +71,7 @@ struct Rounds {
     parts: Housekeeping,
     client: u64,
     seq: u64,
+    last_handoff: Option<tokio::time::Instant>,
 }
 
 impl Housekeeping {
@@ -68,6 +81,7 @@ impl Housekeeping {
             parts: self,
             client: rand::random(),
             seq: 0,
+            last_handoff: None,
         };
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(rounds.parts.settings.every);
@@ -84,6 +98,7 @@ impl Housekeeping {
 
 impl Rounds {
     async fn round(&mut self) {
+        self.hand_off_to_preferred().await;
         let Ok(cluster) = self.parts.state_machine.wire_version() else {
             return;
         };
@@ -140,6 +155,52 @@ impl Rounds {
                     tracing::info!(clients = n, idle_ms, "forgot idle clients' dedup entries");
                 }
             }
+        }
+    }
+
+    /// Asks the preferred member to campaign when it is a voter, holds
+    /// every entry this leader has, and no hand-off was tried lately. It
+    /// wins on its up-to-date log; writes in flight meanwhile are answered
+    /// `ForwardToLeader` and retried by their clients.
+    async fn hand_off_to_preferred(&mut self) {
+        let Some(preferred) = self.parts.settings.preferred_leader else {
+            return;
+        };
+        if self
+            .last_handoff
+            .is_some_and(|at| at.elapsed() < HANDOFF_EVERY)
+        {
+            return;
+        }
+        let (node, caught_up) = {
+            let m = self.parts.raft.metrics();
+            let m = m.borrow();
+            let membership = m.membership_config.membership();
+            let is_voter = membership.voter_ids().any(|id| id == preferred);
+            let matched = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&preferred).copied().flatten())
+                .map(|l| l.index);
+            let caught_up = preferred != m.id && is_voter && matched == m.last_log_index;
+            (membership.get_node(&preferred).cloned(), caught_up)
+        };
+        let (Some(node), true) = (node, caught_up) else {
+            return;
+        };
+        self.last_handoff = Some(tokio::time::Instant::now());
+        let asked = self
+            .parts
+            .network
+            .ask_to_campaign(preferred, &node, Duration::from_secs(2))
+            .await;
+        match asked {
+            Ok(true) => tracing::info!(to = preferred, "handing the lead to the preferred member"),
+            Ok(false) => tracing::warn!(
+                to = preferred,
+                "the preferred member declined the lead: its clock disagrees with the cluster's"
+            ),
+            Err(e) => tracing::debug!(to = preferred, error = %e, "could not hand the lead over"),
         }
     }
 

@@ -69,6 +69,9 @@ pub const VOTE_PATH: &str = "/raft/vote";
 pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
 /// Whether a member has ever been part of a cluster (bootstrap asks).
 pub const INITIALIZED_PATH: &str = "/raft/initialized";
+/// Start an election now: how a leader hands the lead to the preferred
+/// member ([`crate::housekeeping`]).
+pub const CAMPAIGN_PATH: &str = "/raft/campaign";
 
 /// Builds a connection to each peer from one shared HTTP client.
 #[derive(Debug, Clone)]
@@ -127,6 +130,28 @@ impl Network {
     /// Sends through `wan`: its latency and partition apply to every RPC.
     pub fn with_wan(self, wan: Arc<SimulatedWan>) -> Self {
         Self { wan, ..self }
+    }
+
+    /// Asks member `target` to start an election now. It answers `false`
+    /// without campaigning while its clock disagrees with the cluster's (it
+    /// could not win, and its higher term would only depose the leader).
+    pub async fn ask_to_campaign(
+        &mut self,
+        target: NodeId,
+        node: &Node,
+        timeout: Duration,
+    ) -> Result<bool, RpcError> {
+        let connection = self.new_client(target, node).await;
+        connection
+            .link
+            .call::<(), bool, openraft::error::Infallible>(
+                CAMPAIGN_PATH,
+                RPCTypes::Vote,
+                &(),
+                0,
+                &RPCOption::new(timeout),
+            )
+            .await
     }
 
     /// Declares this member's version on every RPC and records each peer's

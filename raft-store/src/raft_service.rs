@@ -30,7 +30,7 @@ use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sampl
 use once_tls::Role;
 
 use crate::authz::{self, Access, Require};
-use crate::network::{APPEND_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
+use crate::network::{APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, Raft, RaftError, VoteRequest, VoteResponse,
@@ -55,6 +55,8 @@ pub fn router(
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
         .route(INITIALIZED_PATH, get(initialized))
+        .route(CAMPAIGN_PATH, post(campaign))
+        .layer(axum::Extension(clock.clone()))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(clock, exchange_clocks))
         .layer(axum::middleware::from_fn_with_state(
@@ -151,6 +153,25 @@ async fn snapshot(
     Postcard(rpc): Postcard<InstallSnapshotRequest>,
 ) -> Postcard<Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>> {
     Postcard(raft.install_snapshot(rpc).await)
+}
+
+/// The leader hands over the lead: campaign now, unless this member's
+/// clock disagrees with the cluster's (`false`).
+async fn campaign(
+    State(raft): State<Raft>,
+    axum::Extension(clock): axum::Extension<Arc<ClockGuard>>,
+) -> Postcard<Result<bool, RaftError>> {
+    if !clock.vouches() {
+        return Postcard(Ok(false));
+    }
+    tracing::info!("asked by the leader to take the lead: campaigning");
+    Postcard(
+        raft.trigger()
+            .elect()
+            .await
+            .map(|()| true)
+            .map_err(RaftError::Fatal),
+    )
 }
 
 /// `true` once this member has a vote or a log; also `true` when it cannot

@@ -178,6 +178,7 @@ impl StoreServer {
         .with_wan(wan.clone())
         .with_clock(clock.clone())
         .with_versions(versions.clone());
+        let campaigns = network.clone();
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -200,6 +201,7 @@ impl StoreServer {
             group_commit: group_commit.clone(),
             versions: versions.clone(),
             clock: clock.clone(),
+            network: campaigns,
             settings: config.housekeeping.clone(),
         }
         .start();

@@ -125,6 +125,11 @@ struct MemberArgs {
         value_parser = parse_idle_limit
     )]
     forget_clients_after: IdleLimit,
+    /// The member that should lead whenever it can: the one in the region
+    /// most traffic comes from. After an election puts the lead elsewhere,
+    /// the leader hands it back once this member holds every entry.
+    #[arg(long, env = "ONCE_STORE_PREFERRED_LEADER", value_name = "ID")]
+    preferred_leader: Option<u64>,
     /// This member's region label [default: its --peer-regions entry, else
     /// member-<id>]. Simulated WAN latency and partitions apply between
     /// members of different regions.
@@ -327,6 +332,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
         config.wire_version = version;
     }
     config.housekeeping.forget_clients_after = args.forget_clients_after.0;
+    config.housekeeping.preferred_leader = args.preferred_leader;
     let timing = &config.timing;
     if !(timing.heartbeat < timing.election_min && timing.election_min < timing.election_max) {
         return Err(config_error(anyhow::anyhow!(
@@ -359,6 +365,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
                 "peerRegions": config.wan.peer_regions,
                 "wanLatencyMs": args.wan_latency,
                 "wireVersion": config.wire_version,
+                "preferredLeader": args.preferred_leader,
                 "forgetClientsAfter": config.housekeeping.forget_clients_after.map(|d| humantime::format_duration(d).to_string()),
             })
         );

@@ -5,10 +5,12 @@
 //! members' own simulated WAN (`once store --peer-regions`, `/admin/partition`).
 //! Every link is mutual TLS (`cluster`); `trust` replays issue 14's attacks
 //! against the members, `certs` checks `once certs` and the plaintext switch,
-//! `upgrade` rolls a cluster from one wire version to the next.
+//! `upgrade` rolls a cluster from one wire version to the next, `preferred`
+//! checks the lead returns to the preferred member.
 
 mod certs;
 pub mod cluster;
+mod preferred;
 mod trust;
 mod upgrade;
 
