@@ -71,7 +71,9 @@ pub struct StoreConfig {
     pub max_body: usize,
     /// Snapshot chunk size; below `max_body`. Default 4 MiB.
     pub snapshot_chunk: usize,
-    /// Build a snapshot after this many applied entries. Default 10 000.
+    /// Never build a snapshot sooner than this many applied entries after
+    /// the last; past it, once the log weighs half the last snapshot
+    /// ([`crate::snapshot_policy`]). Default 10 000.
     pub snapshot_every: u64,
     /// Log entries kept after a snapshot, so a briefly lagging follower
     /// catches up from the log rather than a snapshot. Default 1 000.

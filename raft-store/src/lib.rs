@@ -26,7 +26,8 @@
 //! - **log store**: [`log_store`] — the Raft log, vote and purge marker in redb.
 //! - **state machine**: [`state_machine`] (storage, building and installing
 //!   snapshots), [`snapshot_file`] (the snapshot format and files, streamed
-//!   row by row) and
+//!   row by row), [`snapshot_policy`] (when a member builds one: once its
+//!   log weighs half the last snapshot) and
 //!   [`apply`] (the deterministic apply of one command, with dedup; the
 //!   tables and their derived indexes: unfinished records, payments by id,
 //!   each tenant's listing, and the sweeper's schedule, so expiry and purge
@@ -199,6 +200,7 @@ pub mod read_index;
 pub mod server;
 pub mod sessions;
 pub mod snapshot_file;
+pub mod snapshot_policy;
 pub mod state_machine;
 pub mod types;
 pub mod wan;

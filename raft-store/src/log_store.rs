@@ -28,6 +28,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
@@ -48,6 +49,8 @@ const LAST_PURGED: &str = "last_purged";
 #[derive(Debug, Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// Bytes and entries appended since this process opened the log.
+    appended: Arc<(AtomicU64, AtomicU64)>,
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, postcard::Error> {
@@ -70,7 +73,19 @@ impl LogStore {
         let db = redb::Builder::new()
             .set_cache_size(LOG_CACHE)
             .create(path)?;
-        Ok(Self { db: Arc::new(db) })
+        Ok(Self {
+            db: Arc::new(db),
+            appended: Arc::new((AtomicU64::new(0), AtomicU64::new(0))),
+        })
+    }
+
+    /// The mean size in bytes of the entries appended since this process
+    /// opened the log (`None`: none yet): what the snapshot policy weighs
+    /// the log by ([`crate::snapshot_policy`]).
+    pub fn mean_entry_bytes(&self) -> Option<u64> {
+        let (bytes, entries) = (&self.appended.0, &self.appended.1);
+        let entries = entries.load(Ordering::Relaxed);
+        (entries > 0).then(|| bytes.load(Ordering::Relaxed) / entries)
     }
 
     fn read_meta<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageIOError> {
@@ -245,6 +260,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = encode(&entry).map_err(|e| StorageIOError::write_logs(&e))?;
             encoded.push((entry.log_id.index, bytes));
         }
+        let size: usize = encoded.iter().map(|(_, b)| b.len()).sum();
+        self.appended.0.fetch_add(size as u64, Ordering::Relaxed);
+        self.appended
+            .1
+            .fetch_add(encoded.len() as u64, Ordering::Relaxed);
         let result = self
             .commit(move |txn| {
                 let mut table = txn.open_table(LOG)?;

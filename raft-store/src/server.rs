@@ -23,6 +23,7 @@ use crate::log_store::LogStore;
 use crate::network::{INITIALIZED_PATH, Network};
 use crate::raft_service;
 use crate::read_index::ReadIndex;
+use crate::snapshot_policy;
 use crate::state_machine::StateMachine;
 use crate::types::{Node, NodeId, Raft};
 use crate::wan::{REGION_HEADER, SimulatedWan};
@@ -97,7 +98,8 @@ impl StoreServer {
             election_timeout_max: t.election_max.as_millis() as u64,
             install_snapshot_timeout: t.snapshot_chunk_timeout.as_millis() as u64,
             snapshot_max_chunk_size: config.snapshot_chunk as u64,
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            // Ours instead: by the log's weight (`crate::snapshot_policy`).
+            snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
             max_payload_entries: 300,
             ..Default::default()
@@ -183,7 +185,7 @@ impl StoreServer {
             config.id,
             Arc::new(raft_config),
             network,
-            log,
+            log.clone(),
             state_machine.clone(),
         )
         .await
@@ -205,6 +207,12 @@ impl StoreServer {
             settings: config.housekeeping.clone(),
         }
         .start();
+        snapshot_policy::start(
+            raft.clone(),
+            state_machine.clone(),
+            log,
+            config.snapshot_every,
+        );
         let api = Arc::new(ApiState {
             id: config.id,
             raft: raft.clone(),

@@ -278,6 +278,19 @@ impl StateMachine {
         Ok(out)
     }
 
+    /// The size in bytes of the current snapshot's file (`None`: no
+    /// snapshot yet, or its file is gone).
+    pub fn current_snapshot_bytes(&self) -> Result<Option<u64>, StorageError> {
+        let Some(meta) = self.meta::<SnapshotMeta>(SNAPSHOT_META)? else {
+            return Ok(None);
+        };
+        match std::fs::metadata(self.snapshots.path_of(&meta.snapshot_id)) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(e)),
+        }
+    }
+
     /// The wire version the cluster has moved to, as applied here.
     pub fn wire_version(&self) -> Result<u16, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;

@@ -101,6 +101,9 @@ struct MemberArgs {
     /// not campaign.
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     max_clock_offset: Duration,
+    /// Never build a snapshot sooner than this many applied entries after
+    /// the last; past it, once the log since weighs half the last snapshot
+    /// (or at 100 times this many entries).
     #[arg(long, default_value_t = 10_000)]
     snapshot_every: u64,
     #[arg(long, default_value_t = 1_000)]
