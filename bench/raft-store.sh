@@ -26,14 +26,8 @@ trap cleanup EXIT
 WAN_FLAGS=()
 [[ $MODE == wan ]] && WAN_FLAGS=(--wan-latency "$RTT_MS")
 source bench/store-cluster.sh
-store_certs
-for i in 1 2 3; do
-  store_start "$i" --peers "$STORE_PEERS" "${WAN_FLAGS[@]}"
-  PIDS+=("$STORE_PID")
-done
-store_operator_env
+store_cluster_start "${WAN_FLAGS[@]}"
 ENDPOINTS=$STORE_ENDPOINTS
-store_wait_for_leader
 
 if [[ $MODE == wan ]]; then
   echo "# $(nproc) cores, members with --wan-latency $RTT_MS, one sequential client, $REQUESTS claims per run, binary $ONCE"

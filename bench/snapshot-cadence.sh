@@ -15,13 +15,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$DIR"; }
 trap cleanup EXIT
 source bench/store-cluster.sh
-store_certs
-for i in 1 2 3; do
-  store_start "$i" --peers "$STORE_PEERS" --snapshot-every "$EVERY"
-  PIDS+=("$STORE_PID")
-done
-store_operator_env
-store_wait_for_leader
+store_cluster_start --snapshot-every "$EVERY"
 "$ONCE" store bench --endpoints "$STORE_ENDPOINTS" --concurrency 64 --requests "$CLAIMS" > "$DIR/bench.json" &
 BENCH=$!
 : > "$DIR/snapshots"

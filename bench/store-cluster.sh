@@ -51,3 +51,16 @@ store_wait_for_leader() {
   echo "no leader" >&2
   return 1
 }
+
+# The three founding members with FLAGS, their pids appended to the caller's
+# PIDS, the operator's certificate exported, once one of them leads.
+store_cluster_start() { # [flags…]
+  local i
+  store_certs
+  for i in 1 2 3; do
+    store_start "$i" --peers "$STORE_PEERS" "$@"
+    PIDS+=("$STORE_PID")
+  done
+  store_operator_env
+  store_wait_for_leader
+}

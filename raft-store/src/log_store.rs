@@ -49,8 +49,14 @@ const LAST_PURGED: &str = "last_purged";
 #[derive(Debug, Clone)]
 pub struct LogStore {
     db: Arc<Database>,
-    /// Bytes and entries appended since this process opened the log.
-    appended: Arc<(AtomicU64, AtomicU64)>,
+    appended: Arc<Appended>,
+}
+
+/// What was appended since this process opened the log.
+#[derive(Debug, Default)]
+struct Appended {
+    bytes: AtomicU64,
+    entries: AtomicU64,
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, postcard::Error> {
@@ -75,7 +81,7 @@ impl LogStore {
             .create(path)?;
         Ok(Self {
             db: Arc::new(db),
-            appended: Arc::new((AtomicU64::new(0), AtomicU64::new(0))),
+            appended: Arc::default(),
         })
     }
 
@@ -83,9 +89,8 @@ impl LogStore {
     /// opened the log (`None`: none yet): what the snapshot policy weighs
     /// the log by ([`crate::snapshot_policy`]).
     pub fn mean_entry_bytes(&self) -> Option<u64> {
-        let (bytes, entries) = (&self.appended.0, &self.appended.1);
-        let entries = entries.load(Ordering::Relaxed);
-        (entries > 0).then(|| bytes.load(Ordering::Relaxed) / entries)
+        let entries = self.appended.entries.load(Ordering::Relaxed);
+        (entries > 0).then(|| self.appended.bytes.load(Ordering::Relaxed) / entries)
     }
 
     fn read_meta<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageIOError> {
@@ -261,9 +266,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             encoded.push((entry.log_id.index, bytes));
         }
         let size: usize = encoded.iter().map(|(_, b)| b.len()).sum();
-        self.appended.0.fetch_add(size as u64, Ordering::Relaxed);
         self.appended
-            .1
+            .bytes
+            .fetch_add(size as u64, Ordering::Relaxed);
+        self.appended
+            .entries
             .fetch_add(encoded.len() as u64, Ordering::Relaxed);
         let result = self
             .commit(move |txn| {
