@@ -11,12 +11,25 @@
 //! write (the callers retry and find what committed).
 //!
 //! ```text
-//! request ─► run(job) ─► queue ─► writer: BEGIN
-//!                                   ├─ job 1: SAVEPOINT · statements · RELEASE   (answer held)
-//!                                   ├─ job 2: SAVEPOINT · statements · ROLLBACK TO (answered: its error)
-//!                                   └─ job n …
-//!                                  COMMIT ─► answers of jobs 1, 3 … n
+//! request ─► run(job) ─► queue ─► writer: BEGIN · SAVEPOINT s0
+//!                                   ├─ job 0: statements                          (answer held)
+//!                                   ├─ job 1: RELEASE s0 · SAVEPOINT s1 · statements · ROLLBACK TO s1
+//!                                   │                                             (answered: its error)
+//!                                   └─ job n: RELEASE s(n-1) · SAVEPOINT s(n) · statements …
+//!                                  COMMIT ─► answers of jobs 0, 2 … n
 //! ```
+//!
+//! Moving the savepoint is one more statement per job, and on SQLite every
+//! statement is a hand-off to the connection's thread and back. A *one-trip*
+//! job ([`GroupCommit::run_one_trip`]: a claim, a finish) carries the move at
+//! the head of its first query instead, so it costs no hand-off of its own.
+//! That is safe even if such a job never runs its first query: savepoint
+//! names cycle through three (`s0`, `s1`, `s2`), and the move of job `n`
+//! releases `s(n-1)`, so the savepoint a job rolls back to, or the next job
+//! releases, exists only if the job's own move ran. When it did not, the
+//! rollback or the release fails and the whole batch with it (every caller
+//! told it did not commit): never a rollback to an earlier job's savepoint,
+//! which would undo writes already held as successes.
 //!
 //! SQLite has one writer task (it allows one writer; the task takes the
 //! database's write gate per batch, so the gate's other users still queue
@@ -55,9 +68,45 @@ pub type Job<T, E> =
 #[error("{0}")]
 pub struct BatchFailed(String);
 
-/// A job with its result type erased: runs, says whether it succeeded, and
-/// returns how to answer its caller once the batch's fate is known.
-type Queued = Box<dyn for<'c> FnOnce(&'c mut AnyConnection) -> BoxFuture<'c, Ran> + Send>;
+/// A write that makes its first trip to the database with one query (SQLite
+/// runs the statements of one query string in turn) and puts
+/// `savepoint_move` (empty, or statements each ending with `; `) at the head
+/// of it: see the module docs. On PostgreSQL the move is always empty (one
+/// statement per query there; the writer moves the savepoint itself).
+pub type OneTripJob<T, E> = Box<
+    dyn for<'c> FnOnce(&'c mut AnyConnection, &'static str) -> BoxFuture<'c, Result<T, E>> + Send,
+>;
+
+/// A job with its result type erased: runs (given the savepoint move a
+/// one-trip job leads with), says whether it succeeded, and returns how to
+/// answer its caller once the batch's fate is known.
+struct Queued {
+    run: RunJob,
+    one_trip: bool,
+}
+
+type RunJob =
+    Box<dyn for<'c> FnOnce(&'c mut AnyConnection, &'static str) -> BoxFuture<'c, Ran> + Send>;
+
+/// Savepoint names cycle through three (module docs): the statements that
+/// move the savepoint in front of job `n`, by `n % 3`, …
+const SAVEPOINT_MOVE: [&str; 3] = [
+    "RELEASE SAVEPOINT s2; SAVEPOINT s0",
+    "RELEASE SAVEPOINT s0; SAVEPOINT s1",
+    "RELEASE SAVEPOINT s1; SAVEPOINT s2",
+];
+/// … the same at the head of a one-trip job's query …
+const SAVEPOINT_MOVE_LEADING: [&str; 3] = [
+    "RELEASE SAVEPOINT s2; SAVEPOINT s0; ",
+    "RELEASE SAVEPOINT s0; SAVEPOINT s1; ",
+    "RELEASE SAVEPOINT s1; SAVEPOINT s2; ",
+];
+/// … and what undoes job `n` alone.
+const ROLLBACK_TO: [&str; 3] = [
+    "ROLLBACK TO SAVEPOINT s0",
+    "ROLLBACK TO SAVEPOINT s1",
+    "ROLLBACK TO SAVEPOINT s2",
+];
 
 /// Answers a job's caller: with the job's result, or with the commit's
 /// failure (`Some(why)`) when its batch did not commit.
@@ -147,10 +196,29 @@ impl GroupCommit {
         T: Send + 'static,
         E: From<BatchFailed> + Send + 'static,
     {
+        self.queue(Box::new(move |conn, _| job(conn)), false).await
+    }
+
+    /// [`GroupCommit::run`] for a job whose first query leads with the
+    /// savepoint move it is given ([`OneTripJob`]), which spares a SQLite
+    /// batch one hand-off per job.
+    pub async fn run_one_trip<T, E>(&self, job: OneTripJob<T, E>) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<BatchFailed> + Send + 'static,
+    {
+        self.queue(job, true).await
+    }
+
+    async fn queue<T, E>(&self, job: OneTripJob<T, E>, one_trip: bool) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<BatchFailed> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
-        let queued: Queued = Box::new(move |conn| {
+        let run: RunJob = Box::new(move |conn, savepoint_move| {
             Box::pin(async move {
-                let result = job(conn).await;
+                let result = job(conn, savepoint_move).await;
                 let ok = result.is_ok();
                 let answer = Box::new(move |commit_failed: Option<&str>| {
                     let result = match commit_failed {
@@ -165,7 +233,7 @@ impl GroupCommit {
             })
         });
         self.queue
-            .send(queued)
+            .send(Queued { run, one_trip })
             .await
             .map_err(|_| BatchFailed("the group commit has stopped".into()))?;
         rx.await.unwrap_or_else(|_| {
@@ -244,9 +312,9 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
         let alone = batch.len() == 1;
         let begin = match (db.dialect, alone) {
             (Dialect::Sqlite, true) => "BEGIN IMMEDIATE",
-            (Dialect::Sqlite, false) => "BEGIN IMMEDIATE; SAVEPOINT job",
+            (Dialect::Sqlite, false) => "BEGIN IMMEDIATE; SAVEPOINT s0",
             (Dialect::Postgres, true) => "BEGIN",
-            (Dialect::Postgres, false) => "BEGIN; SAVEPOINT job",
+            (Dialect::Postgres, false) => "BEGIN; SAVEPOINT s0",
         };
         if let Err(e) = statement(&mut conn, begin).await {
             conn.close_on_drop();
@@ -255,10 +323,23 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
         let mut held = Vec::with_capacity(batch.len());
         let mut jobs = batch.drain(..);
         let mut broken = None;
-        let mut left = jobs.len();
-        for job in jobs.by_ref() {
-            left -= 1;
-            let ran = AssertUnwindSafe(job(&mut conn)).catch_unwind().await;
+        for (n, job) in jobs.by_ref().enumerate() {
+            // The savepoint moves in front of every job but the first (the
+            // transaction's start put it there): by the writer, or at the
+            // head of a one-trip job's query.
+            let slot = n % 3;
+            let mut leading = "";
+            if !alone && n > 0 {
+                if job.one_trip && db.dialect == Dialect::Sqlite {
+                    leading = SAVEPOINT_MOVE_LEADING[slot];
+                } else if let Err(e) = statement(&mut conn, SAVEPOINT_MOVE[slot]).await {
+                    broken = Some(e.to_string());
+                    break;
+                }
+            }
+            let ran = AssertUnwindSafe((job.run)(&mut conn, leading))
+                .catch_unwind()
+                .await;
             let ran = match ran {
                 Ok(ran) => ran,
                 Err(panic) => {
@@ -266,18 +347,12 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
                     break;
                 }
             };
-            // After a success the savepoint moves past it (after the last
-            // job the commit follows instead); after a failure the job's
-            // statements are undone and the savepoint stays where it was.
-            let next = match (ran.ok, left == 0, alone) {
-                (true, true, _) => None,
-                (true, false, _) => Some("RELEASE SAVEPOINT job; SAVEPOINT job"),
-                (false, _, true) => Some("ROLLBACK"),
-                (false, _, false) => Some("ROLLBACK TO SAVEPOINT job"),
-            };
-            let step = match next {
-                Some(sql) => statement(&mut conn, sql).await,
-                None => Ok(()),
+            // A failed job's statements are undone; the savepoint stays in
+            // front of where it ran.
+            let step = match (ran.ok, alone) {
+                (true, _) => Ok(()),
+                (false, true) => statement(&mut conn, "ROLLBACK").await,
+                (false, false) => statement(&mut conn, ROLLBACK_TO[slot]).await,
             };
             if ran.ok {
                 held.push(ran.answer);

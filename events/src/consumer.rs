@@ -197,11 +197,19 @@ impl ConsumerRunner {
             processed = self
                 .db
                 .batches()
-                .run(Box::new(move |conn| {
+                .run_one_trip(Box::new(move |conn, savepoint_move| {
                     Box::pin(async move {
+                        // The inbox statement first, always: it leads with
+                        // the batch's savepoint move.
                         let ids: Vec<&str> = handled.iter().map(|m| m.event_id.as_str()).collect();
-                        let mut fresh =
-                            inbox::record_processed(&mut *conn, consumer.name(), &ids, now).await?;
+                        let mut fresh = inbox::record_processed(
+                            &mut *conn,
+                            savepoint_move,
+                            consumer.name(),
+                            &ids,
+                            now,
+                        )
+                        .await?;
                         let new: Vec<EventMessage> = handled
                             .into_iter()
                             .filter(|m| fresh.remove(&m.event_id))

@@ -41,17 +41,20 @@ pub async fn record<'e>(
     Ok(done.rows_affected() == 1)
 }
 
-/// Records `message_ids` as processed by `consumer`, in one statement.
-/// Returns the ids that were new: a duplicate delivery's row was there
-/// already, and an id given twice is new once.
+/// Records `message_ids` as processed by `consumer`, in one statement,
+/// behind `savepoint_move` (a group commit's, for a one-trip job: empty on
+/// PostgreSQL, `once_db::group_commit`). Returns the ids that were new: a
+/// duplicate delivery's row was there already, and an id given twice is new
+/// once.
 pub async fn record_processed<'e>(
     db: impl Executor<'e, Database = Any>,
+    savepoint_move: &str,
     consumer: &str,
     message_ids: &[&str],
     now: UnixMillis,
 ) -> Result<HashSet<String>, sqlx::Error> {
     let sql = format!(
-        "INSERT INTO consumer_inbox (consumer_name, message_id, status, processed_at) VALUES {} \
+        "{savepoint_move}INSERT INTO consumer_inbox (consumer_name, message_id, status, processed_at) VALUES {} \
          ON CONFLICT (consumer_name, message_id) DO NOTHING RETURNING message_id",
         placeholders::rows(message_ids.len(), 4)
     );

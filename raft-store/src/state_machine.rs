@@ -62,6 +62,10 @@ const SNAPSHOT_META: &str = "snapshot_meta";
 /// moved to a file when such a state machine is opened.
 const LEGACY_SNAPSHOT_DATA: &str = "snapshot_data";
 
+/// An apply that takes this long is logged (how many entries, the apply
+/// and its commit apart): a bulk placement move of a large region, say.
+const SLOW_APPLY: Duration = Duration::from_millis(50);
+
 /// Longest time applied state stays only in memory (module docs).
 pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 /// Most applies between two durable commits.
@@ -558,6 +562,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         let durable = self.durable.clone();
         self.blocking(move |db| {
+            let started = Instant::now();
             let mut txn = db.begin_write().map_err(wio)?;
             let durability = durable.lock().unwrap_or_else(|p| p.into_inner()).next();
             txn.set_durability(durability).map_err(wio)?;
@@ -591,7 +596,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 )
                 .map_err(wio)?;
             }
+            let applied = started.elapsed();
             txn.commit().map_err(wio)?;
+            let took = started.elapsed();
+            if took >= SLOW_APPLY {
+                tracing::info!(
+                    entries = entries.len(),
+                    first = entries[0].log_id.index,
+                    apply_ms = applied.as_millis() as u64,
+                    commit_ms = (took - applied).as_millis() as u64,
+                    "slow apply"
+                );
+            }
             Ok(replies)
         })
         .await

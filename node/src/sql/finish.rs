@@ -73,7 +73,8 @@ pub async fn write(
     finish: &Finish,
 ) -> Result<(), StoreError> {
     if let RecordIn::ThisDatabase { answer } = record {
-        return hot_writes::finish(conn, dialect, &owner.scope, owner.fence, finish, answer).await;
+        return hot_writes::finish(conn, dialect, "", &owner.scope, owner.fence, finish, answer)
+            .await;
     }
     if let Some(update) = &finish.payment
         && !payments::apply_update(&mut *conn, update, finish.now).await?

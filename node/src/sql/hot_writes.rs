@@ -13,7 +13,11 @@
 //!
 //! Both run inside the caller's transaction (a group commit batch, or the
 //! transaction of an operator's resolution), which rolls back when they
-//! return an error.
+//! return an error. In a batch each is a one-trip job: on SQLite its query
+//! leads with the batch's savepoint move (`savepoint_move`,
+//! `once_db::group_commit`), so the move costs no hand-off of its own.
+
+use std::borrow::Cow;
 
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
@@ -86,6 +90,28 @@ const FINISH_SQLITE: &str = "UPDATE idempotency_requests SET status = $6, step =
        traceparent) \
      SELECT $15, $16, $17, $18, $1, $19, $9, $20 WHERE $15 IS NOT NULL";
 
+/// The dialect's query, behind the savepoint move on SQLite. (PostgreSQL
+/// runs one statement per query: its batches move the savepoint themselves
+/// and hand over an empty move.)
+fn behind(
+    savepoint_move: &'static str,
+    dialect: Dialect,
+    postgres: &'static str,
+    sqlite: &'static str,
+) -> Cow<'static, str> {
+    match dialect {
+        Dialect::Postgres => {
+            debug_assert!(
+                savepoint_move.is_empty(),
+                "PostgreSQL moves its own savepoints"
+            );
+            Cow::Borrowed(postgres)
+        }
+        Dialect::Sqlite if savepoint_move.is_empty() => Cow::Borrowed(sqlite),
+        Dialect::Sqlite => Cow::Owned(format!("{savepoint_move}{sqlite}")),
+    }
+}
+
 /// Which of its writes a hot write's query made: the `wrote` column of the
 /// rows it returned.
 fn wrote(rows: &[AnyRow], what: &str) -> Result<bool, StoreError> {
@@ -105,17 +131,17 @@ pub struct ClaimWrite {
     pub payment_created: bool,
 }
 
+/// Claims the record and creates its payment; on SQLite, `savepoint_move`
+/// runs first (empty outside a batch).
 pub async fn claim<'e>(
     db: impl Executor<'e, Database = Any>,
     dialect: Dialect,
+    savepoint_move: &'static str,
     claim: &Claim,
 ) -> Result<ClaimWrite, StoreError> {
     let p = &claim.payment;
-    let sql = match dialect {
-        Dialect::Postgres => CLAIM_POSTGRES,
-        Dialect::Sqlite => CLAIM_SQLITE,
-    };
-    let rows = sqlx::query(sql)
+    let sql = behind(savepoint_move, dialect, CLAIM_POSTGRES, CLAIM_SQLITE);
+    let rows = sqlx::query(&sql)
         .bind(claim.scope.tenant.as_str())
         .bind(claim.scope.principal.as_str())
         .bind(claim.scope.operation)
@@ -148,9 +174,11 @@ pub async fn claim<'e>(
 /// [`StoreError::Fenced`] when the fence no longer matched: then nothing
 /// stays written (PostgreSQL writes nothing; SQLite's writes roll back with
 /// the caller's transaction).
+/// On SQLite, `savepoint_move` runs first (empty outside a batch).
 pub async fn finish<'e>(
     db: impl Executor<'e, Database = Any>,
     dialect: Dialect,
+    savepoint_move: &'static str,
     scope: &Scope,
     fence: i64,
     finish: &Finish,
@@ -158,11 +186,8 @@ pub async fn finish<'e>(
 ) -> Result<(), StoreError> {
     let payment = finish.payment.as_ref();
     let event = finish.event.as_ref();
-    let sql = match dialect {
-        Dialect::Postgres => FINISH_POSTGRES,
-        Dialect::Sqlite => FINISH_SQLITE,
-    };
-    let rows = sqlx::query(sql)
+    let sql = behind(savepoint_move, dialect, FINISH_POSTGRES, FINISH_SQLITE);
+    let rows = sqlx::query(&sql)
         .bind(scope.tenant.as_str())
         .bind(scope.principal.as_str())
         .bind(scope.operation)

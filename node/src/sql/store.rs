@@ -156,10 +156,13 @@ async fn existing(
 async fn claim_in(
     conn: &mut AnyConnection,
     dialect: Dialect,
+    savepoint_move: &'static str,
     claim: &Claim,
     keys: &DataKeys,
 ) -> Result<ClaimOutcome, StoreError> {
-    let write = hot_writes::claim(&mut *conn, dialect, claim).await?;
+    // First, whatever follows: the query leads with the batch's savepoint
+    // move (a one-trip job, `once_db::group_commit`).
+    let write = hot_writes::claim(&mut *conn, dialect, savepoint_move, claim).await?;
     if !write.claimed {
         return existing(conn, claim, keys).await;
     }
@@ -241,8 +244,10 @@ impl RequestPath for SqlStore {
         let (claim, keys, dialect) = (claim.clone(), self.keys.clone(), self.db.dialect);
         self.db
             .batches()
-            .run(Box::new(move |conn| {
-                Box::pin(async move { claim_in(conn, dialect, &claim, &keys).await })
+            .run_one_trip(Box::new(move |conn, savepoint_move| {
+                Box::pin(
+                    async move { claim_in(conn, dialect, savepoint_move, &claim, &keys).await },
+                )
             }))
             .await
     }
@@ -285,10 +290,18 @@ impl RequestPath for SqlStore {
         let (owner, finish, dialect) = (owner.clone(), finish.clone(), self.db.dialect);
         self.db
             .batches()
-            .run(Box::new(move |conn| {
+            .run_one_trip(Box::new(move |conn, savepoint_move| {
                 Box::pin(async move {
-                    let record = RecordIn::ThisDatabase { answer: &answer };
-                    finish::write(conn, dialect, record, &owner, &finish).await
+                    hot_writes::finish(
+                        conn,
+                        dialect,
+                        savepoint_move,
+                        &owner.scope,
+                        owner.fence,
+                        &finish,
+                        &answer,
+                    )
+                    .await
                 })
             }))
             .await
