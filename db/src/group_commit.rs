@@ -89,14 +89,9 @@ type RunJob =
     Box<dyn for<'c> FnOnce(&'c mut AnyConnection, &'static str) -> BoxFuture<'c, Ran> + Send>;
 
 /// Savepoint names cycle through three (module docs): the statements that
-/// move the savepoint in front of job `n`, by `n % 3`, …
+/// move the savepoint in front of job `n`, by `n % 3` (sent by the writer,
+/// or put at the head of a one-trip job's query, hence the closing `; `) …
 const SAVEPOINT_MOVE: [&str; 3] = [
-    "RELEASE SAVEPOINT s2; SAVEPOINT s0",
-    "RELEASE SAVEPOINT s0; SAVEPOINT s1",
-    "RELEASE SAVEPOINT s1; SAVEPOINT s2",
-];
-/// … the same at the head of a one-trip job's query …
-const SAVEPOINT_MOVE_LEADING: [&str; 3] = [
     "RELEASE SAVEPOINT s2; SAVEPOINT s0; ",
     "RELEASE SAVEPOINT s0; SAVEPOINT s1; ",
     "RELEASE SAVEPOINT s1; SAVEPOINT s2; ",
@@ -331,7 +326,7 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             let mut leading = "";
             if !alone && n > 0 {
                 if job.one_trip && db.dialect == Dialect::Sqlite {
-                    leading = SAVEPOINT_MOVE_LEADING[slot];
+                    leading = SAVEPOINT_MOVE[slot];
                 } else if let Err(e) = statement(&mut conn, SAVEPOINT_MOVE[slot]).await {
                     broken = Some(e.to_string());
                     break;
