@@ -6,7 +6,8 @@
 //! [`Dialect`] the queries branch on, the SQLite write gate
 //! ([`Database::writer`], decision 0007) and running the migrations
 //! ([`Database::migrate`]), and the group commit writes go through
-//! ([`Database::batches`], decision 0037). The migrations themselves stay in `/migrations`
+//! ([`Database::batches`], decision 0037), and the rule every round query of
+//! a background loop keeps ([`RoundQuery`]). The migrations themselves stay in `/migrations`
 //! at the workspace root, one schema in two dialects, embedded at build time.
 //! The queries are not here: each lives with the code that owns its tables
 //! (the node's `sql` module, the event path in `once-events`).
@@ -22,9 +23,11 @@ use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
 
 pub mod group_commit;
+mod round_query;
 
 use group_commit::Gate;
 pub use group_commit::{BatchFailed, GroupCommit};
+pub use round_query::RoundQuery;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../migrations/postgres");

@@ -168,17 +168,24 @@ pub async fn request_redrive(db: &Database, id: i64, now: UnixMillis) -> Result<
     Ok(done.rows_affected() == 1)
 }
 
+/// A round of a consumer's redriver: its letters an operator asked to run
+/// again, read through the partial index on them (the status spelled out,
+/// not bound: see [`once_db::RoundQuery`]).
+pub fn select_redrive_requested() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM dead_letters WHERE status = '{REDRIVE_REQUESTED}' AND consumer_name = $1 \
+         ORDER BY id LIMIT 100"
+    )
+}
+
 pub async fn redrive_requested(
     db: &Database,
     consumer: &str,
 ) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    let rows = sqlx::query(&format!(
-        "SELECT {COLUMNS} FROM dead_letters WHERE consumer_name = $1 AND status = $2 ORDER BY id LIMIT 100"
-    ))
-    .bind(consumer)
-    .bind(REDRIVE_REQUESTED)
-    .fetch_all(&db.pool)
-    .await?;
+    let rows = sqlx::query(&select_redrive_requested())
+        .bind(consumer)
+        .fetch_all(&db.pool)
+        .await?;
     rows.iter().map(letter_of).collect()
 }
 

@@ -35,6 +35,12 @@ pub const NAME: &str = "receipt-email";
 pub const PENDING: &str = "PENDING";
 pub const SENT: &str = "SENT";
 
+/// A round of the sender: the oldest pending notifications, read through
+/// the partial index on pending rows (`PENDING` spelled out, not bound: see
+/// [`once_db::RoundQuery`]).
+pub const SELECT_PENDING: &str = "SELECT seq, dedupe_key, recipient, subject, body FROM email_notifications \
+     WHERE status = 'PENDING' ORDER BY seq LIMIT 64";
+
 /// The notification's unique key, also the email's idempotency token.
 pub fn dedupe_key(payment_id: &str) -> String {
     format!("receipt_payment_{payment_id}")
@@ -162,13 +168,7 @@ impl EmailSenderWorker {
     /// paying one per email). Returns how many were sent.
     #[instrument(name = "send pending receipt emails", skip_all)]
     pub async fn send_pending(&self) -> Result<usize, SendRoundError> {
-        let rows = sqlx::query(
-            "SELECT seq, dedupe_key, recipient, subject, body FROM email_notifications \
-             WHERE status = $1 ORDER BY seq LIMIT 64",
-        )
-        .bind(PENDING)
-        .fetch_all(&self.db.pool)
-        .await?;
+        let rows = sqlx::query(SELECT_PENDING).fetch_all(&self.db.pool).await?;
         let mut sent = Vec::with_capacity(rows.len());
         let mut failed = Vec::new();
         for row in rows {

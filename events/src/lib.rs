@@ -77,3 +77,31 @@ pub use config::EventsConfig;
 pub use message::EventMessage;
 pub use metrics::EventMetrics;
 pub use runtime::{EventWorkers, Events};
+
+/// The event path's round queries, each with the index that must serve it
+/// ([`once_db::RoundQuery`]; checked by `tests/api/query_plans.rs`).
+pub fn round_queries() -> Vec<once_db::RoundQuery> {
+    use once_db::RoundQuery;
+    vec![
+        RoundQuery::new(
+            "publisher round",
+            outbox::SELECT_UNPUBLISHED,
+            "outbox_unpublished",
+        ),
+        RoundQuery::new(
+            "publisher backlog sample",
+            outbox::SELECT_BACKLOG,
+            "outbox_unpublished",
+        ),
+        RoundQuery::new(
+            "email sender round",
+            email::SELECT_PENDING,
+            "email_notifications_pending",
+        ),
+        RoundQuery::new(
+            "redriver round",
+            dead_letters::select_redrive_requested(),
+            "dead_letters_redrive",
+        ),
+    ]
+}

@@ -69,8 +69,13 @@ pub struct Publisher {
     batch: i64,
 }
 
-const SELECT_UNPUBLISHED: &str = "SELECT seq, event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, traceparent \
+/// A round of the publisher, through the partial index on unpublished rows.
+pub const SELECT_UNPUBLISHED: &str = "SELECT seq, event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, traceparent \
      FROM outbox WHERE published_at IS NULL ORDER BY seq LIMIT $1";
+
+/// The backlog gauges' sample (every second), through the same index.
+pub const SELECT_BACKLOG: &str =
+    "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM outbox WHERE published_at IS NULL";
 
 impl Publisher {
     pub fn new(
@@ -153,11 +158,7 @@ impl Publisher {
 
     /// Samples the backlog gauges: unpublished rows and the oldest one's age.
     pub async fn sample_backlog(&self) -> Result<(), PublishError> {
-        let row = sqlx::query(
-            "SELECT COUNT(*), COALESCE(MIN(created_at), 0) FROM outbox WHERE published_at IS NULL",
-        )
-        .fetch_one(&self.db.pool)
-        .await?;
+        let row = sqlx::query(SELECT_BACKLOG).fetch_one(&self.db.pool).await?;
         let (count, oldest): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
         self.metrics.outbox_backlog.set(count);
         let age = if count == 0 {

@@ -19,5 +19,6 @@ mod records;
 mod store;
 
 pub use materialize::Materialized;
-pub use once_db::{Database, Dialect, group_commit};
+pub use once_db::{Database, Dialect, RoundQuery, group_commit};
+pub use records::round_queries;
 pub use store::SqlStore;

@@ -22,6 +22,7 @@ mod monitoring;
 mod ops;
 mod postgres_tls;
 mod provider;
+mod query_plans;
 mod raft_store;
 mod regions;
 mod resolve;

@@ -25,8 +25,72 @@ const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fing
 const SCOPE_MATCHES: &str =
     "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
 
-/// The states an owner works in: most owner writes apply only to them.
+/// The states an owner works in: most owner writes apply only to them. Also
+/// the predicate of the partial index `idempotency_requests_unfinished`,
+/// verbatim, as a round query must spell it ([`once_db::RoundQuery`]).
 const UNFINISHED: &str = "status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')";
+/// The predicate of `idempotency_requests_expiry`: finished, may expire.
+const EXPIRABLE: &str = "status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE')";
+/// The predicate of `idempotency_requests_purge`.
+const EXPIRED: &str = "status = 'EXPIRED'";
+
+/// The sweeper's expiry round (`$1` now, `$2` purge after, `$3` limit).
+const EXPIRE_BATCH: &str = "UPDATE idempotency_requests SET status = 'EXPIRED', response_sealed = NULL, \
+     sealed_with = NULL, purge_after = $2, updated_at = $1 \
+     WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
+         SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
+         WHERE status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1 \
+         LIMIT $3) \
+     AND status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1";
+
+/// The sweeper's purge round (`$1` now, `$2` limit).
+const PURGE_BATCH: &str = "DELETE FROM idempotency_requests \
+     WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
+         SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
+         WHERE status = 'EXPIRED' AND purge_after <= $1 LIMIT $2) \
+     AND status = 'EXPIRED' AND purge_after <= $1";
+
+/// Every metrics scrape: the oldest unfinished record's age …
+const OLDEST_UNFINISHED: &str = "SELECT MIN(created_at) AS oldest FROM idempotency_requests \
+     WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')";
+/// … and how many wait for an operator (the index's predicate first, so the
+/// count reads the unfinished records only).
+const COUNT_UNKNOWN: &str = "SELECT COUNT(*) AS n FROM idempotency_requests \
+     WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') AND status = 'UNKNOWN_REQUIRES_RECOVERY'";
+
+/// The recovery worker's round (`$1` now, `$2` limit).
+fn select_due_for_recovery() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM idempotency_requests \
+         WHERE {UNFINISHED} AND locked_until <= $1 ORDER BY locked_until LIMIT $2"
+    )
+}
+
+/// The queries the node's loops send every round (the recovery worker, the
+/// sweeper, each metrics scrape), each with the index that must serve it;
+/// `tests/api/query_plans.rs` checks them.
+pub fn round_queries() -> Vec<once_db::RoundQuery> {
+    use once_db::RoundQuery;
+    vec![
+        RoundQuery::new(
+            "recovery round",
+            select_due_for_recovery(),
+            "idempotency_requests_unfinished",
+        ),
+        RoundQuery::new("expiry round", EXPIRE_BATCH, "idempotency_requests_expiry"),
+        RoundQuery::new("purge round", PURGE_BATCH, "idempotency_requests_purge"),
+        RoundQuery::new(
+            "metrics: oldest unfinished",
+            OLDEST_UNFINISHED,
+            "idempotency_requests_unfinished",
+        ),
+        RoundQuery::new(
+            "metrics: unknown outcomes",
+            COUNT_UNKNOWN,
+            "idempotency_requests_unfinished",
+        ),
+    ]
+}
 
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
@@ -282,21 +346,13 @@ pub async fn expire_batch<'e>(
     purge_after: UnixMillis,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let done = sqlx::query(
-        "UPDATE idempotency_requests SET status = 'EXPIRED', response_sealed = NULL, sealed_with = NULL, \
-         purge_after = $2, updated_at = $1 \
-         WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
-             SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
-             WHERE status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1 \
-             LIMIT $3) \
-         AND status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1",
-    )
-    .bind(now.0)
-    .bind(purge_after.0)
-    .bind(limit)
-    .execute(db)
-    .await
-    .map_err(unavailable)?;
+    let done = sqlx::query(EXPIRE_BATCH)
+        .bind(now.0)
+        .bind(purge_after.0)
+        .bind(limit)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
     Ok(done.rows_affected())
 }
 
@@ -305,18 +361,12 @@ pub async fn purge_batch<'e>(
     now: UnixMillis,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let done = sqlx::query(
-        "DELETE FROM idempotency_requests \
-         WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
-             SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
-             WHERE status = 'EXPIRED' AND purge_after <= $1 LIMIT $2) \
-         AND status = 'EXPIRED' AND purge_after <= $1",
-    )
-    .bind(now.0)
-    .bind(limit)
-    .execute(db)
-    .await
-    .map_err(unavailable)?;
+    let done = sqlx::query(PURGE_BATCH)
+        .bind(now.0)
+        .bind(limit)
+        .execute(db)
+        .await
+        .map_err(unavailable)?;
     Ok(done.rows_affected())
 }
 
@@ -328,12 +378,7 @@ pub async fn due_for_recovery<'e>(
     limit: i64,
     keys: &DataKeys,
 ) -> Result<Vec<Record>, StoreError> {
-    let sql = format!(
-        "SELECT {COLUMNS} FROM idempotency_requests \
-         WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') AND locked_until <= $1 \
-         ORDER BY locked_until LIMIT $2"
-    );
-    let rows = sqlx::query(&sql)
+    let rows = sqlx::query(&select_due_for_recovery())
         .bind(now.0)
         .bind(limit)
         .fetch_all(db)
@@ -348,11 +393,20 @@ pub async fn with_status<'e>(
     limit: i64,
     keys: &DataKeys,
 ) -> Result<Vec<Record>, StoreError> {
+    // The status spelled out after the predicate of the partial index that
+    // holds it, so an operator's listing reads those rows, not the table.
+    let index_predicate = if status.is_unfinished() {
+        UNFINISHED
+    } else if status.can_expire() {
+        EXPIRABLE
+    } else {
+        EXPIRED
+    };
     let sql = format!(
-        "SELECT {COLUMNS} FROM idempotency_requests WHERE status = $1 ORDER BY created_at LIMIT $2"
+        "SELECT {COLUMNS} FROM idempotency_requests WHERE {index_predicate} AND status = '{status}' \
+         ORDER BY created_at LIMIT $1"
     );
     let rows = sqlx::query(&sql)
-        .bind(status.as_str())
         .bind(limit)
         .fetch_all(db)
         .await
@@ -378,12 +432,9 @@ pub async fn by_tenant_and_key<'e>(
     rows.iter().map(|row| decode_any(row, keys)).collect()
 }
 
-pub async fn count_with_status<'e>(
-    db: impl Executor<'e, Database = Any>,
-    status: Status,
-) -> Result<i64, StoreError> {
-    let row = sqlx::query("SELECT COUNT(*) AS n FROM idempotency_requests WHERE status = $1")
-        .bind(status.as_str())
+/// How many records wait for an operator (`UNKNOWN_REQUIRES_RECOVERY`).
+pub async fn count_unknown<'e>(db: impl Executor<'e, Database = Any>) -> Result<i64, StoreError> {
+    let row = sqlx::query(COUNT_UNKNOWN)
         .fetch_one(db)
         .await
         .map_err(unavailable)?;
@@ -448,13 +499,10 @@ pub async fn recent_resolutions<'e>(
 pub async fn oldest_unfinished<'e>(
     db: impl Executor<'e, Database = Any>,
 ) -> Result<Option<UnixMillis>, StoreError> {
-    let row = sqlx::query(
-        "SELECT MIN(created_at) AS oldest FROM idempotency_requests \
-         WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')",
-    )
-    .fetch_one(db)
-    .await
-    .map_err(unavailable)?;
+    let row = sqlx::query(OLDEST_UNFINISHED)
+        .fetch_one(db)
+        .await
+        .map_err(unavailable)?;
     let oldest: Option<i64> = row.try_get("oldest").map_err(unavailable)?;
     Ok(oldest.map(UnixMillis))
 }

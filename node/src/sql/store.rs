@@ -471,7 +471,7 @@ impl Health for SqlStore {
     }
 
     async fn unknown_count(&self) -> Result<i64, StoreError> {
-        records::count_with_status(&self.db.pool, Status::UnknownRequiresRecovery).await
+        records::count_unknown(&self.db.pool).await
     }
 }
 
