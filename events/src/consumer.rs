@@ -31,7 +31,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -45,6 +44,7 @@ use tracing::{Instrument, debug, info, info_span, instrument, warn};
 use crate::broker::{Broker, BrokerError, Delivery, Subscription};
 use crate::config::EventsConfig;
 use crate::dead_letters::{self, DeadLetter};
+use crate::effect::Effect;
 use crate::inbox;
 use crate::message::{EventMessage, MessageError};
 use crate::metrics::{ConsumerName, EventMetrics};
@@ -99,7 +99,6 @@ impl ConsumeError {
 }
 
 /// One consumer: which events it wants and the effect it writes.
-#[async_trait]
 pub trait Consumer: Send + Sync + std::fmt::Debug + 'static {
     /// Its name in `consumer_inbox`, `dead_letters` and the broker (a
     /// JetStream durable name: no dots or spaces).
@@ -108,17 +107,13 @@ pub trait Consumer: Send + Sync + std::fmt::Debug + 'static {
     /// Events of other types are acknowledged untouched.
     fn handles(&self, event_type: &str) -> bool;
 
-    /// Writes the effects of `messages` (one or more, each of an event
-    /// this consumer handles and new to its inbox) on `tx`, the transaction
-    /// that also holds their inbox rows. Each effect must sit behind a
-    /// unique key. An error refuses them all; the runner then writes the
+    /// The effect of `messages` (one or more, each of an event this
+    /// consumer handles): a row per message, behind the table's unique key.
+    /// The runner writes the rows of the messages new to the inbox, with
+    /// their inbox rows, in one query ([`Effect`]). An error refuses them
+    /// all (so does the database refusing a row); the runner then writes the
     /// messages one at a time, so that a bad one fails alone.
-    async fn apply(
-        &self,
-        tx: &mut sqlx::AnyConnection,
-        messages: &[EventMessage],
-        now: UnixMillis,
-    ) -> Result<(), ConsumeError>;
+    fn effect(&self, messages: &[EventMessage], now: UnixMillis) -> Result<Effect, ConsumeError>;
 }
 
 /// What became of one message.
@@ -175,10 +170,10 @@ impl ConsumerRunner {
     }
 
     /// Inbox rows and effects of `messages` in one job of the database's
-    /// group commit: one multi-row inbox statement, then the effects of the
-    /// messages it found new, written together. So a batch costs a few
-    /// statements, not a few per message, and shares its commit with the
-    /// request path's writes. A refused effect fails the whole job (rolled
+    /// group commit, one query ([`Effect::write_with_inbox`]): the effects
+    /// of the messages new to the inbox, and their inbox rows. So a batch
+    /// costs one trip to the database, not one per message or per table,
+    /// and shares its commit with the request path's writes. A refused effect fails the whole job (rolled
     /// back to its savepoint, nothing written); [`ConsumerRunner::handle_batch`]
     /// then handles the messages one by one. The outcomes are in the order
     /// of `messages`; a message given twice is processed once.
@@ -193,31 +188,18 @@ impl ConsumerRunner {
             .collect();
         let mut processed = HashSet::new();
         if !handled.is_empty() {
-            let (consumer, now) = (self.consumer.clone(), self.clock.now());
+            let now = self.clock.now();
+            let effect = self.consumer.effect(&handled, now)?;
+            let (consumer, dialect) = (self.consumer.name().to_owned(), self.db.dialect);
             processed = self
                 .db
                 .batches()
                 .run_one_trip(Box::new(move |conn, savepoint_move| {
                     Box::pin(async move {
-                        // The inbox statement first, always: it leads with
-                        // the batch's savepoint move.
-                        let ids: Vec<&str> = handled.iter().map(|m| m.event_id.as_str()).collect();
-                        let mut fresh = inbox::record_processed(
-                            &mut *conn,
-                            savepoint_move,
-                            consumer.name(),
-                            &ids,
-                            now,
-                        )
-                        .await?;
-                        let new: Vec<EventMessage> = handled
-                            .into_iter()
-                            .filter(|m| fresh.remove(&m.event_id))
-                            .collect();
-                        if !new.is_empty() {
-                            consumer.apply(conn, &new, now).await?;
-                        }
-                        Ok::<_, ConsumeError>(new.into_iter().map(|m| m.event_id).collect())
+                        let fresh = effect
+                            .write_with_inbox(conn, dialect, savepoint_move, &consumer, now)
+                            .await?;
+                        Ok::<_, ConsumeError>(fresh)
                     })
                 }))
                 .await?;
@@ -533,7 +515,8 @@ impl ConsumerRunner {
         // node) finds the inbox row already revived.
         if inbox::revive(&mut *tx, self.consumer.name(), &message.event_id, now).await? {
             self.consumer
-                .apply(&mut tx, std::slice::from_ref(&message), now)
+                .effect(std::slice::from_ref(&message), now)?
+                .write(&mut tx, self.consumer.name(), now)
                 .await?;
         }
         dead_letters::mark_redriven(&mut *tx, letter.id, now).await?;

@@ -16,7 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use once_db::Database;
 use once_domain::{Clock, UnixMillis};
 use once_failpoints::crash_point;
@@ -25,6 +24,7 @@ use tokio::sync::watch;
 use tracing::{instrument, warn};
 
 use crate::consumer::{ConsumeError, Consumer};
+use crate::effect::Effect;
 use crate::email_sender::{Email, EmailSender};
 use crate::message::{EventMessage, PAYMENT_SUCCEEDED};
 use crate::metrics::EventMetrics;
@@ -49,7 +49,6 @@ pub fn dedupe_key(payment_id: &str) -> String {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReceiptEmailConsumer;
 
-#[async_trait]
 impl Consumer for ReceiptEmailConsumer {
     fn name(&self) -> &str {
         NAME
@@ -59,18 +58,21 @@ impl Consumer for ReceiptEmailConsumer {
         event_type == PAYMENT_SUCCEEDED
     }
 
-    async fn apply(
-        &self,
-        tx: &mut sqlx::AnyConnection,
-        messages: &[EventMessage],
-        now: UnixMillis,
-    ) -> Result<(), ConsumeError> {
-        let sql = format!(
-            "INSERT INTO email_notifications (dedupe_key, payment_id, tenant_id, recipient, subject, body, status, created_at) \
-             VALUES {} ON CONFLICT (dedupe_key) DO NOTHING",
-            placeholders::rows(messages.len(), 8)
+    fn effect(&self, messages: &[EventMessage], now: UnixMillis) -> Result<Effect, ConsumeError> {
+        let mut effect = Effect::new(
+            "email_notifications",
+            &[
+                "dedupe_key",
+                "payment_id",
+                "tenant_id",
+                "recipient",
+                "subject",
+                "body",
+                "status",
+                "created_at",
+            ],
+            "(dedupe_key)",
         );
-        let mut query = sqlx::query(&sql);
         for message in messages {
             let payment = message.payment()?;
             // The payment carries no address: the email service resolves
@@ -81,18 +83,21 @@ impl Consumer for ReceiptEmailConsumer {
                 "Payment {} of {} {} for order {} succeeded.",
                 payment.payment_id, payment.amount, payment.currency, payment.merchant_reference
             );
-            query = query
-                .bind(dedupe_key(&payment.payment_id))
-                .bind(payment.payment_id)
-                .bind(payment.tenant_id)
-                .bind(recipient)
-                .bind(subject)
-                .bind(body)
-                .bind(PENDING)
-                .bind(now.0);
+            effect.row(
+                &message.event_id,
+                vec![
+                    dedupe_key(&payment.payment_id).into(),
+                    payment.payment_id.into(),
+                    payment.tenant_id.into(),
+                    recipient.into(),
+                    subject.into(),
+                    body.into(),
+                    PENDING.into(),
+                    now.0.into(),
+                ],
+            );
         }
-        query.execute(&mut *tx).await?;
-        Ok(())
+        Ok(effect)
     }
 }
 

@@ -1,16 +1,13 @@
 //! `consumer_inbox`: which messages each consumer has finished with.
 //!
-//! The row is written first, in the transaction that writes the consumer's
-//! effect: of two instances racing on one message, the second blocks on the
-//! unique key `(consumer_name, message_id)` until the first commits, then
-//! finds the row and does nothing. A rolled-back attempt leaves no row.
-
-use std::collections::HashSet;
+//! The row is written with the consumer's effect, in one transaction (in one
+//! query on the consumer's path: [`crate::effect`]): of two instances racing
+//! on one message, the second waits on the first's rows (the unique keys)
+//! until the first commits, then writes nothing. A rolled-back attempt leaves
+//! no row.
 
 use once_domain::UnixMillis;
 use sqlx::{Any, Executor, Row};
-
-use crate::placeholders;
 
 /// The message's effect exists.
 pub const PROCESSED: &str = "PROCESSED";
@@ -39,35 +36,6 @@ pub async fn record<'e>(
     .execute(db)
     .await?;
     Ok(done.rows_affected() == 1)
-}
-
-/// Records `message_ids` as processed by `consumer`, in one statement,
-/// behind `savepoint_move` (a group commit's, for a one-trip job: empty on
-/// PostgreSQL, `once_db::group_commit`). Returns the ids that were new: a
-/// duplicate delivery's row was there already, and an id given twice is new
-/// once.
-pub async fn record_processed<'e>(
-    db: impl Executor<'e, Database = Any>,
-    savepoint_move: &str,
-    consumer: &str,
-    message_ids: &[&str],
-    now: UnixMillis,
-) -> Result<HashSet<String>, sqlx::Error> {
-    let sql = format!(
-        "{savepoint_move}INSERT INTO consumer_inbox (consumer_name, message_id, status, processed_at) VALUES {} \
-         ON CONFLICT (consumer_name, message_id) DO NOTHING RETURNING message_id",
-        placeholders::rows(message_ids.len(), 4)
-    );
-    let mut query = sqlx::query(&sql);
-    for id in message_ids {
-        query = query.bind(consumer).bind(*id).bind(PROCESSED).bind(now.0);
-    }
-    query
-        .fetch_all(db)
-        .await?
-        .iter()
-        .map(|row| row.try_get(0))
-        .collect()
 }
 
 /// Turns a dead-lettered row into a processed one (the redrive's effect is

@@ -1,16 +1,15 @@
 //! The ledger consumer: one `PAYMENT_CAPTURED` entry per succeeded payment,
-//! a batch of them in one statement.
+//! a batch of them in one statement (with their inbox rows: [`crate::effect`]).
 //!
 //! The entry is keyed `UNIQUE (entry_type, source_payment_id)`: besides the
 //! inbox (which dedupes one event id), this stops a second, different event
 //! about the same payment from booking the money twice.
 
-use async_trait::async_trait;
 use once_domain::UnixMillis;
 
 use crate::consumer::{ConsumeError, Consumer};
+use crate::effect::Effect;
 use crate::message::{EventMessage, PAYMENT_SUCCEEDED};
-use crate::placeholders;
 
 pub const NAME: &str = "ledger";
 pub const PAYMENT_CAPTURED: &str = "PAYMENT_CAPTURED";
@@ -18,7 +17,6 @@ pub const PAYMENT_CAPTURED: &str = "PAYMENT_CAPTURED";
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LedgerConsumer;
 
-#[async_trait]
 impl Consumer for LedgerConsumer {
     fn name(&self) -> &str {
         NAME
@@ -28,18 +26,21 @@ impl Consumer for LedgerConsumer {
         event_type == PAYMENT_SUCCEEDED
     }
 
-    async fn apply(
-        &self,
-        tx: &mut sqlx::AnyConnection,
-        messages: &[EventMessage],
-        now: UnixMillis,
-    ) -> Result<(), ConsumeError> {
-        let sql = format!(
-            "INSERT INTO ledger_entries (entry_type, source_payment_id, source_event_id, tenant_id, account_id, amount_minor, currency, created_at) \
-             VALUES {} ON CONFLICT (entry_type, source_payment_id) DO NOTHING",
-            placeholders::rows(messages.len(), 8)
+    fn effect(&self, messages: &[EventMessage], now: UnixMillis) -> Result<Effect, ConsumeError> {
+        let mut effect = Effect::new(
+            "ledger_entries",
+            &[
+                "entry_type",
+                "source_payment_id",
+                "source_event_id",
+                "tenant_id",
+                "account_id",
+                "amount_minor",
+                "currency",
+                "created_at",
+            ],
+            "(entry_type, source_payment_id)",
         );
-        let mut query = sqlx::query(&sql);
         for message in messages {
             let payment = message.payment()?;
             if payment.amount_minor <= 0 {
@@ -48,17 +49,20 @@ impl Consumer for LedgerConsumer {
                     payment.payment_id
                 )));
             }
-            query = query
-                .bind(PAYMENT_CAPTURED)
-                .bind(payment.payment_id)
-                .bind(&message.event_id)
-                .bind(payment.tenant_id)
-                .bind(payment.account_id)
-                .bind(payment.amount_minor)
-                .bind(payment.currency)
-                .bind(now.0);
+            effect.row(
+                &message.event_id,
+                vec![
+                    PAYMENT_CAPTURED.into(),
+                    payment.payment_id.into(),
+                    message.event_id.as_str().into(),
+                    payment.tenant_id.into(),
+                    payment.account_id.into(),
+                    payment.amount_minor.into(),
+                    payment.currency.into(),
+                    now.0.into(),
+                ],
+            );
         }
-        query.execute(&mut *tx).await?;
-        Ok(())
+        Ok(effect)
     }
 }

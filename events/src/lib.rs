@@ -36,6 +36,8 @@
 //! - [`inbox`]: the `consumer_inbox` table.
 //! - [`consumer`]: the [`consumer::Consumer`] trait and the runner that
 //!   receives, applies, retries, dead-letters and acknowledges.
+//! - [`effect`]: a consumer's rows for a batch, written with their inbox
+//!   rows in one query.
 //! - [`ledger`], [`email`]: the two consumers, and the email sender worker.
 //! - [`email_sender`]: the [`email_sender::EmailSender`] trait, its HTTP
 //!   client and the fake. (The HTTP email sink the tests send to lives with
@@ -61,6 +63,7 @@ pub mod bus;
 pub mod config;
 pub mod consumer;
 pub mod dead_letters;
+pub mod effect;
 pub mod email;
 pub mod email_sender;
 pub mod inbox;

@@ -435,7 +435,6 @@ struct BuggyLedger {
     broken: Arc<Mutex<HashSet<String>>>,
 }
 
-#[async_trait]
 impl Consumer for BuggyLedger {
     fn name(&self) -> &str {
         "ledger"
@@ -443,12 +442,11 @@ impl Consumer for BuggyLedger {
     fn handles(&self, event_type: &str) -> bool {
         LedgerConsumer.handles(event_type)
     }
-    async fn apply(
+    fn effect(
         &self,
-        tx: &mut sqlx::AnyConnection,
         messages: &[EventMessage],
         now: UnixMillis,
-    ) -> Result<(), ConsumeError> {
+    ) -> Result<once_node::events::effect::Effect, ConsumeError> {
         let broken = self.broken.lock().unwrap().clone();
         if let Some(message) = messages.iter().find(|m| broken.contains(&m.aggregate_id)) {
             return Err(ConsumeError::Effect(format!(
@@ -456,7 +454,7 @@ impl Consumer for BuggyLedger {
                 message.aggregate_id
             )));
         }
-        LedgerConsumer.apply(tx, messages, now).await
+        LedgerConsumer.effect(messages, now)
     }
 }
 
@@ -496,8 +494,9 @@ impl Settle for SettleInto {
     }
 }
 
-/// Deliveries that arrive together are written as one batch (one inbox
-/// statement, one effect statement), each still once; when the batch is
+/// Deliveries that arrive together are written as one batch (one query:
+/// the effects of the messages new to the inbox, and their inbox rows), each
+/// still once, and none whose message the inbox already holds; when the batch is
 /// refused, each delivery is handled alone, so the bad one is retried (or
 /// parked) and the others are written and acknowledged.
 async fn a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_alone(
@@ -528,6 +527,26 @@ async fn a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_a
         .await
         .expect("the batch commits");
     assert_eq!(outcomes, [Duplicate, Processed]);
+    // A message the inbox holds as parked (a dead letter): no effect, though
+    // no entry exists for its payment, until an operator's redrive.
+    let parked = succeeded("pay_batch_parked");
+    let pool = db.pool().await.pool;
+    once_node::events::inbox::record(
+        &pool,
+        "ledger",
+        &parked.event_id,
+        once_node::events::inbox::DEAD_LETTERED,
+        Some("EFFECT_FAILED"),
+        UnixMillis(1),
+    )
+    .await
+    .unwrap();
+    let outcomes = runner
+        .process_batch(&[parked.clone(), c.clone()])
+        .await
+        .expect("the batch commits");
+    assert_eq!(outcomes, [Duplicate, Duplicate]);
+    assert_eq!(ledger_entries(&db, "pay_batch_parked").await, 0);
     for m in [&a, &b, &c] {
         assert_eq!(
             ledger_entries(&db, &m.aggregate_id).await,
