@@ -27,6 +27,7 @@
 //! lost, pool exhausted) never count towards dead-lettering: the message is
 //! fine, the node is not.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,19 +174,23 @@ impl ConsumerRunner {
     /// group commit, one query ([`Effect::write_with_inbox`]): the effects
     /// of the messages new to the inbox, and their inbox rows. So a batch
     /// costs one trip to the database, not one per message or per table,
-    /// and shares its commit with the request path's writes. A refused effect fails the whole job (rolled
-    /// back to its savepoint, nothing written); [`ConsumerRunner::handle_batch`]
+    /// and shares its commit with the request path's writes. A refused
+    /// effect fails the whole job (rolled back to its savepoint, nothing
+    /// written); [`ConsumerRunner::handle_batch`]
     /// then handles the messages one by one. The outcomes are in the order
     /// of `messages`; a message given twice is processed once.
     pub async fn process_batch(
         &self,
         messages: &[EventMessage],
     ) -> Result<Vec<Outcome>, ConsumeError> {
-        let handled: Vec<EventMessage> = messages
-            .iter()
-            .filter(|m| self.consumer.handles(&m.event_type))
-            .cloned()
-            .collect();
+        // Copied only when some are for other consumers (the effect is built
+        // from references; the job owns the effect, not the messages).
+        let handles = |m: &EventMessage| self.consumer.handles(&m.event_type);
+        let handled: Cow<'_, [EventMessage]> = if messages.iter().all(handles) {
+            Cow::Borrowed(messages)
+        } else {
+            Cow::Owned(messages.iter().filter(|m| handles(m)).cloned().collect())
+        };
         let mut processed = HashSet::new();
         if !handled.is_empty() {
             let now = self.clock.now();
@@ -196,10 +201,11 @@ impl ConsumerRunner {
                 .batches()
                 .run_one_trip(Box::new(move |conn, savepoint_move| {
                     Box::pin(async move {
-                        let fresh = effect
-                            .write_with_inbox(conn, dialect, savepoint_move, &consumer, now)
-                            .await?;
-                        Ok::<_, ConsumeError>(fresh)
+                        Ok::<_, ConsumeError>(
+                            effect
+                                .write_with_inbox(conn, dialect, savepoint_move, &consumer, now)
+                                .await?,
+                        )
                     })
                 }))
                 .await?;

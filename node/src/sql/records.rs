@@ -25,38 +25,72 @@ const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fing
 const SCOPE_MATCHES: &str =
     "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
 
-/// The states an owner works in: most owner writes apply only to them. Also
-/// the predicate of the partial index `idempotency_requests_unfinished`,
-/// verbatim, as a round query must spell it ([`once_db::RoundQuery`]).
-const UNFINISHED: &str = "status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')";
-/// The predicate of `idempotency_requests_expiry`: finished, may expire.
-const EXPIRABLE: &str = "status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE')";
+// The predicates of the partial indexes, written once, verbatim as the
+// migrations have them: a round query must spell its index's predicate out
+// ([`once_db::RoundQuery`]). Macros, so that `concat!` can build the round
+// queries as constants.
+
+/// The states an owner works in (most owner writes apply only to them): the
+/// predicate of `idempotency_requests_unfinished`.
+macro_rules! unfinished {
+    () => {
+        "status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
+    };
+}
+/// Finished, may expire: the predicate of `idempotency_requests_expiry`.
+macro_rules! expirable {
+    () => {
+        "status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE')"
+    };
+}
 /// The predicate of `idempotency_requests_purge`.
-const EXPIRED: &str = "status = 'EXPIRED'";
+macro_rules! expired {
+    () => {
+        "status = 'EXPIRED'"
+    };
+}
+
+const UNFINISHED: &str = unfinished!();
+const EXPIRABLE: &str = expirable!();
+const EXPIRED: &str = expired!();
 
 /// The sweeper's expiry round (`$1` now, `$2` purge after, `$3` limit).
-const EXPIRE_BATCH: &str = "UPDATE idempotency_requests SET status = 'EXPIRED', response_sealed = NULL, \
+const EXPIRE_BATCH: &str = concat!(
+    "UPDATE idempotency_requests SET status = 'EXPIRED', response_sealed = NULL, \
      sealed_with = NULL, purge_after = $2, updated_at = $1 \
      WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
          SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
-         WHERE status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1 \
-         LIMIT $3) \
-     AND status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $1";
+         WHERE ",
+    expirable!(),
+    " AND expires_at <= $1 LIMIT $3) AND ",
+    expirable!(),
+    " AND expires_at <= $1"
+);
 
 /// The sweeper's purge round (`$1` now, `$2` limit).
-const PURGE_BATCH: &str = "DELETE FROM idempotency_requests \
+const PURGE_BATCH: &str = concat!(
+    "DELETE FROM idempotency_requests \
      WHERE (tenant_id, principal_id, operation, idempotency_key) IN ( \
          SELECT tenant_id, principal_id, operation, idempotency_key FROM idempotency_requests \
-         WHERE status = 'EXPIRED' AND purge_after <= $1 LIMIT $2) \
-     AND status = 'EXPIRED' AND purge_after <= $1";
+         WHERE ",
+    expired!(),
+    " AND purge_after <= $1 LIMIT $2) AND ",
+    expired!(),
+    " AND purge_after <= $1"
+);
 
 /// Every metrics scrape: the oldest unfinished record's age …
-const OLDEST_UNFINISHED: &str = "SELECT MIN(created_at) AS oldest FROM idempotency_requests \
-     WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')";
+const OLDEST_UNFINISHED: &str = concat!(
+    "SELECT MIN(created_at) AS oldest FROM idempotency_requests WHERE ",
+    unfinished!()
+);
 /// … and how many wait for an operator (the index's predicate first, so the
 /// count reads the unfinished records only).
-const COUNT_UNKNOWN: &str = "SELECT COUNT(*) AS n FROM idempotency_requests \
-     WHERE status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') AND status = 'UNKNOWN_REQUIRES_RECOVERY'";
+const COUNT_UNKNOWN: &str = concat!(
+    "SELECT COUNT(*) AS n FROM idempotency_requests WHERE ",
+    unfinished!(),
+    " AND status = 'UNKNOWN_REQUIRES_RECOVERY'"
+);
 
 /// The recovery worker's round (`$1` now, `$2` limit).
 fn select_due_for_recovery() -> String {
