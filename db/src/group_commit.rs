@@ -21,7 +21,8 @@
 //!
 //! Moving the savepoint is one more statement per job, and on SQLite every
 //! statement is a hand-off to the connection's thread and back. A *one-trip*
-//! job ([`GroupCommit::run_one_trip`]: a claim, a finish) carries the move at
+//! job ([`GroupCommit::run_one_trip`]: a consumer's batch; the claim and the
+//! finish, conditional below) carries the move at
 //! the head of its first query instead, so it costs no hand-off of its own.
 //! That is safe even if such a job never runs its first query: savepoint
 //! names cycle through three (`s0`, `s1`, `s2`), and the move of job `n`
@@ -30,6 +31,16 @@
 //! rollback or the release fails and the whole batch with it (every caller
 //! told it did not commit): never a rollback to an earlier job's savepoint,
 //! which would undo writes already held as successes.
+//!
+//! On PostgreSQL every statement is a round trip, and there the move is one
+//! query of its own. A *conditional* job ([`GroupCommit::run_conditional`]:
+//! the claim and the finish, each one statement whose writes all hang on a
+//! condition it checks — the key still free, the fence still held) runs
+//! without a savepoint there: its refusal ([`Refusal::wrote_nothing`]) left
+//! nothing to undo, and anything else it fails with (a database error, which
+//! aborts PostgreSQL's transaction, or an error after a write) is rolled back
+//! to the savepoint in front, with the jobs written since it: those are told
+//! their batch did not commit, as if it had failed. See decision 0047.
 //!
 //! SQLite has one writer task (it allows one writer; the task takes the
 //! database's write gate per batch, so the gate's other users still queue
@@ -77,12 +88,56 @@ pub type OneTripJob<T, E> = Box<
     dyn for<'c> FnOnce(&'c mut AnyConnection, &'static str) -> BoxFuture<'c, Result<T, E>> + Send,
 >;
 
+/// What a conditional job's error says about what it left written
+/// ([`GroupCommit::run_conditional`]).
+pub trait Refusal {
+    /// True only for a refusal found by a statement that ran and wrote
+    /// nothing (the fence it checks lost, say): the transaction is as the
+    /// job found it. Every other error must answer false.
+    fn wrote_nothing(&self) -> bool;
+}
+
 /// A job with its result type erased: runs (given the savepoint move a
 /// one-trip job leads with), says whether it succeeded, and returns how to
 /// answer its caller once the batch's fate is known.
 struct Queued {
     run: RunJob,
-    one_trip: bool,
+    kind: Kind,
+}
+
+/// What a job promises about its queries, which decides who puts a
+/// savepoint in front of it (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Any statements: the writer moves the savepoint for it.
+    Ordinary,
+    /// Its first query leads with the savepoint move it is handed (SQLite).
+    OneTrip,
+    /// A one-trip job whose refusals write nothing: no savepoint of its own
+    /// on PostgreSQL.
+    Conditional,
+}
+
+impl Kind {
+    /// Who moves the savepoint in front of a job of this kind, on `dialect`.
+    fn savepoint(self, dialect: Dialect) -> Savepoint {
+        match (self, dialect) {
+            (Kind::Ordinary, _) | (Kind::OneTrip, Dialect::Postgres) => Savepoint::Writer,
+            (Kind::OneTrip | Kind::Conditional, Dialect::Sqlite) => Savepoint::Carried,
+            (Kind::Conditional, Dialect::Postgres) => Savepoint::Shared,
+        }
+    }
+}
+
+/// Who puts a savepoint in front of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Savepoint {
+    /// The writer, with a statement of its own.
+    Writer,
+    /// The job, at the head of its first query.
+    Carried,
+    /// No one: the job shares the savepoint in front with the jobs before it.
+    Shared,
 }
 
 type RunJob =
@@ -103,6 +158,10 @@ const ROLLBACK_TO: [&str; 3] = [
     "ROLLBACK TO SAVEPOINT s2",
 ];
 
+/// Why a job that succeeded did not commit: a conditional job after it,
+/// sharing its savepoint, failed with a database error.
+const SHARED_ROLLBACK: &str = "rolled back with a write beside it in the batch, which failed";
+
 /// Answers a job's caller: with the job's result, or with the commit's
 /// failure (`Some(why)`) when its batch did not commit.
 type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
@@ -110,6 +169,8 @@ type Answer = Box<dyn FnOnce(Option<&str>) + Send>;
 /// What a queued job did.
 struct Ran {
     ok: bool,
+    /// It failed with a refusal that wrote nothing ([`Refusal`]).
+    wrote_nothing: bool,
     /// Sends the job's result, or the commit's failure when the batch did
     /// not commit.
     answer: Answer,
@@ -191,7 +252,10 @@ impl GroupCommit {
         T: Send + 'static,
         E: From<BatchFailed> + Send + 'static,
     {
-        self.queue(Box::new(move |conn, _| job(conn)), false).await
+        self.queue(Box::new(move |conn, _| job(conn)), Kind::Ordinary, |_| {
+            false
+        })
+        .await
     }
 
     /// [`GroupCommit::run`] for a job whose first query leads with the
@@ -202,10 +266,31 @@ impl GroupCommit {
         T: Send + 'static,
         E: From<BatchFailed> + Send + 'static,
     {
-        self.queue(job, true).await
+        self.queue(job, Kind::OneTrip, |_| false).await
     }
 
-    async fn queue<T, E>(&self, job: OneTripJob<T, E>, one_trip: bool) -> Result<T, E>
+    /// [`GroupCommit::run_one_trip`] for a job whose every write hangs on a
+    /// condition its one statement checks, so that its refusals write
+    /// nothing ([`Refusal::wrote_nothing`]). On PostgreSQL it runs without a
+    /// savepoint of its own, which spares a round trip; if it fails any other
+    /// way, the jobs written since the savepoint in front of it are rolled
+    /// back with it and told their batch did not commit (module docs). Use
+    /// it only for jobs that fail that way rarely: a database error, not a
+    /// request's outcome.
+    pub async fn run_conditional<T, E>(&self, job: OneTripJob<T, E>) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<BatchFailed> + Refusal + Send + 'static,
+    {
+        self.queue(job, Kind::Conditional, E::wrote_nothing).await
+    }
+
+    async fn queue<T, E>(
+        &self,
+        job: OneTripJob<T, E>,
+        kind: Kind,
+        wrote_nothing: fn(&E) -> bool,
+    ) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<BatchFailed> + Send + 'static,
@@ -215,6 +300,7 @@ impl GroupCommit {
             Box::pin(async move {
                 let result = job(conn, savepoint_move).await;
                 let ok = result.is_ok();
+                let wrote_nothing = result.as_ref().err().is_some_and(wrote_nothing);
                 let answer = Box::new(move |commit_failed: Option<&str>| {
                     let result = match commit_failed {
                         Some(why) if ok => {
@@ -224,11 +310,15 @@ impl GroupCommit {
                     };
                     let _ = tx.send(result);
                 });
-                Ran { ok, answer }
+                Ran {
+                    ok,
+                    wrote_nothing,
+                    answer,
+                }
             })
         });
         self.queue
-            .send(Queued { run, one_trip })
+            .send(Queued { run, kind })
             .await
             .map_err(|_| BatchFailed("the group commit has stopped".into()))?;
         rx.await.unwrap_or_else(|_| {
@@ -315,19 +405,26 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             conn.close_on_drop();
             return fail_all(batch.drain(..), &e.to_string());
         }
+        // Succeeded jobs, answers held until the commit; `held[exposed..]`
+        // were written since the savepoint in front (`s(moves % 3)`), and a
+        // rollback to it undoes them too.
         let mut held = Vec::with_capacity(batch.len());
+        let (mut moves, mut exposed) = (0, 0);
         let mut jobs = batch.drain(..);
         let mut broken = None;
         for (n, job) in jobs.by_ref().enumerate() {
             // The savepoint moves in front of every job but the first (the
             // transaction's start put it there): by the writer, or at the
-            // head of a one-trip job's query.
-            let slot = n % 3;
+            // head of a one-trip job's query; not for a conditional job on
+            // PostgreSQL.
+            let savepoint = job.kind.savepoint(db.dialect);
             let mut leading = "";
-            if !alone && n > 0 {
-                if job.one_trip && db.dialect == Dialect::Sqlite {
-                    leading = SAVEPOINT_MOVE[slot];
-                } else if let Err(e) = statement(&mut conn, SAVEPOINT_MOVE[slot]).await {
+            if !alone && n > 0 && savepoint != Savepoint::Shared {
+                moves += 1;
+                exposed = held.len();
+                if savepoint == Savepoint::Carried {
+                    leading = SAVEPOINT_MOVE[moves % 3];
+                } else if let Err(e) = statement(&mut conn, SAVEPOINT_MOVE[moves % 3]).await {
                     broken = Some(e.to_string());
                     break;
                 }
@@ -342,18 +439,32 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
                     break;
                 }
             };
-            // A failed job's statements are undone; the savepoint stays in
-            // front of where it ran.
-            let step = match (ran.ok, alone) {
-                (true, _) => Ok(()),
-                (false, true) => statement(&mut conn, "ROLLBACK").await,
-                (false, false) => statement(&mut conn, ROLLBACK_TO[slot]).await,
-            };
             if ran.ok {
                 held.push(ran.answer);
-            } else {
-                (ran.answer)(None);
+                continue;
             }
+            // A failed job's statements are undone (with those of the jobs
+            // sharing its savepoint, when it had none of its own); the
+            // savepoint stays in front of where it ran.
+            (ran.answer)(None);
+            let step = if alone {
+                statement(&mut conn, "ROLLBACK").await
+            } else if savepoint == Savepoint::Shared && ran.wrote_nothing {
+                Ok(())
+            } else {
+                let rolled_back = statement(&mut conn, ROLLBACK_TO[moves % 3]).await;
+                let undone = held.len() - exposed;
+                if rolled_back.is_ok() && undone > 0 {
+                    tracing::warn!(
+                        undone,
+                        "a conditional write failed; the writes sharing its savepoint were rolled back with it"
+                    );
+                    for answer in held.drain(exposed..) {
+                        answer(Some(SHARED_ROLLBACK));
+                    }
+                }
+                rolled_back
+            };
             if let Err(e) = step {
                 broken = Some(e.to_string());
                 break;

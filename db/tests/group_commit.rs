@@ -1,24 +1,39 @@
-//! The group commit's savepoints on SQLite (decision 0037, one-trip jobs):
-//! a job that fails is undone alone, and a one-trip job that never runs the
-//! savepoint move it was handed fails its whole batch instead of undoing a
-//! neighbour's write. Whatever happens, every caller is told the truth: a
-//! write answered `Ok` committed, one answered with an error did not.
+//! The group commit's savepoints (decision 0037, one-trip jobs 0044,
+//! conditional jobs 0047): a job that fails is undone alone, except a
+//! conditional job on PostgreSQL that failed other than by a refusal, which
+//! takes the writes sharing its savepoint with it; and a one-trip job that
+//! never runs the savepoint move it was handed (SQLite) fails its whole
+//! batch instead of undoing a neighbour's write. Whatever happens, every
+//! caller is told the truth: a write answered `Ok` committed, one answered
+//! with an error did not.
 
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
-use once_db::group_commit::OneTripJob;
-use once_db::{BatchFailed, Database};
+use once_db::group_commit::{OneTripJob, Refusal};
+use once_db::{BatchFailed, Database, Dialect};
+use once_test_support::postgres::PgDatabase;
+use once_test_support::services::postgres_available;
 use sqlx::{AnyConnection, Executor};
 
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
+    /// Refused by a statement that wrote nothing.
     #[error("refused")]
     Refused,
+    /// Failed after it wrote.
+    #[error("failed after writing")]
+    AfterWrite,
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error(transparent)]
     NotCommitted(#[from] BatchFailed),
+}
+
+impl Refusal for WriteError {
+    fn wrote_nothing(&self) -> bool {
+        matches!(self, WriteError::Refused)
+    }
 }
 
 /// One write of a test batch.
@@ -34,12 +49,25 @@ enum Write {
     FailsWithoutItsMove,
     /// A one-trip job that breaks its contract: succeeds without a query.
     SucceedsWithoutItsMove,
+    /// A conditional job: inserts the row unless it exists, refused (having
+    /// written nothing) if it did.
+    Conditional(&'static str),
+    /// A conditional job that inserts the row, then fails.
+    ConditionalThenFail(&'static str),
+    /// A conditional job whose statement the database refuses (inserting
+    /// the row twice), which aborts a PostgreSQL transaction.
+    ConditionalDatabaseError(&'static str),
 }
 
 impl Write {
     fn row(self) -> Option<&'static str> {
         match self {
-            Write::OneTrip(r) | Write::OneTripThenFail(r) | Write::Ordinary(r) => Some(r),
+            Write::OneTrip(r)
+            | Write::OneTripThenFail(r)
+            | Write::Ordinary(r)
+            | Write::Conditional(r)
+            | Write::ConditionalThenFail(r)
+            | Write::ConditionalDatabaseError(r) => Some(r),
             Write::FailsWithoutItsMove | Write::SucceedsWithoutItsMove => None,
         }
     }
@@ -55,16 +83,61 @@ async fn insert(
     Ok(())
 }
 
-async fn open() -> (tempfile::TempDir, Database) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::connect(dir.path().join("batches.db").to_str().unwrap(), 4)
-        .await
-        .unwrap();
+/// Inserts `row` unless it is there: refused, having written nothing, if it is.
+async fn insert_unless_there(
+    conn: &mut AnyConnection,
+    savepoint_move: &'static str,
+    row: &str,
+) -> Result<(), WriteError> {
+    // `RETURNING`, not the count of rows affected: SQLite's count is the
+    // last insert's, and the savepoint move in front inserts nothing.
+    let sql = format!(
+        "{savepoint_move}INSERT INTO written (row) VALUES ($1) ON CONFLICT DO NOTHING RETURNING row"
+    );
+    let inserted = sqlx::query(&sql).bind(row).fetch_all(conn).await?;
+    match inserted.len() {
+        0 => Err(WriteError::Refused),
+        _ => Ok(()),
+    }
+}
+
+/// Where a test's database lives; dropped with the test.
+enum Place {
+    #[allow(dead_code)] // held for its drop
+    File(tempfile::TempDir),
+    #[allow(dead_code)] // held for its drop
+    Postgres(PgDatabase),
+}
+
+/// The dialects to run on: SQLite, and PostgreSQL unless unavailable
+/// outside CI.
+fn dialects() -> Vec<Dialect> {
+    let mut dialects = vec![Dialect::Sqlite];
+    if postgres_available() {
+        dialects.push(Dialect::Postgres);
+    }
+    dialects
+}
+
+async fn open(dialect: Dialect) -> (Place, Database) {
+    let (place, url) = match dialect {
+        Dialect::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let url = dir.path().join("batches.db").to_str().unwrap().to_owned();
+            (Place::File(dir), url)
+        }
+        Dialect::Postgres => {
+            let pg = PgDatabase::create().await;
+            let url = pg.url.clone();
+            (Place::Postgres(pg), url)
+        }
+    };
+    let db = Database::connect(&url, 4).await.unwrap();
     db.pool
         .execute("CREATE TABLE written (row TEXT PRIMARY KEY)")
         .await
         .unwrap();
-    (dir, db)
+    (place, db)
 }
 
 /// Runs `writes` as one batch; each write's result, in order.
@@ -74,6 +147,9 @@ async fn one_batch(db: &Database, writes: &[Write]) -> Vec<Result<(), WriteError
     let held = batches.hold().await;
     let running = writes.iter().map(|&write| async move {
         match write {
+            Write::Conditional(_)
+            | Write::ConditionalThenFail(_)
+            | Write::ConditionalDatabaseError(_) => batches.run_conditional(job(write)).await,
             Write::Ordinary(row) => {
                 batches
                     .run::<(), WriteError>(Box::new(move |conn| {
@@ -115,6 +191,17 @@ fn job(write: Write) -> OneTripJob<(), WriteError> {
                 }
                 Write::FailsWithoutItsMove => Err(WriteError::Refused),
                 Write::SucceedsWithoutItsMove => Ok(()),
+                Write::Conditional(row) => insert_unless_there(conn, savepoint_move, row).await,
+                Write::ConditionalThenFail(row) => {
+                    insert_unless_there(conn, savepoint_move, row).await?;
+                    Err(WriteError::AfterWrite)
+                }
+                Write::ConditionalDatabaseError(row) => {
+                    let sql =
+                        format!("{savepoint_move}INSERT INTO written (row) VALUES ($1), ($1)");
+                    sqlx::query(&sql).bind(row).execute(conn).await?;
+                    Ok(())
+                }
                 Write::Ordinary(_) => unreachable!("ordinary jobs run through `run`"),
             }
         })
@@ -136,7 +223,9 @@ async fn assert_told_the_truth(
 ) {
     let committed = rows(db).await;
     for (write, result) in writes.iter().zip(results) {
-        if let Some(row) = write.row() {
+        // A refused conditional write found its row written by another.
+        let refused = matches!(result, Err(WriteError::Refused));
+        if let Some(row) = write.row().filter(|_| !refused) {
             assert_eq!(
                 result.is_ok(),
                 committed.iter().any(|r| r == row),
@@ -148,30 +237,109 @@ async fn assert_told_the_truth(
 
 #[tokio::test]
 async fn a_failed_job_is_undone_alone_whatever_kind_its_neighbours_are() {
-    let (_dir, db) = open().await;
-    let writes = [
-        Write::OneTrip("a"),
-        Write::OneTripThenFail("b"),
-        Write::Ordinary("c"),
-        Write::OneTrip("d"),
-        Write::OneTripThenFail("e"),
-        Write::OneTripThenFail("f"),
-        Write::Ordinary("g"),
-        Write::OneTrip("h"),
-    ];
-    let results = one_batch(&db, &writes).await;
-    assert_eq!(rows(&db).await, ["a", "c", "d", "g", "h"]);
-    assert_told_the_truth(&db, &writes, &results).await;
-    assert!(
-        matches!(results[1], Err(WriteError::Refused)),
-        "{results:?}"
-    );
+    for dialect in dialects() {
+        let (_place, db) = open(dialect).await;
+        let writes = [
+            Write::OneTrip("a"),
+            Write::OneTripThenFail("b"),
+            Write::Ordinary("c"),
+            Write::OneTrip("d"),
+            Write::OneTripThenFail("e"),
+            Write::OneTripThenFail("f"),
+            Write::Ordinary("g"),
+            Write::OneTrip("h"),
+        ];
+        let results = one_batch(&db, &writes).await;
+        assert_eq!(rows(&db).await, ["a", "c", "d", "g", "h"], "{dialect:?}");
+        assert_told_the_truth(&db, &writes, &results).await;
+        assert!(
+            matches!(results[1], Err(WriteError::Refused)),
+            "{results:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_conditional_job_is_undone_alone_and_one_failing_after_its_write_takes_the_writes_sharing_its_savepoint()
+ {
+    for dialect in dialects() {
+        let (_place, db) = open(dialect).await;
+        let writes = [
+            Write::Conditional("a"),
+            Write::Conditional("a"), // refused: wrote nothing
+            Write::Ordinary("c"),    // a savepoint in front (both dialects)
+            Write::Conditional("d"),
+            Write::ConditionalThenFail("e"),
+            Write::Conditional("f"),
+            Write::OneTripThenFail("g"),
+            Write::Conditional("h"),
+        ];
+        let results = one_batch(&db, &writes).await;
+        assert!(
+            matches!(results[1], Err(WriteError::Refused)),
+            "{results:?}"
+        );
+        assert!(
+            matches!(results[4], Err(WriteError::AfterWrite)),
+            "{results:?}"
+        );
+        let expected: &[&str] = match dialect {
+            // Every job had its own savepoint.
+            Dialect::Sqlite => &["a", "c", "d", "f", "h"],
+            // "e" shared the savepoint moved in front of "c": "c" and "d"
+            // were rolled back with it and told so.
+            Dialect::Postgres => &["a", "f", "h"],
+        };
+        assert_eq!(rows(&db).await, expected, "{dialect:?}");
+        assert_told_the_truth(&db, &writes, &results).await;
+        if dialect == Dialect::Postgres {
+            for undone in [2, 3] {
+                assert!(
+                    matches!(results[undone], Err(WriteError::NotCommitted(_))),
+                    "{results:?}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_conditional_job_the_database_refuses_leaves_the_batch_committable() {
+    for dialect in dialects() {
+        let (_place, db) = open(dialect).await;
+        // On PostgreSQL the failed statement aborts the transaction: only
+        // the rollback to the savepoint in front makes it usable again.
+        let writes = [
+            Write::Conditional("a"),
+            Write::Ordinary("b"),
+            Write::Conditional("c"),
+            Write::ConditionalDatabaseError("x"),
+            Write::Conditional("d"),
+            Write::ConditionalDatabaseError("y"),
+        ];
+        let results = one_batch(&db, &writes).await;
+        assert!(
+            matches!(results[3], Err(WriteError::Database(_))),
+            "{results:?}"
+        );
+        assert!(
+            matches!(results[5], Err(WriteError::Database(_))),
+            "{results:?}"
+        );
+        let expected: &[&str] = match dialect {
+            Dialect::Sqlite => &["a", "b", "c", "d"],
+            // "b" and "c" shared "x"'s savepoint, and "d" "y"'s.
+            Dialect::Postgres => &["a"],
+        };
+        assert_eq!(rows(&db).await, expected, "{dialect:?}");
+        assert_told_the_truth(&db, &writes, &results).await;
+    }
 }
 
 #[tokio::test]
 async fn a_one_trip_job_that_fails_without_its_savepoint_move_fails_the_batch_instead_of_undoing_a_neighbour()
  {
-    let (_dir, db) = open().await;
+    let (_place, db) = open(Dialect::Sqlite).await;
     // The third job's savepoint would be `s2`, which never exists: rolling
     // back to `s1` instead would undo "b", already held as a success.
     let writes = [
@@ -191,7 +359,7 @@ async fn a_one_trip_job_that_fails_without_its_savepoint_move_fails_the_batch_in
 
 #[tokio::test]
 async fn a_one_trip_job_that_succeeds_without_its_savepoint_move_fails_the_batch() {
-    let (_dir, db) = open().await;
+    let (_place, db) = open(Dialect::Sqlite).await;
     // The next job releases `s1`, which never existed: it fails, and its
     // rollback to `s2` fails too, so nothing commits and no one hears `Ok`.
     for next in [

@@ -61,6 +61,16 @@ impl From<once_db::BatchFailed> for StoreError {
     }
 }
 
+/// The claim and the finish run as conditional jobs of the group commit:
+/// on PostgreSQL, a fence found lost is found by a statement whose writes
+/// all hang on it, so it wrote nothing (`sql/hot_writes.rs`). A claim maps a
+/// fence lost after its own insert to [`StoreError::Corrupt`].
+impl once_db::group_commit::Refusal for StoreError {
+    fn wrote_nothing(&self) -> bool {
+        matches!(self, Self::Fenced)
+    }
+}
+
 /// A request to own a scoped key, with the payment it would create.
 #[derive(Debug, Clone)]
 pub struct Claim {

@@ -171,8 +171,17 @@ async fn claim_in(
         return Ok(ClaimOutcome::Claimed(Owned::fresh(record)));
     }
     // Rare: the business key is taken. We own the record; record that it
-    // has no payment, and find the one that holds the key.
-    business_key_taken(conn, record, claim).await
+    // has no payment, and find the one that holds the key. The record was
+    // inserted above, in this transaction: a fence lost now is not a
+    // refusal that wrote nothing (`Refusal`), it is a broken store.
+    business_key_taken(conn, record, claim)
+        .await
+        .map_err(|e| match e {
+            StoreError::Fenced => {
+                StoreError::Corrupt("a record claimed in this batch lost its fence".into())
+            }
+            e => e,
+        })
 }
 
 /// A takeover, as one job of a batch: `None` when another caller won.
@@ -244,7 +253,7 @@ impl RequestPath for SqlStore {
         let (claim, keys, dialect) = (claim.clone(), self.keys.clone(), self.db.dialect);
         self.db
             .batches()
-            .run_one_trip(Box::new(move |conn, savepoint_move| {
+            .run_conditional(Box::new(move |conn, savepoint_move| {
                 Box::pin(
                     async move { claim_in(conn, dialect, savepoint_move, &claim, &keys).await },
                 )
@@ -290,7 +299,7 @@ impl RequestPath for SqlStore {
         let (owner, finish, dialect) = (owner.clone(), finish.clone(), self.db.dialect);
         self.db
             .batches()
-            .run_one_trip(Box::new(move |conn, savepoint_move| {
+            .run_conditional(Box::new(move |conn, savepoint_move| {
                 Box::pin(async move {
                     hot_writes::finish(
                         conn,
