@@ -42,6 +42,14 @@
 //! to the savepoint in front, with the jobs written since it: those are told
 //! their batch did not commit, as if it had failed. See decision 0047.
 //!
+//! A job that fails on PostgreSQL (other than by a refusal that wrote
+//! nothing) ends its transaction early: what is held commits, and the rest
+//! of the batch runs in a new transaction. Its failure may have been a
+//! deadlock with another writer's batch (another process's, say, holding a
+//! consumer's inbox row for the same message), and that transaction waits
+//! on the rows this one holds; running on would make the next job that
+//! touches them deadlock again, a second each time, until the batch ends.
+//!
 //! SQLite has one writer task (it allows one writer; the task takes the
 //! database's write gate per batch, so the gate's other users still queue
 //! with it, decision 0007). PostgreSQL has [`POSTGRES_WRITERS`], each on its
@@ -407,19 +415,19 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
         }
         // Succeeded jobs, answers held until the commit; `held[exposed..]`
         // were written since the savepoint in front (`s(moves % 3)`), and a
-        // rollback to it undoes them too.
+        // rollback to it undoes them too. `first`: no job has run in this
+        // transaction yet (the transaction's start put `s0` in front).
         let mut held = Vec::with_capacity(batch.len());
-        let (mut moves, mut exposed) = (0, 0);
+        let (mut moves, mut exposed, mut first) = (0, 0, true);
         let mut jobs = batch.drain(..);
         let mut broken = None;
-        for (n, job) in jobs.by_ref().enumerate() {
-            // The savepoint moves in front of every job but the first (the
-            // transaction's start put it there): by the writer, or at the
-            // head of a one-trip job's query; not for a conditional job on
-            // PostgreSQL.
+        while let Some(job) = jobs.next() {
+            // The savepoint moves in front of every job but the first: by
+            // the writer, or at the head of a one-trip job's query; not for
+            // a conditional job on PostgreSQL.
             let savepoint = job.kind.savepoint(db.dialect);
             let mut leading = "";
-            if !alone && n > 0 && savepoint != Savepoint::Shared {
+            if !alone && !first && savepoint != Savepoint::Shared {
                 moves += 1;
                 exposed = held.len();
                 if savepoint == Savepoint::Carried {
@@ -429,6 +437,7 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
                     break;
                 }
             }
+            first = false;
             let ran = AssertUnwindSafe((job.run)(&mut conn, leading))
                 .catch_unwind()
                 .await;
@@ -447,27 +456,42 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             // sharing its savepoint, when it had none of its own); the
             // savepoint stays in front of where it ran.
             (ran.answer)(None);
-            let step = if alone {
-                statement(&mut conn, "ROLLBACK").await
-            } else if savepoint == Savepoint::Shared && ran.wrote_nothing {
-                Ok(())
-            } else {
-                let rolled_back = statement(&mut conn, ROLLBACK_TO[moves % 3]).await;
-                let undone = held.len() - exposed;
-                if rolled_back.is_ok() && undone > 0 {
-                    tracing::warn!(
-                        undone,
-                        "a conditional write failed; the writes sharing its savepoint were rolled back with it"
-                    );
-                    for answer in held.drain(exposed..) {
-                        answer(Some(SHARED_ROLLBACK));
-                    }
+            if alone {
+                if let Err(e) = statement(&mut conn, "ROLLBACK").await {
+                    broken = Some(e.to_string());
                 }
-                rolled_back
-            };
-            if let Err(e) = step {
+                break;
+            }
+            if savepoint == Savepoint::Shared && ran.wrote_nothing {
+                continue;
+            }
+            if let Err(e) = statement(&mut conn, ROLLBACK_TO[moves % 3]).await {
                 broken = Some(e.to_string());
                 break;
+            }
+            let undone = held.len() - exposed;
+            if undone > 0 {
+                tracing::warn!(
+                    undone,
+                    "a conditional write failed; the writes sharing its savepoint were rolled back with it"
+                );
+                for answer in held.drain(exposed..) {
+                    answer(Some(SHARED_ROLLBACK));
+                }
+            }
+            // On PostgreSQL the failure may have been a deadlock with another
+            // writer's transaction, which waits on the rows this one holds:
+            // commit what is held, and run the rest in a new transaction.
+            if db.dialect == Dialect::Postgres && !jobs.as_slice().is_empty() {
+                if let Err(why) = commit_held(&mut conn, &mut held).await {
+                    broken = Some(why);
+                    break;
+                }
+                if let Err(e) = statement(&mut conn, begin).await {
+                    broken = Some(e.to_string());
+                    break;
+                }
+                (moves, exposed, first) = (0, 0, true);
             }
         }
         if let Some(why) = broken {
@@ -482,18 +506,24 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
         if alone && held.is_empty() {
             return; // its one job failed and was rolled back with the transaction
         }
-        let committed = statement(&mut conn, "COMMIT").await;
-        let why = committed.as_ref().err().map(|e| {
+        if commit_held(&mut conn, &mut held).await.is_err() {
             conn.close_on_drop();
-            e.to_string()
-        });
-        if why.is_none() {
-            crash_point("after_batch_commit");
-        }
-        for answer in held {
-            answer(why.as_deref());
         }
     })
+}
+
+/// Commits the open transaction and answers the jobs held for it: with
+/// their results, or with the commit's failure.
+async fn commit_held(conn: &mut AnyConnection, held: &mut Vec<Answer>) -> Result<(), String> {
+    let committed = statement(conn, "COMMIT").await.map_err(|e| e.to_string());
+    if committed.is_ok() {
+        crash_point("after_batch_commit");
+    }
+    let why = committed.as_ref().err().map(String::as_str);
+    for answer in held.drain(..) {
+        answer(why);
+    }
+    committed
 }
 
 /// Runs `sql` (one or more statements, no parameters) on the batch's

@@ -7,6 +7,7 @@
 //! caller is told the truth: a write answered `Ok` committed, one answered
 //! with an error did not.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
@@ -15,6 +16,7 @@ use once_db::{BatchFailed, Database, Dialect};
 use once_test_support::postgres::PgDatabase;
 use once_test_support::services::postgres_available;
 use sqlx::{AnyConnection, Executor};
+use tokio::sync::Barrier;
 
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
@@ -373,4 +375,76 @@ async fn a_one_trip_job_that_succeeds_without_its_savepoint_move_fails_the_batch
         assert_told_the_truth(&db, &writes, &results).await;
         assert!(results.iter().all(Result::is_err), "{results:?}");
     }
+}
+
+/// Two writers' batches (two processes' group commits on one PostgreSQL
+/// database) that take two rows in opposite orders, as two consumer
+/// instances do with one message's inbox rows: each first takes its own
+/// row, then tries the other's, three times.
+#[tokio::test]
+async fn a_deadlock_between_two_writers_fails_one_write_and_both_batches_commit_the_rest() {
+    if !postgres_available() {
+        return;
+    }
+    let (_place, first) = open(Dialect::Postgres).await;
+    let Place::Postgres(pg) = &_place else {
+        unreachable!("opened on PostgreSQL")
+    };
+    let second = Database::connect(&pg.url, 4).await.unwrap();
+    // Both batches hold their own row before either reaches for the other's.
+    let both_hold_theirs = Arc::new(Barrier::new(2));
+    let crossing = |db: Database, own: &'static str, other: &'static str| {
+        let barrier = both_hold_theirs.clone();
+        async move {
+            let batches = db.batches();
+            let held = batches.hold().await;
+            let take_own: OneTripJob<(), WriteError> = Box::new(move |conn, savepoint_move| {
+                Box::pin(async move {
+                    let taken = insert_unless_there(conn, savepoint_move, own).await;
+                    barrier.wait().await;
+                    taken
+                })
+            });
+            let mut writes = vec![batches.run_one_trip(take_own)];
+            for _ in 0..3 {
+                writes.push(batches.run_one_trip(Box::new(move |conn, savepoint_move| {
+                    Box::pin(insert_unless_there(conn, savepoint_move, other))
+                })));
+            }
+            let writes = join_all(writes);
+            futures::future::join(writes, async {
+                for _ in 0..1000 {
+                    if batches.queued() >= 3 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                drop(held);
+            })
+            .await
+            .0
+        }
+    };
+    let (a, b) = futures::future::join(
+        crossing(first.clone(), "x", "y"),
+        crossing(second.clone(), "y", "x"),
+    )
+    .await;
+    let results: Vec<_> = a.into_iter().chain(b).collect();
+    let failed = results
+        .iter()
+        .filter(|r| matches!(r, Err(WriteError::Database(_))))
+        .count();
+    // PostgreSQL fails one statement of the first deadlock. The transaction
+    // that lost then commits and ends, so the other's writes go on; had it
+    // run on, its next write would deadlock again with rows it still held.
+    assert_eq!(failed, 1, "{results:#?}");
+    assert!(
+        results.iter().all(|r| matches!(
+            r,
+            Ok(()) | Err(WriteError::Refused | WriteError::Database(_))
+        )),
+        "{results:#?}"
+    );
+    assert_eq!(rows(&first).await, ["x", "y"]);
 }
