@@ -3,7 +3,10 @@
 # `once bench --mode new` for a warm-up, then pg_stat_statements reset and N
 # seconds measured. Prints the statements by total execution time and by
 # calls (round trips per payment: calls / payments), and each table's inserts,
-# updates and HOT updates.
+# updates and HOT updates. With perf installed, also the node's sends per
+# payment (`sendto` calls: every query and every ping to PostgreSQL is one,
+# which pg_stat_statements does not see, besides the HTTP answer and the
+# event path's publishes).
 #
 #   ONCE=/path/to/once bash bench/pg-statements.sh [seconds] [clients]   (defaults: 8 32)
 #
@@ -54,7 +57,15 @@ load() { # seconds label
 }
 load 2 warmup > /dev/null
 psql "$PG/postgres" -qAtc "SELECT pg_stat_statements_reset()" > /dev/null
+PERF=
+if command -v perf > /dev/null; then
+  perf stat -x, -e syscalls:sys_enter_sendto -p "$NODE" -o "$WORK/perf" 2> /dev/null &
+  PERF=$!
+fi
 payments=$(load "$SECS" measured | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["requests"])')
+if [ -n "$PERF" ]; then
+  kill -INT "$PERF" && wait "$PERF" || true
+fi
 # Wait for the event path to finish these payments (nothing left to publish,
 # no receipt left to send), so its statements are counted with them.
 for _ in $(seq 1 300); do
@@ -64,6 +75,9 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 echo "new payments: $payments ($CLIENTS clients, $SECS s)"
+if [ -n "$PERF" ] && grep -q sendto "$WORK/perf" 2> /dev/null; then
+  awk -F, -v n="$payments" '/sendto/ { printf "node sends (sendto) per payment: %.2f\n", $1 / n }' "$WORK/perf"
+fi
 for order in total_exec_time calls; do
   psql "$PG/postgres" -c "SELECT calls, round((calls::numeric / $payments), 2) AS per_payment,
       round(total_exec_time::numeric, 0) AS total_ms, round((total_exec_time / calls)::numeric, 3) AS ms_per_call,

@@ -53,9 +53,10 @@
 //! SQLite has one writer task (it allows one writer; the task takes the
 //! database's write gate per batch, so the gate's other users still queue
 //! with it, decision 0007). PostgreSQL has [`POSTGRES_WRITERS`], each on its
-//! own connection per batch. A job waits while a batch commits, which is what
-//! lets the next batch gather: the more callers, the larger the batches. See
-//! decision 0037.
+//! own connection. A job waits while a batch commits, which is what lets the
+//! next batch gather: the more callers, the larger the batches. See decision
+//! 0037. A writer keeps its connection while batches follow one another, and
+//! gives it back to the pool when the queue empties (decision 0049).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -63,7 +64,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use sqlx::{AnyConnection, AnyPool, Executor};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Executor};
 use tokio::sync::{mpsc, oneshot};
 
 use once_failpoints::crash_point;
@@ -73,7 +75,7 @@ use crate::Dialect;
 /// At most this many jobs share one commit.
 pub const MAX_BATCH: usize = 64;
 
-/// Writer tasks (each a connection while it commits) on PostgreSQL.
+/// Writer tasks (each a connection while it has work) on PostgreSQL.
 pub const POSTGRES_WRITERS: usize = 4;
 
 /// One write: statements on the batch's connection (already inside the
@@ -207,6 +209,9 @@ struct Shared {
     /// The queue's receiving end: the writer holding it gathers the next
     /// batch while the others commit theirs.
     jobs: tokio::sync::Mutex<Option<mpsc::Receiver<Queued>>>,
+    /// The queue's sending end, held weakly (the writers stop when the last
+    /// handle drops): what tells a writer that work waits.
+    queue: Option<mpsc::WeakSender<Queued>>,
     /// Taken (shared) by a writer while it fills a batch; [`GroupCommit::hold`]
     /// takes it exclusively so that a test can queue a batch's jobs first.
     filling: tokio::sync::RwLock<()>,
@@ -236,6 +241,7 @@ impl GroupCommit {
         let (queue, jobs) = mpsc::channel::<Queued>(4 * MAX_BATCH);
         let shared = Arc::new(Shared {
             jobs: tokio::sync::Mutex::new(Some(jobs)),
+            queue: Some(queue.downgrade()),
             ..Shared::default()
         });
         let writers = match dialect {
@@ -339,7 +345,7 @@ impl GroupCommit {
 
     /// Jobs waiting for a writer.
     pub fn queued(&self) -> usize {
-        self.queue.max_capacity() - self.queue.capacity()
+        queued(&self.queue)
     }
 
     pub fn stats(&self) -> BatchStats {
@@ -361,12 +367,26 @@ impl GroupCommit {
 /// is queued (up to [`MAX_BATCH`]) and commits it all as one batch. Writers
 /// take turns at the queue; the one holding it gathers the next batch while
 /// the others commit theirs.
+///
+/// A writer keeps its connection from one batch to the next while work
+/// waits, and gives it back to the pool when the queue is empty. Taking a
+/// PostgreSQL connection from the pool pings it first (a round trip, against
+/// a connection that died idle); one kept was in use a moment ago, and if
+/// its server died since, its batch fails like one whose server dies
+/// mid-batch: every caller is told it did not commit.
 async fn write_batches(writer: Writer, shared: Arc<Shared>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut conn = None;
     loop {
+        if !shared.work_waits() {
+            conn = None;
+        }
         {
             let mut jobs = shared.jobs.lock().await;
             let Some(queue) = jobs.as_mut() else { return };
+            if queue.is_empty() {
+                conn = None;
+            }
             let Some(first) = queue.recv().await else {
                 *jobs = None;
                 return;
@@ -384,22 +404,41 @@ async fn write_batches(writer: Writer, shared: Arc<Shared>) {
         shared
             .jobs_run
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        commit(&writer, &mut batch).await;
+        commit(&writer, &mut conn, &mut batch).await;
     }
+}
+
+impl Shared {
+    /// Jobs are queued for a writer (false once the last handle dropped).
+    fn work_waits(&self) -> bool {
+        let queue = self.queue.as_ref().and_then(mpsc::WeakSender::upgrade);
+        queue.is_some_and(|queue| queued(&queue) > 0)
+    }
+}
+
+fn queued(queue: &mpsc::Sender<Queued>) -> usize {
+    queue.max_capacity() - queue.capacity()
 }
 
 /// Runs and commits one batch, answering every job in it. (Boxed with its
 /// `Send` bound spelled out: the compiler cannot prove it through sqlx's
 /// higher-ranked executor bounds on its own.)
-fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
+fn commit<'a>(
+    db: &'a Writer,
+    kept: &'a mut Option<PoolConnection<Any>>,
+    batch: &'a mut Vec<Queued>,
+) -> BoxFuture<'a, ()> {
     Box::pin(async move {
         let _gate = match &db.gate {
             Some(gate) => Some(gate.lock().await),
             None => None,
         };
-        let mut conn = match db.pool.acquire().await {
-            Ok(conn) => conn,
-            Err(e) => return fail_all(batch.drain(..), &e.to_string()),
+        let conn = match kept {
+            Some(conn) => conn,
+            None => match db.pool.acquire().await {
+                Ok(conn) => kept.insert(conn),
+                Err(e) => return fail_all(batch.drain(..), &e.to_string()),
+            },
         };
         // A batch of one needs no savepoint: its failure is the transaction's.
         let alone = batch.len() == 1;
@@ -409,8 +448,8 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             (Dialect::Postgres, true) => "BEGIN",
             (Dialect::Postgres, false) => "BEGIN; SAVEPOINT s0",
         };
-        if let Err(e) = statement(&mut conn, begin).await {
-            conn.close_on_drop();
+        if let Err(e) = statement(conn, begin).await {
+            discard(kept);
             return fail_all(batch.drain(..), &e.to_string());
         }
         // Succeeded jobs, answers held until the commit; `held[exposed..]`
@@ -432,13 +471,13 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
                 exposed = held.len();
                 if savepoint == Savepoint::Carried {
                     leading = SAVEPOINT_MOVE[moves % 3];
-                } else if let Err(e) = statement(&mut conn, SAVEPOINT_MOVE[moves % 3]).await {
+                } else if let Err(e) = statement(conn, SAVEPOINT_MOVE[moves % 3]).await {
                     broken = Some(e.to_string());
                     break;
                 }
             }
             first = false;
-            let ran = AssertUnwindSafe((job.run)(&mut conn, leading))
+            let ran = AssertUnwindSafe((job.run)(conn, leading))
                 .catch_unwind()
                 .await;
             let ran = match ran {
@@ -457,7 +496,7 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             // savepoint stays in front of where it ran.
             (ran.answer)(None);
             if alone {
-                if let Err(e) = statement(&mut conn, "ROLLBACK").await {
+                if let Err(e) = statement(conn, "ROLLBACK").await {
                     broken = Some(e.to_string());
                 }
                 break;
@@ -465,7 +504,7 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             if savepoint == Savepoint::Shared && ran.wrote_nothing {
                 continue;
             }
-            if let Err(e) = statement(&mut conn, ROLLBACK_TO[moves % 3]).await {
+            if let Err(e) = statement(conn, ROLLBACK_TO[moves % 3]).await {
                 broken = Some(e.to_string());
                 break;
             }
@@ -483,11 +522,11 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             // writer's transaction, which waits on the rows this one holds:
             // commit what is held, and run the rest in a new transaction.
             if db.dialect == Dialect::Postgres && !jobs.as_slice().is_empty() {
-                if let Err(why) = commit_held(&mut conn, &mut held).await {
+                if let Err(why) = commit_held(conn, &mut held).await {
                     broken = Some(why);
                     break;
                 }
-                if let Err(e) = statement(&mut conn, begin).await {
+                if let Err(e) = statement(conn, begin).await {
                     broken = Some(e.to_string());
                     break;
                 }
@@ -495,8 +534,8 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
             }
         }
         if let Some(why) = broken {
-            let _ = statement(&mut conn, "ROLLBACK").await;
-            conn.close_on_drop();
+            let _ = statement(conn, "ROLLBACK").await;
+            discard(kept);
             for answer in held {
                 answer(Some(&why));
             }
@@ -506,10 +545,17 @@ fn commit<'a>(db: &'a Writer, batch: &'a mut Vec<Queued>) -> BoxFuture<'a, ()> {
         if alone && held.is_empty() {
             return; // its one job failed and was rolled back with the transaction
         }
-        if commit_held(&mut conn, &mut held).await.is_err() {
-            conn.close_on_drop();
+        if commit_held(conn, &mut held).await.is_err() {
+            discard(kept);
         }
     })
+}
+
+/// Closes a connection left in an unknown state rather than give it back.
+fn discard(kept: &mut Option<PoolConnection<Any>>) {
+    if let Some(mut conn) = kept.take() {
+        conn.close_on_drop();
+    }
 }
 
 /// Commits the open transaction and answers the jobs held for it: with

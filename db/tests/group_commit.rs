@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
-use once_db::group_commit::{OneTripJob, Refusal};
+use once_db::group_commit::{GroupCommit, OneTripJob, Refusal};
 use once_db::{BatchFailed, Database, Dialect};
 use once_test_support::postgres::PgDatabase;
 use once_test_support::services::postgres_available;
@@ -162,15 +162,10 @@ async fn one_batch(db: &Database, writes: &[Write]) -> Vec<Result<(), WriteError
             one_trip => batches.run_one_trip(job(one_trip)).await,
         }
     });
-    let results = futures::future::join(join_all(running), async {
-        for _ in 0..1000 {
-            if batches.queued() >= writes.len() - 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        drop(held);
-    })
+    let results = futures::future::join(
+        join_all(running),
+        release_when_queued(batches, held, writes.len() - 1),
+    )
     .await
     .0;
     let after = batches.stats();
@@ -180,6 +175,23 @@ async fn one_batch(db: &Database, writes: &[Write]) -> Vec<Result<(), WriteError
         "one batch held every write"
     );
     results
+}
+
+/// Lets the writers fill a batch (drops `held`) once `jobs` wait in the
+/// queue: the first of a batch's jobs is taken by a writer, which then waits
+/// on `held` before it takes the rest.
+async fn release_when_queued(
+    batches: &GroupCommit,
+    held: tokio::sync::RwLockWriteGuard<'_, ()>,
+    jobs: usize,
+) {
+    for _ in 0..1000 {
+        if batches.queued() >= jobs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(held);
 }
 
 fn job(write: Write) -> OneTripJob<(), WriteError> {
@@ -386,8 +398,8 @@ async fn a_deadlock_between_two_writers_fails_one_write_and_both_batches_commit_
     if !postgres_available() {
         return;
     }
-    let (_place, first) = open(Dialect::Postgres).await;
-    let Place::Postgres(pg) = &_place else {
+    let (place, first) = open(Dialect::Postgres).await;
+    let Place::Postgres(pg) = &place else {
         unreachable!("opened on PostgreSQL")
     };
     let second = Database::connect(&pg.url, 4).await.unwrap();
@@ -412,17 +424,9 @@ async fn a_deadlock_between_two_writers_fails_one_write_and_both_batches_commit_
                 })));
             }
             let writes = join_all(writes);
-            futures::future::join(writes, async {
-                for _ in 0..1000 {
-                    if batches.queued() >= 3 {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                drop(held);
-            })
-            .await
-            .0
+            futures::future::join(writes, release_when_queued(batches, held, 3))
+                .await
+                .0
         }
     };
     let (a, b) = futures::future::join(
@@ -447,4 +451,44 @@ async fn a_deadlock_between_two_writers_fails_one_write_and_both_batches_commit_
         "{results:#?}"
     );
     assert_eq!(rows(&first).await, ["x", "y"]);
+}
+
+/// Writers keep their connections while batches follow one another (decision
+/// 0049), and give them back to the pool once the queue empties, so that a
+/// quiet database holds no connection a writer took.
+#[tokio::test]
+async fn writers_give_their_connections_back_when_the_queue_empties() {
+    for dialect in dialects() {
+        let (_place, db) = open(dialect).await;
+        let batches = db.batches();
+        // Many more callers at once than one batch holds: batches follow
+        // one another, each writer's on the connection it kept.
+        let written: Vec<String> = (0..500).map(|i| format!("r{i:03}")).collect();
+        let results = join_all(written.iter().cloned().map(|row| {
+            batches.run_conditional(Box::new(move |conn, savepoint_move| {
+                Box::pin(async move { insert_unless_there(conn, savepoint_move, &row).await })
+            }))
+        }))
+        .await;
+        assert!(results.iter().all(Result::is_ok), "{dialect:?}");
+        assert!(
+            batches.stats().batches < 500,
+            "{dialect:?}: the writes were batched"
+        );
+        let all_idle = async {
+            while db.pool.num_idle() < db.pool.size() as usize {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), all_idle)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{dialect:?}: {} of the pool's {} connections still taken",
+                    db.pool.size() as usize - db.pool.num_idle(),
+                    db.pool.size()
+                )
+            });
+        assert_eq!(rows(&db).await, written, "{dialect:?}");
+    }
 }
