@@ -56,14 +56,18 @@
 //! own connection. A job waits while a batch commits, which is what lets the
 //! next batch gather: the more callers, the larger the batches. See decision
 //! 0037. A writer keeps its connection while batches follow one another, and
-//! gives it back to the pool when the queue empties (decision 0049).
+//! gives it back to the pool when the queue empties (decision 0049). On
+//! PostgreSQL, while work waits, a batch's `COMMIT` carries the next one's
+//! `BEGIN` in the same query, so the next batch starts without a round trip
+//! (decision 0050).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use futures::FutureExt;
 use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use sqlx::Either;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Executor};
 use tokio::sync::{mpsc, oneshot};
@@ -376,16 +380,18 @@ impl GroupCommit {
 /// mid-batch: every caller is told it did not commit.
 async fn write_batches(writer: Writer, shared: Arc<Shared>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut conn = None;
+    let mut kept = Kept::default();
     loop {
         if !shared.work_waits() {
-            conn = None;
+            kept.release().await;
         }
         {
             let mut jobs = shared.jobs.lock().await;
-            let Some(queue) = jobs.as_mut() else { return };
+            let Some(queue) = jobs.as_mut() else {
+                return kept.release().await;
+            };
             if queue.is_empty() {
-                conn = None;
+                kept.release().await;
             }
             let Some(first) = queue.recv().await else {
                 *jobs = None;
@@ -404,7 +410,40 @@ async fn write_batches(writer: Writer, shared: Arc<Shared>) {
         shared
             .jobs_run
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        commit(&writer, &mut conn, &mut batch).await;
+        commit(&writer, &shared, &mut kept, &mut batch).await;
+    }
+}
+
+/// A writer's connection between batches: kept while work waits (decision
+/// 0049), with the next batch's transaction already begun by the last
+/// commit on PostgreSQL (decision 0050).
+#[derive(Default)]
+struct Kept {
+    conn: Option<PoolConnection<Any>>,
+    /// `BEGIN; SAVEPOINT s0` ran on `conn` after its last commit.
+    begun: bool,
+}
+
+impl Kept {
+    /// Gives the connection back to the pool, ending the transaction begun
+    /// for a batch that did not come.
+    async fn release(&mut self) {
+        if std::mem::take(&mut self.begun)
+            && let Some(conn) = self.conn.as_mut()
+            && statement(conn, "ROLLBACK").await.is_err()
+        {
+            return self.discard();
+        }
+        self.conn = None;
+    }
+
+    /// Closes a connection left in an unknown state rather than give it
+    /// back.
+    fn discard(&mut self) {
+        self.begun = false;
+        if let Some(mut conn) = self.conn.take() {
+            conn.close_on_drop();
+        }
     }
 }
 
@@ -425,7 +464,8 @@ fn queued(queue: &mpsc::Sender<Queued>) -> usize {
 /// higher-ranked executor bounds on its own.)
 fn commit<'a>(
     db: &'a Writer,
-    kept: &'a mut Option<PoolConnection<Any>>,
+    shared: &'a Shared,
+    kept: &'a mut Kept,
     batch: &'a mut Vec<Queued>,
 ) -> BoxFuture<'a, ()> {
     Box::pin(async move {
@@ -433,10 +473,10 @@ fn commit<'a>(
             Some(gate) => Some(gate.lock().await),
             None => None,
         };
-        let conn = match kept {
+        let conn = match &mut kept.conn {
             Some(conn) => conn,
             None => match db.pool.acquire().await {
-                Ok(conn) => kept.insert(conn),
+                Ok(conn) => kept.conn.insert(conn),
                 Err(e) => return fail_all(batch.drain(..), &e.to_string()),
             },
         };
@@ -448,8 +488,12 @@ fn commit<'a>(
             (Dialect::Postgres, true) => "BEGIN",
             (Dialect::Postgres, false) => "BEGIN; SAVEPOINT s0",
         };
-        if let Err(e) = statement(conn, begin).await {
-            discard(kept);
+        // Begun by the last commit (on PostgreSQL, `BEGIN; SAVEPOINT s0`:
+        // the savepoint goes unused by a batch of one), or begun now.
+        if !std::mem::take(&mut kept.begun)
+            && let Err(e) = statement(conn, begin).await
+        {
+            kept.discard();
             return fail_all(batch.drain(..), &e.to_string());
         }
         // Succeeded jobs, answers held until the commit; `held[exposed..]`
@@ -522,20 +566,22 @@ fn commit<'a>(
             // writer's transaction, which waits on the rows this one holds:
             // commit what is held, and run the rest in a new transaction.
             if db.dialect == Dialect::Postgres && !jobs.as_slice().is_empty() {
-                if let Err(why) = commit_held(conn, &mut held).await {
-                    broken = Some(why);
-                    break;
+                match commit_held(conn, &mut held, Then::Begin).await {
+                    Ok(Then::Begin) => (moves, exposed, first) = (0, 0, true),
+                    Ok(Then::Nothing) => {
+                        broken = Some("the transaction after an early commit did not begin".into());
+                        break;
+                    }
+                    Err(why) => {
+                        broken = Some(why);
+                        break;
+                    }
                 }
-                if let Err(e) = statement(conn, begin).await {
-                    broken = Some(e.to_string());
-                    break;
-                }
-                (moves, exposed, first) = (0, 0, true);
             }
         }
         if let Some(why) = broken {
             let _ = statement(conn, "ROLLBACK").await;
-            discard(kept);
+            kept.discard();
             for answer in held {
                 answer(Some(&why));
             }
@@ -545,23 +591,46 @@ fn commit<'a>(
         if alone && held.is_empty() {
             return; // its one job failed and was rolled back with the transaction
         }
-        if commit_held(conn, &mut held).await.is_err() {
-            discard(kept);
+        // On PostgreSQL, when work waits (most likely for this writer's
+        // next batch), the commit carries the next transaction's `BEGIN`.
+        let then = match db.dialect {
+            Dialect::Postgres if shared.work_waits() => Then::Begin,
+            _ => Then::Nothing,
+        };
+        match commit_held(conn, &mut held, then).await {
+            Ok(done) if done == then => kept.begun = done == Then::Begin,
+            _ => kept.discard(),
         }
     })
 }
 
-/// Closes a connection left in an unknown state rather than give it back.
-fn discard(kept: &mut Option<PoolConnection<Any>>) {
-    if let Some(mut conn) = kept.take() {
-        conn.close_on_drop();
-    }
+/// What runs after a commit, in the same query (decision 0050).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Nothing,
+    /// `BEGIN; SAVEPOINT s0` (PostgreSQL only: on SQLite, a transaction
+    /// begun early would hold the write lock while its writer waits).
+    Begin,
 }
 
 /// Commits the open transaction and answers the jobs held for it: with
-/// their results, or with the commit's failure.
-async fn commit_held(conn: &mut AnyConnection, held: &mut Vec<Answer>) -> Result<(), String> {
-    let committed = statement(conn, "COMMIT").await.map_err(|e| e.to_string());
+/// their results, or with the commit's failure. `then` runs after the
+/// `COMMIT` in the same query; what ran of it is returned (the `COMMIT`
+/// succeeded even if what followed it failed, which leaves `Then::Nothing`).
+async fn commit_held(
+    conn: &mut AnyConnection,
+    held: &mut Vec<Answer>,
+    then: Then,
+) -> Result<Then, String> {
+    let (sql, statements) = match then {
+        Then::Nothing => ("COMMIT", 1),
+        Then::Begin => ("COMMIT; BEGIN; SAVEPOINT s0", 3),
+    };
+    let committed = match statements_done(conn, sql).await {
+        (0, failure) => Err(failure.unwrap_or_else(|| "COMMIT gave no answer".into())),
+        (done, _) if done == statements => Ok(then),
+        _ => Ok(Then::Nothing),
+    };
     if committed.is_ok() {
         crash_point("after_batch_commit");
     }
@@ -570,6 +639,27 @@ async fn commit_held(conn: &mut AnyConnection, held: &mut Vec<Answer>) -> Result
         answer(why);
     }
     committed
+}
+
+/// Runs `sql` (statements without parameters) on the batch's connection
+/// and counts the statements that completed, in order, up to the first
+/// that failed (PostgreSQL runs none after it), and why that one failed.
+fn statements_done<'c>(
+    conn: &'c mut AnyConnection,
+    sql: &'static str,
+) -> BoxFuture<'c, (usize, Option<String>)> {
+    Box::pin(async move {
+        let mut results = conn.fetch_many(sql);
+        let mut done = 0;
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(Either::Left(_)) => done += 1,
+                Ok(Either::Right(_)) => {}
+                Err(e) => return (done, Some(e.to_string())),
+            }
+        }
+        (done, None)
+    })
 }
 
 /// Runs `sql` (one or more statements, no parameters) on the batch's
@@ -604,4 +694,56 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(not a string)".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use once_test_support::postgres::PgDatabase;
+    use once_test_support::services::postgres_available;
+    use sqlx::Connection;
+
+    use super::*;
+
+    /// A writer giving back a connection it began a transaction on (for a
+    /// batch that did not come, decision 0050) ends the transaction first:
+    /// the pool would hand it out as it is.
+    #[tokio::test]
+    async fn a_connection_given_back_holds_no_transaction() {
+        if !postgres_available() {
+            return;
+        }
+        let pg = PgDatabase::create().await;
+        let db = crate::Database::connect(&pg.url, 2).await.unwrap();
+        let mut conn = db.pool.acquire().await.unwrap();
+        statement(&mut conn, "BEGIN; SAVEPOINT s0").await.unwrap();
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let mut kept = Kept {
+            conn: Some(conn),
+            begun: true,
+        };
+        kept.release().await;
+        assert!(kept.conn.is_none() && !kept.begun);
+        // Back in the pool (sqlx returns it from a task of its own).
+        let returned = async {
+            while db.pool.num_idle() < db.pool.size() as usize {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), returned)
+            .await
+            .expect("the connection went back to the pool");
+        // As another session sees it (the pool would hand out that one).
+        let mut other = sqlx::AnyConnection::connect(&pg.url).await.unwrap();
+        let state: String = sqlx::query_scalar("SELECT state FROM pg_stat_activity WHERE pid = $1")
+            .bind(pid)
+            .fetch_one(&mut other)
+            .await
+            .unwrap();
+        assert_eq!(state, "idle");
+    }
 }

@@ -489,6 +489,74 @@ async fn writers_give_their_connections_back_when_the_queue_empties() {
                     db.pool.size()
                 )
             });
+        if dialect == Dialect::Postgres {
+            // Nor a transaction begun for a batch that did not come (0050).
+            let begun: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            assert_eq!(begun, 0, "sessions idle in a transaction");
+        }
         assert_eq!(rows(&db).await, written, "{dialect:?}");
     }
+}
+
+/// On PostgreSQL a commit carries the next transaction's `BEGIN` when work
+/// waits (decision 0050). A `COMMIT` that fails runs nothing after it: its
+/// batch's callers are told so, and the writer's next batch begins its own
+/// transaction (were its writes run outside one, each would commit on its
+/// own, whatever its caller is told).
+#[tokio::test]
+async fn a_commit_that_fails_while_work_waits_fails_its_batch_and_the_next_begins_afresh() {
+    if !postgres_available() {
+        return;
+    }
+    let (_place, db) = open(Dialect::Postgres).await;
+    db.pool
+        .execute(
+            "CREATE TABLE deferred (v TEXT, \
+             CONSTRAINT deferred_once UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)",
+        )
+        .await
+        .unwrap();
+    let batches = db.batches();
+    // Many more writes at once than the writers' batches hold, so work
+    // waits at each commit. Two values are written twice, which PostgreSQL
+    // finds only at `COMMIT`: for each pair, the commit of one of the two
+    // batches holding it fails (or of the one holding both).
+    let written: Vec<String> = (0..600).map(|i| format!("r{i:03}")).collect();
+    let results = join_all(written.iter().enumerate().map(|(i, row)| {
+        let (row, value) = (row.clone(), format!("v{}", i - usize::from(i % 300 == 101)));
+        batches.run::<(), WriteError>(Box::new(move |conn| {
+            Box::pin(async move {
+                insert(&mut *conn, "", &row).await?;
+                sqlx::query("INSERT INTO deferred (v) VALUES ($1)")
+                    .bind(value)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
+        }))
+    }))
+    .await;
+    let writes: Vec<Write> = written
+        .iter()
+        .map(|row| Write::Ordinary(Box::leak(row.clone().into_boxed_str())))
+        .collect();
+    assert_told_the_truth(&db, &writes, &results).await;
+    let not_committed = results
+        .iter()
+        .filter(|r| matches!(r, Err(WriteError::NotCommitted(_))))
+        .count();
+    assert!(not_committed > 0, "some commits failed");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Ok(()) | Err(WriteError::NotCommitted(_)))),
+        "a write failed by itself: it ran outside a transaction"
+    );
+    assert!(rows(&db).await.len() >= 300, "the other batches committed");
 }
