@@ -220,11 +220,21 @@ impl ClockGuard {
 
     /// Judges this member's clock against `voters`.
     pub fn verdict(&self, voters: &BTreeSet<NodeId>) -> Verdict {
+        let state = self.lock();
+        self.verdict_of(&state, voters, Instant::now(), self.now())
+    }
+
+    /// Judges `wall`, this member's clock read at `now`, against `voters`.
+    fn verdict_of(
+        &self,
+        state: &State,
+        voters: &BTreeSet<NodeId>,
+        now: Instant,
+        wall: Millis,
+    ) -> Verdict {
         if voters.is_empty() {
             return Verdict::Unknown;
         }
-        let (now, wall) = (Instant::now(), self.now());
-        let state = self.lock();
         let majority = voters.len() / 2 + 1;
         let (mut agree, mut unknown) = (0, 0);
         for &voter in voters {
@@ -232,7 +242,7 @@ impl ClockGuard {
                 agree += 1;
                 continue;
             }
-            match self.agrees_with(&state, voter, now, wall) {
+            match self.agrees_with(state, voter, now, wall) {
                 Some(true) => agree += 1,
                 Some(false) => {}
                 None => unknown += 1,
@@ -282,26 +292,32 @@ impl ClockGuard {
     /// The time to stamp on the next batch: this member's wall clock, never
     /// below its last stamp, once a majority of `voters` agrees with it.
     /// Waits up to a few heartbeats for samples when it cannot tell yet.
+    ///
+    /// The reading stamped is the reading judged, under one lock: read
+    /// again after the verdict, a clock that jumped in between would be
+    /// stamped unchecked.
     pub async fn stamp(&self, voters: &BTreeSet<NodeId>) -> Result<Millis, ClockError> {
         let deadline = tokio::time::Instant::now() + self.confirm_within;
         loop {
             let sampled = self.sampled.notified();
-            match self.verdict(voters) {
-                Verdict::Agrees => {
-                    let mut state = self.lock();
-                    state.last_stamp = state.last_stamp.max(self.now());
-                    return Ok(state.last_stamp);
-                }
-                Verdict::Disagrees => {
-                    return Err(ClockError::Disagrees {
-                        max_offset_ms: self.max_offset.as_millis() as u64,
-                    });
-                }
-                Verdict::Unknown => {
-                    if tokio::time::timeout_at(deadline, sampled).await.is_err() {
-                        return Err(ClockError::Unconfirmed);
+            {
+                let mut state = self.lock();
+                let (now, wall) = (Instant::now(), self.now());
+                match self.verdict_of(&state, voters, now, wall) {
+                    Verdict::Agrees => {
+                        state.last_stamp = state.last_stamp.max(wall);
+                        return Ok(state.last_stamp);
                     }
+                    Verdict::Disagrees => {
+                        return Err(ClockError::Disagrees {
+                            max_offset_ms: self.max_offset.as_millis() as u64,
+                        });
+                    }
+                    Verdict::Unknown => {}
                 }
+            }
+            if tokio::time::timeout_at(deadline, sampled).await.is_err() {
+                return Err(ClockError::Unconfirmed);
             }
         }
     }
