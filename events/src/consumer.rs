@@ -54,7 +54,8 @@ use crate::outbox::error_chain;
 /// Most deliveries one consumer handles as one batch.
 const BATCH: usize = 64;
 
-/// Batches one consumer handles at the same time.
+/// Batches one consumer handles at the same time; more than one only while
+/// a whole [`BATCH`] waits behind those in flight (decision 0051).
 const IN_FLIGHT: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
@@ -439,29 +440,40 @@ impl ConsumerRunner {
                     _ = shutdown.changed() => return,
                 }
             };
-            // Deliveries that are waiting are taken together (up to
-            // `BATCH`) and handled as one batch; up to `IN_FLIGHT` batches
-            // at once, so that their writes gather into the same group
-            // commit batches.
+            // Deliveries received are handled in batches (up to `BATCH`).
+            // A batch starts when none is in flight, or when a whole batch
+            // waits (up to `IN_FLIGHT` at once): while one commits, those
+            // that arrive gather into the next, so under load a consumer
+            // writes few large batches rather than many small ones, each a
+            // statement and a savepoint of its own (decision 0051).
             let mut in_flight = FuturesUnordered::new();
+            let mut waiting = Vec::new();
             loop {
+                let idle = in_flight.is_empty();
+                if !waiting.is_empty()
+                    && (idle || (waiting.len() >= BATCH && in_flight.len() < IN_FLIGHT))
+                {
+                    // (Never more than `BATCH` wait: receiving stops there.)
+                    in_flight.push(self.handle_batch(std::mem::take(&mut waiting)));
+                    continue;
+                }
                 let delivery = tokio::select! {
-                    d = subscription.next(), if in_flight.len() < IN_FLIGHT => d,
-                    Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+                    d = subscription.next(), if waiting.len() < BATCH => d,
+                    Some(()) = in_flight.next(), if !idle => continue,
                     _ = shutdown.changed() => return,
                 };
-                let (batch, broke) = match delivery {
-                    Ok(first) => gather(first, &mut subscription),
-                    Err(e) => (Vec::new(), Some(e)),
+                let broke = match delivery {
+                    Ok(first) => gather(first, &mut waiting, &mut subscription),
+                    Err(e) => Some(e),
                 };
-                if !batch.is_empty() {
-                    in_flight.push(self.handle_batch(batch));
-                }
                 match broke {
                     None => {}
                     Some(BrokerError::Closed) if *shutdown.borrow() => return,
                     Some(e) => {
                         warn!(consumer = %name, error = %e, "subscription broke; subscribing again");
+                        if !waiting.is_empty() {
+                            in_flight.push(self.handle_batch(std::mem::take(&mut waiting)));
+                        }
                         while in_flight.next().await.is_some() {}
                         break;
                     }
@@ -533,22 +545,24 @@ impl ConsumerRunner {
     }
 }
 
-/// `first` and the deliveries already waiting behind it, up to [`BATCH`];
-/// with the error that stopped the gathering, if one did.
+/// Adds `first` and the deliveries already received behind it to
+/// `waiting`, up to [`BATCH`]; returns the error that stopped the
+/// gathering, if one did.
 fn gather(
     first: Delivery,
+    waiting: &mut Vec<Delivery>,
     subscription: &mut Box<dyn Subscription>,
-) -> (Vec<Delivery>, Option<BrokerError>) {
-    let mut batch = vec![first];
-    while batch.len() < BATCH {
+) -> Option<BrokerError> {
+    waiting.push(first);
+    while waiting.len() < BATCH {
         // `next` is cancel-safe: a delivery not ready now stays queued.
         match subscription.next().now_or_never() {
-            Some(Ok(delivery)) => batch.push(delivery),
-            Some(Err(e)) => return (batch, Some(e)),
+            Some(Ok(delivery)) => waiting.push(delivery),
+            Some(Err(e)) => return Some(e),
             None => break,
         }
     }
-    (batch, None)
+    None
 }
 
 fn settle_logged(result: Result<(), BrokerError>) {

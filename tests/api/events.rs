@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use once_node::domain::{SystemClock, UnixMillis};
-use once_node::events::broker::{BrokerError, Delivery, Settle};
+use once_node::events::broker::{BrokerError, Delivery, Settle, Subscription};
 use once_node::events::consumer::{ConsumeError, Consumer, Outcome};
 use once_node::events::email::dedupe_key;
 use once_node::events::email_sender::FakeEmailSender;
@@ -105,7 +105,8 @@ on_every_backend_and_broker!(
 );
 
 crate::on_sql_backends!(
-    a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_alone
+    a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_alone,
+    deliveries_that_arrive_while_a_batch_commits_gather_into_the_next,
 );
 
 /// Event settings of one test: its own stream and subjects, fast retries.
@@ -1200,4 +1201,107 @@ mod crashes {
         node.kill().await;
         sink.stop();
     }
+}
+
+/// Hands the test's deliveries to a consumer, counting those it took.
+#[derive(Debug)]
+struct Handed {
+    deliveries: tokio::sync::mpsc::UnboundedReceiver<Delivery>,
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait]
+impl Subscription for Handed {
+    async fn next(&mut self) -> Result<Delivery, BrokerError> {
+        let delivery = self.deliveries.recv().await.ok_or(BrokerError::Closed)?;
+        self.taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(delivery)
+    }
+}
+
+/// A consumer starts a batch when none of its batches is in flight (or a
+/// whole batch waits): deliveries that arrive while one commits gather into
+/// the next, so under load it writes a few large batches, not one per
+/// delivery (decision 0051).
+async fn deliveries_that_arrive_while_a_batch_commits_gather_into_the_next(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let config = events_config(BrokerKind::InProcess);
+    // No consumers of the harness's own: the test runs the one it watches.
+    let overrides = Overrides {
+        consumers: Some(Vec::new()),
+        ..Overrides::default()
+    };
+    let harness = EventHarness::start(&db, &config, overrides).await;
+    let (send, deliveries) = tokio::sync::mpsc::unbounded_channel();
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let subscription = Handed {
+        deliveries,
+        taken: taken.clone(),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let runner = harness.events.runner(Arc::new(LedgerConsumer));
+    let running = tokio::spawn(runner.run(Some(Box::new(subscription)), stopped));
+    let taken_so_far = || taken.load(std::sync::atomic::Ordering::SeqCst);
+
+    let batches = harness.events.db.batches();
+    let before = batches.stats();
+    // The group commit holds its batches: a writer takes the first of two
+    // jobs of the test's own and waits; the second stays queued, and so will
+    // the consumer's.
+    let held = batches.hold().await;
+    let nothing = || {
+        let batches = batches.clone();
+        tokio::spawn(async move {
+            batches
+                .run::<(), once_node::sql::group_commit::BatchFailed>(Box::new(|_| {
+                    Box::pin(async { Ok(()) })
+                }))
+                .await
+        })
+    };
+    let ours = [nothing(), nothing()];
+    eventually(WAIT, || async { (batches.queued() == 1).then_some(()) }).await;
+    let settled = Settled::default();
+    let payments: Vec<String> = (0..9).map(|i| format!("pay_gather_{i}")).collect();
+    let delivery = |payment: &str| {
+        let message = succeeded(payment);
+        settled.delivery(&message.event_id, message.to_bytes())
+    };
+    send.send(delivery(&payments[0])).unwrap();
+    eventually(WAIT, || async { (batches.queued() == 2).then_some(()) }).await;
+    // Eight more, one after another, each taken by the consumer while its
+    // first batch waits on the held commit. (Handling each as a batch of its
+    // own, it would stop taking them at four batches in flight.)
+    for (i, payment) in payments.iter().enumerate().skip(1) {
+        send.send(delivery(payment)).unwrap();
+        eventually(WAIT, || async { (taken_so_far() == i + 1).then_some(()) }).await;
+    }
+    assert_eq!(
+        batches.queued(),
+        2,
+        "no batch started while one was in flight"
+    );
+    drop(held);
+    for job in ours {
+        job.await.unwrap().expect("the test's own jobs commit");
+    }
+    eventually(WAIT, || async {
+        (settled
+            .sorted()
+            .iter()
+            .filter(|(_, how)| *how == "ack")
+            .count()
+            == 9)
+            .then_some(())
+    })
+    .await;
+    for payment in &payments {
+        assert_eq!(ledger_entries(&db, payment).await, 1, "{payment}");
+    }
+    // The test's two jobs, the first delivery's batch, and one batch for
+    // the eight that arrived while it waited.
+    assert_eq!(batches.stats().jobs - before.jobs, 4);
+    let _ = stop.send(true);
+    running.await.unwrap();
+    harness.stop().await;
 }
