@@ -32,7 +32,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use once_db::Database;
@@ -53,6 +53,9 @@ use crate::outbox::error_chain;
 
 /// Most deliveries one consumer handles as one batch.
 const BATCH: usize = 64;
+
+/// The batches a consumer's run loop has started and not yet finished.
+type InFlight<'a> = FuturesUnordered<BoxFuture<'a, ()>>;
 
 /// Batches one consumer handles at the same time; more than one only while
 /// a whole [`BATCH`] waits behind those in flight (decision 0051).
@@ -412,8 +415,23 @@ impl ConsumerRunner {
         (self.backoff * factor).min(Duration::from_secs(30))
     }
 
+    /// Handles the deliveries it has taken: those waiting as one more batch,
+    /// and every batch in flight to its end, so that a consumer that stops
+    /// (a deploy) or subscribes again settles what it took instead of
+    /// leaving it to the broker's redelivery timeout (`ack_wait`, 30 s by
+    /// default). The node bounds how long it waits for this
+    /// (`EventWorkers::join`); a batch cut short there was not acknowledged,
+    /// and is delivered again.
+    async fn finish<'a>(&'a self, waiting: Vec<Delivery>, mut in_flight: InFlight<'a>) {
+        if !waiting.is_empty() {
+            in_flight.push(self.handle_batch(waiting).boxed());
+        }
+        while in_flight.next().await.is_some() {}
+    }
+
     /// Receives and handles deliveries until `shutdown` flips, subscribing
-    /// again whenever the subscription breaks.
+    /// again whenever the subscription breaks; either way it first finishes
+    /// the deliveries it has taken ([`ConsumerRunner::finish`]).
     /// `first` is a subscription made before the publisher started (the
     /// in-process bus only delivers to groups that exist when it publishes).
     pub async fn run(
@@ -446,7 +464,7 @@ impl ConsumerRunner {
             // that arrive gather into the next, so under load a consumer
             // writes few large batches rather than many small ones, each a
             // statement and a savepoint of its own (decision 0051).
-            let mut in_flight = FuturesUnordered::new();
+            let mut in_flight: InFlight<'_> = FuturesUnordered::new();
             let mut waiting = Vec::new();
             loop {
                 let idle = in_flight.is_empty();
@@ -454,13 +472,16 @@ impl ConsumerRunner {
                     && (idle || (waiting.len() >= BATCH && in_flight.len() < IN_FLIGHT))
                 {
                     // (Never more than `BATCH` wait: receiving stops there.)
-                    in_flight.push(self.handle_batch(std::mem::take(&mut waiting)));
+                    in_flight.push(self.handle_batch(std::mem::take(&mut waiting)).boxed());
                     continue;
                 }
                 let delivery = tokio::select! {
                     d = subscription.next(), if waiting.len() < BATCH => d,
                     Some(()) = in_flight.next(), if !idle => continue,
-                    _ = shutdown.changed() => return,
+                    _ = shutdown.changed() => {
+                        self.finish(waiting, in_flight).await;
+                        return;
+                    }
                 };
                 let broke = match delivery {
                     Ok(first) => gather(first, &mut waiting, &mut subscription),
@@ -468,13 +489,13 @@ impl ConsumerRunner {
                 };
                 match broke {
                     None => {}
-                    Some(BrokerError::Closed) if *shutdown.borrow() => return,
+                    Some(BrokerError::Closed) if *shutdown.borrow() => {
+                        self.finish(waiting, in_flight).await;
+                        return;
+                    }
                     Some(e) => {
                         warn!(consumer = %name, error = %e, "subscription broke; subscribing again");
-                        if !waiting.is_empty() {
-                            in_flight.push(self.handle_batch(std::mem::take(&mut waiting)));
-                        }
-                        while in_flight.next().await.is_some() {}
+                        self.finish(waiting, in_flight).await;
                         break;
                     }
                 }

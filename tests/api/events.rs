@@ -8,6 +8,7 @@
 //! suffix) and deletes its stream at the end.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,6 +108,7 @@ on_every_backend_and_broker!(
 crate::on_sql_backends!(
     a_batch_of_deliveries_writes_each_effect_once_and_a_refused_one_fails_alone,
     deliveries_that_arrive_while_a_batch_commits_gather_into_the_next,
+    a_consumer_that_stops_finishes_the_deliveries_it_took,
 );
 
 /// Event settings of one test: its own stream and subjects, fast retries.
@@ -1207,15 +1209,130 @@ mod crashes {
 #[derive(Debug)]
 struct Handed {
     deliveries: tokio::sync::mpsc::UnboundedReceiver<Delivery>,
-    taken: Arc<std::sync::atomic::AtomicUsize>,
+    taken: Arc<AtomicUsize>,
 }
 
 #[async_trait]
 impl Subscription for Handed {
     async fn next(&mut self) -> Result<Delivery, BrokerError> {
         let delivery = self.deliveries.recv().await.ok_or(BrokerError::Closed)?;
-        self.taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.taken.fetch_add(1, Ordering::SeqCst);
         Ok(delivery)
+    }
+}
+
+/// A ledger consumer the test feeds one delivery at a time, on an events
+/// database whose group commit the test holds: a writer has taken the first
+/// of two jobs of the test's own and waits, the second stays queued, and so
+/// does every batch the consumer starts, until [`HeldConsumer::release`].
+struct HeldConsumer {
+    harness: EventHarness,
+    batches: once_node::sql::group_commit::GroupCommit,
+    /// Jobs the group commit had run when the test began.
+    jobs_before: u64,
+    send: tokio::sync::mpsc::UnboundedSender<Delivery>,
+    taken: Arc<AtomicUsize>,
+    settled: Settled,
+    stop: watch::Sender<bool>,
+    running: tokio::task::JoinHandle<()>,
+    /// Dropping it lets the held writer go on.
+    release: Option<tokio::sync::oneshot::Sender<()>>,
+    ours: Vec<tokio::task::JoinHandle<Result<(), once_node::sql::group_commit::BatchFailed>>>,
+}
+
+impl HeldConsumer {
+    async fn start(db: &TestDb) -> Self {
+        let config = events_config(BrokerKind::InProcess);
+        // No consumers of the harness's own: the test runs the one it watches.
+        let overrides = Overrides {
+            consumers: Some(Vec::new()),
+            ..Overrides::default()
+        };
+        let harness = EventHarness::start(db, &config, overrides).await;
+        let (send, deliveries) = tokio::sync::mpsc::unbounded_channel();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let subscription = Handed {
+            deliveries,
+            taken: taken.clone(),
+        };
+        let (stop, stopped) = watch::channel(false);
+        let runner = harness.events.runner(Arc::new(LedgerConsumer));
+        let running = tokio::spawn(runner.run(Some(Box::new(subscription)), stopped));
+        let batches = harness.events.db.batches().clone();
+        let jobs_before = batches.stats().jobs;
+        let (held_send, held) = tokio::sync::oneshot::channel();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let holder = batches.clone();
+        tokio::spawn(async move {
+            let _held = holder.hold().await;
+            let _ = held_send.send(());
+            let _ = released.await;
+        });
+        held.await.expect("the group commit is held");
+        let nothing = || {
+            let batches = batches.clone();
+            tokio::spawn(async move {
+                batches
+                    .run::<(), once_node::sql::group_commit::BatchFailed>(Box::new(|_| {
+                        Box::pin(async { Ok(()) })
+                    }))
+                    .await
+            })
+        };
+        let ours = vec![nothing(), nothing()];
+        eventually(WAIT, || async { (batches.queued() == 1).then_some(()) }).await;
+        Self {
+            harness,
+            batches,
+            jobs_before,
+            send,
+            taken,
+            settled: Settled::default(),
+            stop,
+            running,
+            release: Some(release),
+            ours,
+        }
+    }
+
+    /// Hands over a success event of `payment` and waits until the consumer
+    /// has taken it.
+    async fn hand(&self, payment: &str) {
+        let message = succeeded(payment);
+        let before = self.taken.load(Ordering::SeqCst);
+        self.send
+            .send(self.settled.delivery(&message.event_id, message.to_bytes()))
+            .unwrap();
+        eventually(WAIT, || async {
+            (self.taken.load(Ordering::SeqCst) == before + 1).then_some(())
+        })
+        .await;
+    }
+
+    /// Hands over the first delivery, and waits until the batch the consumer
+    /// starts for it queues behind the test's second job.
+    async fn hand_first(&self, payment: &str) {
+        self.hand(payment).await;
+        let batches = &self.batches;
+        eventually(WAIT, || async { (batches.queued() == 2).then_some(()) }).await;
+    }
+
+    /// Lets the group commit go on, and waits for the test's own jobs.
+    async fn release(&mut self) {
+        drop(self.release.take());
+        for job in self.ours.drain(..) {
+            job.await.unwrap().expect("the test's own jobs commit");
+        }
+    }
+
+    fn acks(&self) -> usize {
+        let settled = self.settled.sorted();
+        settled.iter().filter(|(_, how)| *how == "ack").count()
+    }
+
+    /// Jobs the group commit ran since the test began.
+    fn jobs(&self) -> u64 {
+        self.batches.stats().jobs - self.jobs_before
     }
 }
 
@@ -1225,83 +1342,56 @@ impl Subscription for Handed {
 /// delivery (decision 0051).
 async fn deliveries_that_arrive_while_a_batch_commits_gather_into_the_next(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let config = events_config(BrokerKind::InProcess);
-    // No consumers of the harness's own: the test runs the one it watches.
-    let overrides = Overrides {
-        consumers: Some(Vec::new()),
-        ..Overrides::default()
-    };
-    let harness = EventHarness::start(&db, &config, overrides).await;
-    let (send, deliveries) = tokio::sync::mpsc::unbounded_channel();
-    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let subscription = Handed {
-        deliveries,
-        taken: taken.clone(),
-    };
-    let (stop, stopped) = watch::channel(false);
-    let runner = harness.events.runner(Arc::new(LedgerConsumer));
-    let running = tokio::spawn(runner.run(Some(Box::new(subscription)), stopped));
-    let taken_so_far = || taken.load(std::sync::atomic::Ordering::SeqCst);
-
-    let batches = harness.events.db.batches();
-    let before = batches.stats();
-    // The group commit holds its batches: a writer takes the first of two
-    // jobs of the test's own and waits; the second stays queued, and so will
-    // the consumer's.
-    let held = batches.hold().await;
-    let nothing = || {
-        let batches = batches.clone();
-        tokio::spawn(async move {
-            batches
-                .run::<(), once_node::sql::group_commit::BatchFailed>(Box::new(|_| {
-                    Box::pin(async { Ok(()) })
-                }))
-                .await
-        })
-    };
-    let ours = [nothing(), nothing()];
-    eventually(WAIT, || async { (batches.queued() == 1).then_some(()) }).await;
-    let settled = Settled::default();
+    let mut consumer = HeldConsumer::start(&db).await;
     let payments: Vec<String> = (0..9).map(|i| format!("pay_gather_{i}")).collect();
-    let delivery = |payment: &str| {
-        let message = succeeded(payment);
-        settled.delivery(&message.event_id, message.to_bytes())
-    };
-    send.send(delivery(&payments[0])).unwrap();
-    eventually(WAIT, || async { (batches.queued() == 2).then_some(()) }).await;
+    consumer.hand_first(&payments[0]).await;
+    let batches = consumer.batches.clone();
     // Eight more, one after another, each taken by the consumer while its
     // first batch waits on the held commit. (Handling each as a batch of its
     // own, it would stop taking them at four batches in flight.)
-    for (i, payment) in payments.iter().enumerate().skip(1) {
-        send.send(delivery(payment)).unwrap();
-        eventually(WAIT, || async { (taken_so_far() == i + 1).then_some(()) }).await;
+    for payment in &payments[1..] {
+        consumer.hand(payment).await;
     }
     assert_eq!(
         batches.queued(),
         2,
         "no batch started while one was in flight"
     );
-    drop(held);
-    for job in ours {
-        job.await.unwrap().expect("the test's own jobs commit");
-    }
-    eventually(WAIT, || async {
-        (settled
-            .sorted()
-            .iter()
-            .filter(|(_, how)| *how == "ack")
-            .count()
-            == 9)
-            .then_some(())
-    })
-    .await;
+    consumer.release().await;
+    eventually(WAIT, || async { (consumer.acks() == 9).then_some(()) }).await;
     for payment in &payments {
         assert_eq!(ledger_entries(&db, payment).await, 1, "{payment}");
     }
     // The test's two jobs, the first delivery's batch, and one batch for
     // the eight that arrived while it waited.
-    assert_eq!(batches.stats().jobs - before.jobs, 4);
-    let _ = stop.send(true);
-    running.await.unwrap();
-    harness.stop().await;
+    assert_eq!(consumer.jobs(), 4);
+    let _ = consumer.stop.send(true);
+    consumer.running.await.unwrap();
+    consumer.harness.stop().await;
+}
+
+/// A consumer told to stop (a deploy) first finishes what it took: the
+/// batch in flight and the deliveries waiting behind it are written and
+/// acknowledged, not left to the broker's redelivery timeout.
+async fn a_consumer_that_stops_finishes_the_deliveries_it_took(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let mut consumer = HeldConsumer::start(&db).await;
+    let payments: Vec<String> = (0..3).map(|i| format!("pay_stop_{i}")).collect();
+    consumer.hand_first(&payments[0]).await;
+    let batches = consumer.batches.clone();
+    consumer.hand(&payments[1]).await;
+    consumer.hand(&payments[2]).await;
+    let _ = consumer.stop.send(true);
+    // The batch in flight cannot commit yet; the waiting two join the queue.
+    eventually(WAIT, || async { (batches.queued() == 3).then_some(()) }).await;
+    assert!(!consumer.running.is_finished(), "it waits for its batches");
+    assert_eq!(consumer.acks(), 0);
+    consumer.release().await;
+    (&mut consumer.running).await.unwrap();
+    assert_eq!(consumer.acks(), 3, "{:?}", consumer.settled.sorted());
+    for payment in &payments {
+        assert_eq!(ledger_entries(&db, payment).await, 1, "{payment}");
+    }
+    assert_eq!(consumer.jobs(), 4);
+    consumer.harness.stop().await;
 }
