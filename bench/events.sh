@@ -10,7 +10,15 @@
 #     (ledger_entries.created_at), p50/p99/max, and the ledger's booking rate;
 #  2. drain: the node stopped, N payment.succeeded events put in the outbox,
 #     the node started; events/s from the first publish to the last ledger
-#     entry = the path's capacity with the API idle.
+#     entry = the path's capacity with the API idle;
+#  3. restart: `--rate 500` again, the node sent SIGTERM halfway and a new one
+#     started as soon as it exited (a rolling deploy of one replica); the lag
+#     p99/max over the run and the longest a payment of the run waited for
+#     its ledger entry. A consumer that drops the deliveries it took when it
+#     stops leaves them to the broker's redelivery (`ack_wait`, 30 s).
+#
+#   PHASES="restart" bash bench/events.sh 10    (some phases only)
+#   ONCE=/path/to/once bash bench/events.sh      (another build)
 # Needs PostgreSQL at $PG (default postgres://postgres@127.0.0.1:5432) and, for
 # the NATS rows, NATS with JetStream at $NATS_URL (default nats://127.0.0.1:4222).
 # Prints a Markdown table; raw lines go to bench/out/events.txt.
@@ -25,8 +33,13 @@ KEY=sk_bench_0000000000000001
 PORT=18092
 BROKERS=${BROKERS:-nats in-process}   # which brokers to measure
 INSTANCES=${CONSUMER_INSTANCES:-16}     # delivery loops per consumer
-cargo build --release -q
-BIN=${CARGO_TARGET_DIR:-target}/release/once
+PHASES=${PHASES:-steady drain restart}
+RATE=${RATE:-500}   # payments/s offered in the restart phase
+BIN=${ONCE:-}
+if [ -z "$BIN" ]; then
+  cargo build --release -q --bin once
+  BIN=${CARGO_TARGET_DIR:-target}/release/once
+fi
 WORK=$(mktemp -d)
 NODE=; DB=; STREAM=
 cleanup() {
@@ -40,7 +53,9 @@ trap cleanup EXIT
 start_node() { # database-url broker stream
   local extra=()
   if [ "$2" = nats ]; then extra=(--nats-url "$NATS" --events-stream "$3" --events-subject-prefix "$3.events"); fi
-  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 $BIN node --listen 127.0.0.1:$PORT \
+  # Encryption at rest: required on PostgreSQL.
+  [ -f "$WORK/data-keys" ] || $BIN keys init --file "$WORK/data-keys" > /dev/null
+  ONCE_DATA_KEYS="$WORK/data-keys" ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 $BIN node --listen 127.0.0.1:$PORT \
     --max-db-connections 32 --consumer-instances "$INSTANCES" --database-url "$1" "${extra[@]}" > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && return; sleep 0.1; done
@@ -69,6 +84,7 @@ for broker in $BROKERS; do
   psql "$PG/postgres" -qc "CREATE DATABASE $DB"
 
   # 1. Steady load.
+  if [[ " $PHASES " == *" steady "* ]]; then
   start_node "$PG/$DB" $broker $STREAM
   $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 64 \
     --rate 500 --duration "$SECS" --warmup 2 --label "events-$broker" > "$WORK/bench.json" 2>/dev/null
@@ -84,8 +100,10 @@ for broker in $BROKERS; do
   echo "steady $broker: paid=$paid lag_p50=$p50 p99=$p99 max=$max ledger_rate=$rate api=[$api]" | tee -a "$OUT/events.txt"
   rows+=("| $broker | steady, \`--rate 500\`, ${SECS}s | $paid | $rate | $p50 | $p99 | $max | $api |")
   stop_node
+  fi
 
   # 2. Drain a backlog with the API idle.
+  if [[ " $PHASES " == *" drain "* ]]; then
   q "INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at)
      SELECT 'evt_drain_' || g, 'payment.succeeded', 1, 'pay_drain_' || g, 'bench',
             json_build_object('paymentId', 'pay_drain_' || g, 'tenantId', 'bench', 'accountId', 'acc_drain',
@@ -101,6 +119,32 @@ for broker in $BROKERS; do
   echo "drain $broker: events=$BACKLOG rate=$drain/s" | tee -a "$OUT/events.txt"
   rows+=("| $broker | drain a backlog of $BACKLOG | $BACKLOG | $drain | – | – | – | API idle |")
   stop_node
+  fi
+
+  # 3. A rolling restart under load (NATS only: the in-process bus is the
+  # process's own, and what it held dies with it).
+  if [[ " $PHASES " == *" restart "* && $broker = nats ]]; then
+  start_node "$PG/$DB" $broker $STREAM
+  since=$(q "SELECT coalesce(max(seq), 0) FROM outbox")
+  $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 64 \
+    --rate "$RATE" --duration "$SECS" --warmup 0 --label "restart-$broker" > "$WORK/bench.json" 2>/dev/null &
+  load=$!
+  # Halfway through the load (a point in it, not a wait for a condition).
+  sleep $(( SECS / 2 ))
+  stop_node
+  start_node "$PG/$DB" $broker $STREAM
+  wait "$load" || true
+  paid=$(q "SELECT count(*) FROM payments WHERE status = 'succeeded'")
+  wait_for "SELECT count(*) FROM ledger_entries l JOIN payments p ON p.id = l.source_payment_id" "$paid" 90
+  lag=$(q "SELECT count(*),
+                  round(percentile_cont(0.99) WITHIN GROUP (ORDER BY l.created_at - o.created_at)::numeric),
+                  max(l.created_at - o.created_at)
+           FROM ledger_entries l JOIN outbox o ON o.event_id = l.source_event_id WHERE o.seq > $since")
+  IFS='|' read -r n p99 max <<< "$lag"
+  echo "restart $broker: events=$n lag_p99=$p99 max=$max" | tee -a "$OUT/events.txt"
+  rows+=("| $broker | restart halfway, \`--rate $RATE\`, ${SECS}s | $n | – | – | $p99 | $max | SIGTERM, then a new node |")
+  stop_node
+  fi
 
   psql "$PG/postgres" -qc "DROP DATABASE $DB WITH (FORCE)"; DB=
   if [ $broker = nats ]; then delete_stream "$STREAM"; fi; STREAM=
