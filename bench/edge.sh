@@ -42,7 +42,10 @@ start_node() { # binary database-url
   if [ "$1" = "$NEW" ]; then
     extra=(--admin-listen 127.0.0.1:0 --tenant-rate 10000000 --tenant-burst 10000000 --tenant-in-flight 100000)
   fi
-  ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn "$1" node --listen 127.0.0.1:$PORT \
+  # Encryption at rest (the current build needs it on PostgreSQL; the base
+  # build ignores the variable).
+  [ -f "$WORK/data-keys" ] || "$NEW" keys init --file "$WORK/data-keys" > /dev/null
+  ONCE_DATA_KEYS="$WORK/data-keys" ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn "$1" node --listen 127.0.0.1:$PORT \
     --max-db-connections 32 --database-url "$2" "${extra[@]}" > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do grep -q "^listening" "$WORK/node.out" 2>/dev/null && return; sleep 0.1; done

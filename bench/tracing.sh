@@ -22,12 +22,16 @@ SINK=$!
 for _ in $(seq 1 100); do grep -q listening "$WORK/sink.out" 2>/dev/null && break; sleep 0.1; done
 ENDPOINT=$(sed -n 's/listening on //p' "$WORK/sink.out")
 
+# Encryption at rest: required on PostgreSQL.
+$BIN keys init --file "$WORK/data-keys" > /dev/null
+
 run() { # label, then env assignments
   local label=$1; shift
-  env "$@" ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 $BIN node --listen 127.0.0.1:$PORT \
+  env "$@" ONCE_DATA_KEYS="$WORK/data-keys" ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 $BIN node --listen 127.0.0.1:$PORT \
     --max-db-connections 32 --database-url "$PG/$DB" > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q listening "$WORK/node.out" || { echo "node did not start" >&2; cat "$WORK/node.err" >&2; exit 1; }
   $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 32 --duration "$SECS" --warmup 2 --label "$label" 2>/dev/null
   kill -TERM $NODE; wait $NODE 2>/dev/null || true
 }
