@@ -11,11 +11,12 @@
 #  2. drain: the node stopped, N payment.succeeded events put in the outbox,
 #     the node started; events/s from the first publish to the last ledger
 #     entry = the path's capacity with the API idle;
-#  3. restart: `--rate 500` again, the node sent SIGTERM halfway and a new one
-#     started as soon as it exited (a rolling deploy of one replica); the lag
-#     p99/max over the run and the longest a payment of the run waited for
-#     its ledger entry. A consumer that drops the deliveries it took when it
-#     stops leaves them to the broker's redelivery (`ack_wait`, 30 s).
+#  3. restart (NATS only): `--rate $RATE` (default 500), the node sent SIGTERM
+#     halfway and a new one started as soon as it exited (a rolling deploy of
+#     one replica); the lag p99 and max (the longest a payment of the run
+#     waited for its ledger entry). A consumer that drops the deliveries it
+#     took when it stops leaves them to the broker's redelivery (`ack_wait`,
+#     30 s).
 #
 #   PHASES="restart" bash bench/events.sh 10    (some phases only)
 #   ONCE=/path/to/once bash bench/events.sh      (another build)

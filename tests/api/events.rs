@@ -1345,7 +1345,6 @@ async fn deliveries_that_arrive_while_a_batch_commits_gather_into_the_next(backe
     let mut consumer = HeldConsumer::start(&db).await;
     let payments: Vec<String> = (0..9).map(|i| format!("pay_gather_{i}")).collect();
     consumer.hand_first(&payments[0]).await;
-    let batches = consumer.batches.clone();
     // Eight more, one after another, each taken by the consumer while its
     // first batch waits on the held commit. (Handling each as a batch of its
     // own, it would stop taking them at four batches in flight.)
@@ -1353,7 +1352,7 @@ async fn deliveries_that_arrive_while_a_batch_commits_gather_into_the_next(backe
         consumer.hand(payment).await;
     }
     assert_eq!(
-        batches.queued(),
+        consumer.batches.queued(),
         2,
         "no batch started while one was in flight"
     );
@@ -1378,11 +1377,11 @@ async fn a_consumer_that_stops_finishes_the_deliveries_it_took(backend: Backend)
     let mut consumer = HeldConsumer::start(&db).await;
     let payments: Vec<String> = (0..3).map(|i| format!("pay_stop_{i}")).collect();
     consumer.hand_first(&payments[0]).await;
-    let batches = consumer.batches.clone();
     consumer.hand(&payments[1]).await;
     consumer.hand(&payments[2]).await;
     let _ = consumer.stop.send(true);
     // The batch in flight cannot commit yet; the waiting two join the queue.
+    let batches = &consumer.batches;
     eventually(WAIT, || async { (batches.queued() == 3).then_some(()) }).await;
     assert!(!consumer.running.is_finished(), "it waits for its batches");
     assert_eq!(consumer.acks(), 0);
