@@ -9,12 +9,17 @@
 #     on a cluster without simulated latency (SIGKILL of the home region's
 #     node and store member → first success of its tenants elsewhere).
 # Usage: bench/regions.sh [RTT_MS (default 70)] [SECONDS per run (default 20)]
+# CLIENTS="1 16 64" picks the concurrencies of part 1 (default: those three);
+# PHASES="wan provider failover" picks the parts (default: all three; `provider`
+# is part 1's single client with a 100 ms provider).
 # Needs a release build: cargo build --release --bin once
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
 RTT_MS="${1:-70}"
 SECONDS_PER_RUN="${2:-20}"
+CLIENTS="${CLIENTS:-1 16 64}"
+PHASES="${PHASES:-wan provider failover}"
 DIR=$(mktemp -d)
 UP_PID=
 cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
@@ -51,19 +56,21 @@ for _ in $(seq 1 100); do
   [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
 done
 echo "# leader: member $STORE_ID ($HOME_REGION); tenant homed in $HOME_REGION; router in $HOME_REGION"
-for c in 1 16; do
+for c in $CLIENTS; do
+  [[ " $PHASES " == *" wan "* ]] || break
   "$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
     --label "home-region rtt=${RTT_MS}ms" | tee "$DIR/bench-$c.txt"
   python3 - "$DIR/bench-$c.txt" "$RTT_MS" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(sys.argv[2])
-print(f"#   p50 = {r['p50_ms']/rtt:.2f} x RTT, p99 = {r['p99_ms']/rtt:.2f} x RTT")
+print(f"#   {r['throughput']:.0f} payments/s, p50 = {r['p50_ms']/rtt:.2f} x RTT, p99 = {r['p99_ms']/rtt:.2f} x RTT")
 PY
 done
 # The same single client with a provider that takes 100 ms per charge (a
 # realistic provider; the simulator otherwise answers in ~1 ms): shows how
 # much of the latency is raft-store's once a write no longer queues behind
 # the previous write's commit notice.
+if [[ " $PHASES " == *" provider "* ]]; then
 PROVIDER=$(json "$C" "d['provider']['url']")
 curl -sf -X POST "$PROVIDER/faults" -H 'Content-Type: application/json' \
   -d '{"mode":"latency","count":1000000,"ms":100}' >/dev/null
@@ -74,7 +81,9 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(sys.argv[2])
 print(f"#   p50 - 100 ms provider = {(r['p50_ms']-100)/rtt:.2f} x RTT, p99 - 100 ms = {(r['p99_ms']-100)/rtt:.2f} x RTT")
 PY
+fi
 stop
+[[ " $PHASES " == *" failover "* ]] || exit 0
 
 echo "# failover with default settings (no simulated latency): drill, kill mode"
 up "$DIR/local"

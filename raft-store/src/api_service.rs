@@ -46,6 +46,7 @@ use once_tls::Role;
 use crate::authz::{self, Access, Caller, Require};
 use crate::command::Record;
 use crate::group_commit::GroupCommit;
+use crate::pipeline::PipelineMetrics;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
     ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
@@ -64,6 +65,8 @@ pub struct ApiState {
     pub admin_token: Option<Arc<AdminToken>>,
     /// The edge's metrics of this member's three listeners.
     pub edge: EdgeMetrics,
+    /// What this member's lanes did while it led.
+    pub pipeline: PipelineMetrics,
     /// Whether callers' identities are checked (always, but with
     /// `--insecure-plaintext`).
     pub access: Access,
@@ -313,7 +316,7 @@ async fn linearizable(
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
-    crate::metrics::render(&status_of(&state), &state.edge)
+    crate::metrics::render(&status_of(&state), &state.edge, &state.pipeline)
 }
 
 pub fn status_of(state: &ApiState) -> Status {

@@ -35,7 +35,9 @@
 //!   floors, when each client was last seen, forgetting idle clients).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
-//!   `once-store-client`).
+//!   `once-store-client`), [`pipeline`] (several appends in flight to a
+//!   follower, sent as the leader's log receives them) and
+//!   [`pipeline_gate`] (the follower handing them to raft in order).
 //! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
@@ -195,6 +197,8 @@ pub mod housekeeping;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
+pub mod pipeline;
+pub mod pipeline_gate;
 pub mod raft_service;
 pub mod read_index;
 pub mod server;

@@ -16,6 +16,11 @@
 //! Writes run on the blocking pool: a commit waits for an fsync and must
 //! not stall a runtime worker.
 //!
+//! Every batch `append` is given is also offered, before its fsync, to
+//! whoever listens ([`LogStore::appends`]): the leader's pipelined
+//! replication ([`crate::pipeline`]) sends it to the followers while the
+//! leader's own fsync runs.
+//!
 //! `append` returns only after its fsync, although openraft's contract
 //! allows returning first and calling the callback later. Nothing would
 //! gain: openraft 0.9's core awaits the callback inside its own
@@ -35,6 +40,7 @@ use openraft::{OptionalSend, RaftLogReader};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
 
 use crate::types::{Entry, LogId, LogState, StorageError, StorageIOError, TypeConfig, Vote};
 
@@ -50,7 +56,14 @@ const LAST_PURGED: &str = "last_purged";
 pub struct LogStore {
     db: Arc<Database>,
     appended: Arc<Appended>,
+    appends: broadcast::Sender<AppendedBatch>,
 }
+
+/// One batch of entries as `append` was given it.
+pub type AppendedBatch = Arc<[Entry]>;
+
+/// How many batches a slow listener may fall behind before it misses some.
+const APPENDS_BUFFER: usize = 1024;
 
 /// What was appended since this process opened the log.
 #[derive(Debug, Default)]
@@ -82,7 +95,15 @@ impl LogStore {
         Ok(Self {
             db: Arc::new(db),
             appended: Arc::default(),
+            appends: broadcast::channel(APPENDS_BUFFER).0,
         })
+    }
+
+    /// Every batch appended from now on, offered when its append starts
+    /// (before the fsync). A listener that falls more than
+    /// `APPENDS_BUFFER` batches behind misses some and is told so.
+    pub fn appends(&self) -> broadcast::Sender<AppendedBatch> {
+        self.appends.clone()
     }
 
     /// The mean size in bytes of the entries appended since this process
@@ -260,10 +281,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut encoded = Vec::new();
-        for entry in entries {
-            let bytes = encode(&entry).map_err(|e| StorageIOError::write_logs(&e))?;
+        let entries: AppendedBatch = entries.into_iter().collect();
+        let mut encoded = Vec::with_capacity(entries.len());
+        for entry in entries.iter() {
+            let bytes = encode(entry).map_err(|e| StorageIOError::write_logs(&e))?;
             encoded.push((entry.log_id.index, bytes));
+        }
+        if self.appends.receiver_count() > 0 && !entries.is_empty() {
+            // Fails only when every listener has just gone: nobody to tell.
+            let _ = self.appends.send(entries);
         }
         let size: usize = encoded.iter().map(|(_, b)| b.len()).sum();
         self.appended

@@ -1,6 +1,7 @@
 //! A member's metrics in Prometheus text: Raft leader, term, commit and
 //! applied index, apply lag and each follower's replication lag, wire
-//! versions and remembered clients, plus the edge's. Rendered from the member's status at scrape time (openraft's own
+//! versions and remembered clients, what pipelined replication did, plus
+//! the edge's. Rendered from the member's status at scrape time (openraft's own
 //! metrics), so there is nothing to keep in sync; `api_service` serves it.
 
 use axum::http::header;
@@ -13,6 +14,7 @@ use prometheus_client::registry::Registry;
 
 use once_edge::EdgeMetrics;
 
+use crate::pipeline::PipelineMetrics;
 use crate::protocol::Status;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -26,9 +28,14 @@ fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
     registry.register(name, help, g);
 }
 
-pub fn render(status: &Status, edge: &EdgeMetrics) -> impl IntoResponse + use<> {
+pub fn render(
+    status: &Status,
+    edge: &EdgeMetrics,
+    pipeline: &PipelineMetrics,
+) -> impl IntoResponse + use<> {
     let mut registry = Registry::default();
     edge.register(&mut registry);
+    pipeline.register(&mut registry);
     let index = |i: Option<u64>| i64::try_from(i.unwrap_or(0)).unwrap_or(i64::MAX);
     gauge(
         &mut registry,

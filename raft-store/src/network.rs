@@ -41,6 +41,14 @@
 //! openraft's leadership check for linearizable reads (read index) and its
 //! vote requests use a fresh connection per call, which has confirmed
 //! nothing, so they always go over the wire and wait for the real answer.
+//!
+//! # Pipelined appends
+//!
+//! To a follower that orders lanes (wire version [`PIPELINED_SINCE`] on),
+//! a connection of a member built [`Network::with_pipeline`] replaces the
+//! commit notice lane with a [`crate::pipeline`] lane: after each real
+//! answer it opens one at the confirmed position, and answers openraft's
+//! appends from it for as long as it holds.
 
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -54,6 +62,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
+use crate::pipeline::{LANE_HEADER, LANE_SEQ_HEADER, Lane, LaneAnswer, PIPELINED_SINCE, Pipeline};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, LogId, Node, NodeId, RaftError, RpcError, TypeConfig, Vote,
@@ -85,6 +94,7 @@ pub struct Network {
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
     versions: Arc<WireVersions>,
+    pipeline: Option<Pipeline>,
 }
 
 impl Network {
@@ -119,7 +129,17 @@ impl Network {
                 Duration::from_millis(300),
             )),
             versions: Arc::new(WireVersions::new(id, wire::WIRE_VERSION)),
+            pipeline: None,
         })
+    }
+
+    /// Pipelines appends to the followers that order them, pushing what
+    /// `pipeline`'s log appends ([`crate::pipeline`]).
+    pub fn with_pipeline(self, pipeline: Pipeline) -> Self {
+        Self {
+            pipeline: Some(pipeline),
+            ..self
+        }
     }
 
     /// Reads the peers' clocks into `clock`, and vouches by it.
@@ -178,6 +198,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             }),
             confirmed: None,
             notices: None,
+            pipeline: self.pipeline.clone(),
+            lane: None,
         }
     }
 }
@@ -194,6 +216,10 @@ pub struct Connection {
     confirmed: Option<(Vote, Option<LogId>)>,
     /// Commit notices in the background; started by the first one.
     notices: Option<NoticeLane>,
+    /// Where lanes come from, when this member pipelines.
+    pipeline: Option<Pipeline>,
+    /// The lane opened at the last confirmed position, if any.
+    lane: Option<Lane>,
 }
 
 /// The background sender of commit notices of one connection.
@@ -247,10 +273,10 @@ impl NoticeLane {
     }
 }
 
-/// Where and how RPCs to one peer go; shared by a connection and its
-/// background notice sender.
+/// Where and how RPCs to one peer go; shared by a connection, its
+/// background notice sender and its lane.
 #[derive(Debug)]
-struct Link {
+pub(crate) struct Link {
     id: NodeId,
     target: NodeId,
     base: String,
@@ -262,6 +288,10 @@ struct Link {
 }
 
 impl Link {
+    pub(crate) fn target(&self) -> NodeId {
+        self.target
+    }
+
     /// Records the peer's clock from its answer: read somewhere between
     /// `sent_at` and now, so good to half the round trip.
     fn read_clock(&self, sent_at: std::time::Instant, headers: &reqwest::header::HeaderMap) {
@@ -306,6 +336,26 @@ impl Link {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        self.send(path, action, request, entries, option, None)
+            .await
+    }
+
+    /// [`Link::call`], as send `seq` of lane `lane` given one
+    /// ([`crate::pipeline`]).
+    pub(crate) async fn send<Req, Resp, E>(
+        &self,
+        path: &str,
+        action: RPCTypes,
+        request: &Req,
+        entries: u64,
+        option: &RPCOption,
+        lane: Option<(u64, u64)>,
+    ) -> Result<Resp, RpcError<E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let body = wire::encode(request).map_err(|e| RpcError::Network(NetworkError::new(&e)))?;
         if body.len() > self.max_body && entries > 1 {
             return Err(RpcError::PayloadTooLarge(
@@ -330,9 +380,11 @@ impl Link {
             .saturating_sub(delay)
             .max(Duration::from_millis(1));
         let sent_at = std::time::Instant::now();
-        let sent = self
-            .http
-            .post(format!("{}{path}", self.base))
+        let mut post = self.http.post(format!("{}{path}", self.base));
+        if let Some((lane, seq)) = lane {
+            post = post.header(LANE_HEADER, lane).header(LANE_SEQ_HEADER, seq);
+        }
+        let sent = post
             .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
             .header(REGION_HEADER, self.wan.region())
             .header(MEMBER_HEADER, self.id)
@@ -417,6 +469,29 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Whether appends to this peer go down lanes: this member pipelines
+    /// and the peer orders lanes.
+    fn pipelines(&self) -> bool {
+        self.pipeline.is_some()
+            && self
+                .link
+                .versions
+                .of(self.link.target)
+                .is_some_and(|v| v >= PIPELINED_SINCE)
+    }
+
+    /// Opens a lane at what the peer last confirmed, if it pipelines.
+    fn open_lane(&mut self) {
+        let (Some(pipeline), Some((vote, at))) = (&self.pipeline, self.confirmed) else {
+            return;
+        };
+        if self.pipelines() {
+            self.lane = Some(pipeline.lane(self.link.clone(), vote, at));
+        }
+    }
+}
+
 impl RaftNetwork<TypeConfig> for Connection {
     async fn append_entries(
         &mut self,
@@ -429,7 +504,25 @@ impl RaftNetwork<TypeConfig> for Connection {
                 return Ok(AppendEntriesResponse::HigherVote(vote));
             }
         }
-        if self.answer_is_known(&rpc) {
+        if let Some(lane) = self.lane.take().filter(|lane| lane.vote() == rpc.vote) {
+            match lane.answer(&rpc, &option).await {
+                LaneAnswer::Held => {
+                    let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+                    if rpc.entries.last().is_some() {
+                        self.confirmed = Some((rpc.vote, last));
+                    }
+                    self.lane = Some(lane);
+                    return Ok(AppendEntriesResponse::Success);
+                }
+                LaneAnswer::HigherVote(vote) => {
+                    self.confirmed = None;
+                    return Ok(AppendEntriesResponse::HigherVote(vote));
+                }
+                // Dropped: its pushes stop; this append goes alone.
+                LaneAnswer::Alone => {}
+            }
+        }
+        if self.answer_is_known(&rpc) && !self.pipelines() {
             let link = &self.link;
             let lane = self
                 .notices
@@ -445,6 +538,7 @@ impl RaftNetwork<TypeConfig> for Connection {
             .call(APPEND_PATH, RPCTypes::AppendEntries, &rpc, entries, &option)
             .await;
         self.remember(vote, sent_up_to, &answer);
+        self.open_lane();
         answer
     }
 
@@ -454,6 +548,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
         self.confirmed = None;
+        self.lane = None;
         self.link
             .call(SNAPSHOT_PATH, RPCTypes::InstallSnapshot, &rpc, 0, &option)
             .await

@@ -10,6 +10,10 @@
 //! Every answer declares this member's wire version, and the version each
 //! calling member declares is recorded ([`crate::wire_versions`]).
 //!
+//! An append that belongs to a leader's pipelined lane waits for the
+//! appends sent before it, and is written with those queued behind it
+//! ([`crate::pipeline_gate`]).
+//!
 //! Only store members may call it ([`crate::authz`]): a forged vote or
 //! append from any other identity is refused before raft sees it.
 //!
@@ -31,9 +35,10 @@ use once_tls::Role;
 
 use crate::authz::{self, Access, Require};
 use crate::network::{APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
+use crate::pipeline_gate::{LaneGates, Ticket};
 use crate::types::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
-    InstallSnapshotResponse, Raft, RaftError, VoteRequest, VoteResponse,
+    AppendEntriesRequest, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse,
+    Raft, RaftError, VoteRequest, VoteResponse,
 };
 use crate::wan::{self, REGION_HEADER, SimulatedWan};
 use crate::wire::Postcard;
@@ -57,6 +62,7 @@ pub fn router(
         .route(INITIALIZED_PATH, get(initialized))
         .route(CAMPAIGN_PATH, post(campaign))
         .layer(axum::Extension(clock.clone()))
+        .layer(axum::Extension(Arc::new(LaneGates::default())))
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(clock, exchange_clocks))
         .layer(axum::middleware::from_fn_with_state(
@@ -136,9 +142,17 @@ async fn exchange_clocks(
 
 async fn append(
     State(raft): State<Raft>,
+    axum::Extension(gates): axum::Extension<Arc<LaneGates>>,
+    headers: axum::http::HeaderMap,
     Postcard(rpc): Postcard<AppendEntriesRequest>,
-) -> Postcard<Result<AppendEntriesResponse, RaftError>> {
-    Postcard(raft.append_entries(rpc).await)
+) -> Response {
+    let Some(ticket) = Ticket::in_headers(&headers) else {
+        return Postcard(raft.append_entries(rpc).await).into_response();
+    };
+    match gates.append(&raft, ticket, rpc).await {
+        Ok(answer) => Postcard(answer).into_response(),
+        Err(refused) => (axum::http::StatusCode::CONFLICT, refused.to_string()).into_response(),
+    }
 }
 
 async fn vote(

@@ -21,6 +21,7 @@ use crate::group_commit::GroupCommit;
 use crate::housekeeping::Housekeeping;
 use crate::log_store::LogStore;
 use crate::network::{INITIALIZED_PATH, Network};
+use crate::pipeline::Pipeline;
 use crate::raft_service;
 use crate::read_index::ReadIndex;
 use crate::snapshot_policy;
@@ -169,6 +170,7 @@ impl StoreServer {
             t.heartbeat,
         ));
         let versions = Arc::new(WireVersions::new(config.id, config.wire_version));
+        let pipeline = Pipeline::new(log.appends());
         let network = Network::new(
             config.id,
             Some(raft_addr.ip()),
@@ -179,7 +181,8 @@ impl StoreServer {
         .map_err(StartError::Client)?
         .with_wan(wan.clone())
         .with_clock(clock.clone())
-        .with_versions(versions.clone());
+        .with_versions(versions.clone())
+        .with_pipeline(pipeline.clone());
         let campaigns = network.clone();
         let raft = Raft::new(
             config.id,
@@ -226,6 +229,7 @@ impl StoreServer {
             clock: clock.clone(),
             admin_token: config.admin_token.clone().map(Arc::new),
             edge,
+            pipeline: pipeline.metrics(),
             access,
         });
         let (stop, stopping) = watch::channel(false);

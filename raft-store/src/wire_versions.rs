@@ -70,6 +70,15 @@ impl WireVersions {
         self.heard(member, version_in(headers));
     }
 
+    /// What `member` last declared; `None` before it was heard from.
+    pub fn of(&self, member: NodeId) -> Option<u16> {
+        self.heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&member)
+            .copied()
+    }
+
     /// What each member last declared, this one included.
     pub fn members(&self) -> BTreeMap<NodeId, u16> {
         self.heard.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -92,6 +92,32 @@ fn take_over(key: &str, fence: u64) -> Op {
     }
 }
 
+/// Member `id`'s metric `name` (a plain sample, no labels).
+async fn metric(cluster: &Cluster, id: u64, name: &str) -> i64 {
+    let url = format!("https://{}/metrics", cluster.members[&id].admin_endpoint());
+    let text = cluster
+        .operator()
+        .http()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    sample(&text, name, id)
+}
+
+/// Metric `name`'s plain sample in member `id`'s `/metrics` text.
+fn sample(text: &str, name: &str, id: u64) -> i64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing on member {id}:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// Every member holds the same records, and no business key is held by two.
 async fn assert_members_agree(cluster: &Cluster) -> Vec<Record> {
     let ids = cluster.ids();
@@ -155,6 +181,18 @@ async fn killing_the_leader_under_concurrent_claims_loses_no_acknowledged_claim_
         (answered.load(Ordering::SeqCst) >= 60).then_some(())
     })
     .await;
+    // The leader's appends went down pipelined lanes: replication under
+    // this load was exercised that way, and the kill lands mid-lane.
+    assert!(
+        metric(
+            &cluster,
+            first_leader,
+            "raft_pipeline_answered_appends_total"
+        )
+        .await
+            > 0,
+        "no append was answered from a lane"
+    );
     cluster.kill(first_leader).await;
     let survivors: Vec<u64> = cluster
         .ids()
@@ -663,14 +701,7 @@ async fn every_member_exposes_raft_metrics() {
     for id in cluster.ids() {
         let url = format!("https://{}/metrics", cluster.members[&id].admin_endpoint());
         let text = client.get(url).send().await.unwrap().text().await.unwrap();
-        let value = |name: &str| -> i64 {
-            text.lines()
-                .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-                .unwrap_or_else(|| panic!("{name} missing on member {id}:\n{text}"))
-                .trim()
-                .parse()
-                .unwrap()
-        };
+        let value = |name: &str| sample(&text, name, id);
         assert_eq!(
             value("raft_is_leader"),
             i64::from(id == leader),
@@ -686,6 +717,13 @@ async fn every_member_exposes_raft_metrics() {
         );
         assert!((1..=value("raft_wire_version")).contains(&value("raft_cluster_wire_version")));
         assert!(value("raft_remembered_clients") >= 0);
+        for counter in [
+            "raft_pipeline_answered_appends_total",
+            "raft_pipeline_pushed_batches_total",
+            "raft_pipeline_broken_lanes_total",
+        ] {
+            assert!(value(counter) >= 0, "{counter}");
+        }
         if id == leader {
             assert!(text.contains("raft_follower_lag{follower="), "{text}");
         }
