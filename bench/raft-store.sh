@@ -10,13 +10,20 @@
 # (each its own region, so every Raft RPC waits one RTT), and one client,
 # RTT_MS from every member but its local one, claims one key at a time —
 # once beside the leader, once beside a follower.
+#
+# Replication under load across regions: bench/raft-store.sh wan-load
+# [REQUESTS] [RTT_MS] (default 5000 claims, 70 ms): the same members, and a
+# client beside each of them (no client-side latency: it asks whichever
+# member leads), at 1, 16, 64 and 256 callers; each claim's commit waits one
+# replication round trip at least.
 # Needs a release build: cargo build --release --bin once
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
 MODE=throughput
-if [[ "${1:-}" == wan ]]; then MODE=wan; shift; fi
-REQUESTS="${1:-$([[ $MODE == wan ]] && echo 500 || echo 20000)}"
+if [[ "${1:-}" == wan || "${1:-}" == wan-load ]]; then MODE=$1; shift; fi
+case $MODE in wan) DEFAULT_REQUESTS=500 ;; wan-load) DEFAULT_REQUESTS=5000 ;; *) DEFAULT_REQUESTS=20000 ;; esac
+REQUESTS="${1:-$DEFAULT_REQUESTS}"
 RTT_MS="${2:-70}"
 DIR=$(mktemp -d)
 PIDS=()
@@ -24,7 +31,7 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 
 WAN_FLAGS=()
-[[ $MODE == wan ]] && WAN_FLAGS=(--wan-latency "$RTT_MS")
+[[ $MODE == wan* ]] && WAN_FLAGS=(--wan-latency "$RTT_MS")
 source bench/store-cluster.sh
 store_cluster_start "${WAN_FLAGS[@]}"
 ENDPOINTS=$STORE_ENDPOINTS
@@ -34,6 +41,17 @@ if [[ $MODE == wan ]]; then
   for local in leader follower; do
     "$ONCE" store bench --endpoints "$ENDPOINTS" --requests "$REQUESTS" \
       --wan-latency "$RTT_MS" --local-member "$local"
+  done
+  exit 0
+fi
+if [[ $MODE == wan-load ]]; then
+  echo "# $(nproc) cores, members with --wan-latency $RTT_MS, the client beside them, $REQUESTS claims per run, binary $ONCE"
+  for c in 1 16 64 256; do
+    "$ONCE" store bench --endpoints "$ENDPOINTS" --concurrency "$c" --requests "$REQUESTS" | python3 -c "
+import json, sys
+r = json.loads(sys.stdin.read())
+r['p50_rtts'], r['p99_rtts'] = round(r['p50_ms'] / $RTT_MS, 2), round(r['p99_ms'] / $RTT_MS, 2)
+print(json.dumps(r))"
   done
   exit 0
 fi
