@@ -94,6 +94,10 @@ pub struct StoreConfig {
     /// [`crate::clock`]). Members' clocks must be kept well within it
     /// (NTP keeps them within milliseconds).
     pub max_clock_offset: Duration,
+    /// Pipeline appends to a follower whose round trip is at least this
+    /// long (default 5 ms: across regions, not within one;
+    /// [`crate::pipeline`]). `0` pipelines to every follower.
+    pub pipeline_from: Duration,
     /// The newest wire version this member declares (default: this
     /// build's). Lower keeps the cluster at that version, so the build
     /// before can still be rolled back to ([`crate::wire_versions`]).
@@ -127,6 +131,7 @@ impl StoreConfig {
             max_inflight_batches: 8,
             wan: WanConfig::alone(id),
             max_clock_offset: Duration::from_millis(500),
+            pipeline_from: Duration::from_millis(5),
             wire_version: crate::wire::WIRE_VERSION,
             housekeeping: crate::housekeeping::Settings {
                 every: Duration::from_secs(1),

@@ -195,6 +195,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 wan: self.wan.clone(),
                 clock: self.clock.clone(),
                 versions: self.versions.clone(),
+                round_trips: Mutex::default(),
             }),
             confirmed: None,
             notices: None,
@@ -285,11 +286,53 @@ pub(crate) struct Link {
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
     versions: Arc<WireVersions>,
+    round_trips: Mutex<RoundTrips>,
+}
+
+/// The shortest round trip to a peer lately: the minimum of the current
+/// window and of the one before (windows of [`RoundTrips::WINDOW`]), the
+/// simulated WAN's wait included.
+#[derive(Debug, Default)]
+struct RoundTrips {
+    started: Option<std::time::Instant>,
+    current: Option<Duration>,
+    previous: Option<Duration>,
+}
+
+impl RoundTrips {
+    const WINDOW: Duration = Duration::from_secs(10);
+
+    fn record(&mut self, round_trip: Duration) {
+        let now = std::time::Instant::now();
+        if self
+            .started
+            .is_none_or(|s| now.duration_since(s) >= Self::WINDOW)
+        {
+            self.started = Some(now);
+            self.previous = self.current.take();
+        }
+        self.current = Some(self.current.map_or(round_trip, |c| c.min(round_trip)));
+    }
+
+    fn floor(&self) -> Option<Duration> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl Link {
     pub(crate) fn target(&self) -> NodeId {
         self.target
+    }
+
+    /// The shortest round trip to the peer lately ([`RoundTrips`]).
+    fn round_trip_floor(&self) -> Option<Duration> {
+        self.round_trips
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .floor()
     }
 
     /// Records the peer's clock from its answer: read somewhere between
@@ -409,6 +452,10 @@ impl Link {
             Err(e) => return Err(RpcError::Network(NetworkError::new(&e))),
         };
         self.read_clock(sent_at, response.headers());
+        self.round_trips
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(delay + sent_at.elapsed());
         self.versions.heard_in(self.target, response.headers());
         let status = response.status();
         if wan::is_partition_refusal(status.as_u16(), response.headers()) {
@@ -470,10 +517,12 @@ impl Connection {
 }
 
 impl Connection {
-    /// Whether appends to this peer go down lanes: this member pipelines
-    /// and the peer orders lanes.
+    /// Whether appends to this peer go down lanes: this member pipelines,
+    /// the peer is far enough for it to pay, and orders lanes.
     fn pipelines(&self) -> bool {
-        self.pipeline.is_some()
+        self.pipeline
+            .as_ref()
+            .is_some_and(|p| p.pays_for(self.link.round_trip_floor()))
             && self
                 .link
                 .versions

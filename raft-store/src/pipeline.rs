@@ -32,7 +32,9 @@
 //! replication stream ends: a new term, a removed member) and is replaced
 //! whenever the vote changes or the follower's position is not the lane's.
 //! A follower that does not order lanes (wire version below
-//! [`PIPELINED_SINCE`]) is never sent one.
+//! [`PIPELINED_SINCE`]) is never sent one, and neither is one nearer than
+//! `--pipeline-from-rtt` (5 ms): by the shortest round trip lately, the
+//! leader's one append in flight costs less than a lane within a region.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,6 +67,7 @@ pub struct Pipeline {
     appends: broadcast::Sender<AppendedBatch>,
     next_id: Arc<AtomicU64>,
     metrics: PipelineMetrics,
+    from: Duration,
 }
 
 /// What the lanes of this member did, for `/metrics`. Cheap to clone.
@@ -99,7 +102,9 @@ impl PipelineMetrics {
 }
 
 impl Pipeline {
-    pub fn new(appends: broadcast::Sender<AppendedBatch>) -> Self {
+    /// Lanes from `appends`, to followers whose round trip is at least
+    /// `from` ([`Pipeline::pays_for`]).
+    pub fn new(appends: broadcast::Sender<AppendedBatch>, from: Duration) -> Self {
         // Start above any id an earlier process of this member used, by
         // its wall clock; were the clock to go back, a follower would
         // refuse this process's lanes as stale and replication would only
@@ -112,7 +117,17 @@ impl Pipeline {
             appends,
             next_id: Arc::new(AtomicU64::new(epoch << 8)),
             metrics: PipelineMetrics::default(),
+            from,
         }
+    }
+
+    /// Whether a follower `round_trip` away gains from a lane. Across
+    /// regions a write would wait a whole round trip behind the append in
+    /// flight; within one, that wait is shorter than what a lane costs
+    /// (a request and a follower log write per batch, where openraft's
+    /// one append carries every batch that queued behind it).
+    pub fn pays_for(&self, round_trip: Option<Duration>) -> bool {
+        round_trip.is_some_and(|rtt| rtt >= self.from)
     }
 
     pub fn metrics(&self) -> PipelineMetrics {

@@ -5,11 +5,12 @@
 //! before.
 //!
 //! [`LaneGates`] keeps, per sending member, its current lane, the seq it
-//! expects next and the appends that arrived early. Whoever finds the next
-//! append waiting hands it to raft together with every later one already
-//! there, joined into one append (one log write, one fsync, for what
-//! openraft 0.9 would otherwise write one after another), and goes on as
-//! long as more arrive in order. Each append gets the joined append's
+//! expects next and the appends that arrived early. One driver per sender
+//! hands raft the next append together with every later one already
+//! there, joined into one append, waits for raft's answer, and goes on with
+//! what arrived meanwhile: one log write and one fsync for what openraft
+//! 0.9 would otherwise write one after another (its core writes a
+//! follower's appends one at a time anyway). Each append gets the joined append's
 //! answer: `Success` means the follower holds all of it; a conflict or a
 //! higher vote met by the first would have been met by the rest too.
 //!
@@ -23,8 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Mutex;
-use std::task::Poll;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -110,7 +110,7 @@ impl LaneGates {
     /// Hands `rpc` to `raft` in its lane's order; its answer, or why it
     /// was refused.
     pub async fn append<A: Appender>(
-        &self,
+        self: &Arc<Self>,
         raft: &A,
         ticket: Ticket,
         rpc: AppendEntriesRequest,
@@ -135,7 +135,7 @@ impl LaneGates {
                 .waiting
                 .insert((ticket.lane, ticket.seq), Waiting { rpc, answer });
         }
-        self.drive(raft, ticket.sender).await;
+        self.drive(raft, ticket.sender);
         let mut answered = std::pin::pin!(answered);
         match tokio::time::timeout(GATE_WAIT, answered.as_mut()).await {
             Ok(Ok(answer)) => Ok(answer),
@@ -160,40 +160,41 @@ impl LaneGates {
         self.senders.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Unless someone else is at it, hands raft `sender`'s appends that
-    /// are due, joined, until none is.
-    async fn drive<A: Appender>(&self, raft: &A, sender: NodeId) {
-        loop {
-            let due = {
-                let mut senders = self.lock();
-                let Some(s) = senders.get_mut(&sender) else {
-                    return;
-                };
-                if s.driving {
-                    return;
-                }
-                let due = s.take_due();
-                s.driving = !due.is_empty();
-                due
+    /// Unless a driver is at it already, starts one for `sender`: a task
+    /// that hands raft the appends due, joined into one, waits for raft's
+    /// answer, and goes on with those that arrived meanwhile until none is
+    /// due. A task, so that no handler's cancellation can stall the lane.
+    fn drive<A: Appender>(self: &Arc<Self>, raft: &A, sender: NodeId) {
+        {
+            let mut senders = self.lock();
+            let Some(s) = senders.get_mut(&sender) else {
+                return;
             };
-            if due.is_empty() {
+            if s.driving || !s.waiting.contains_key(&(s.current, s.next)) {
                 return;
             }
-            let (rpc, answers) = join(due);
-            let mut call = Box::pin(raft.append(rpc));
-            // The first poll queues the append in raft; the next one may
-            // then queue behind it.
-            let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-            if let Some(s) = self.lock().get_mut(&sender) {
-                s.driving = false;
-            }
-            match first {
-                Poll::Ready(answer) => send_all(answers, &answer),
-                Poll::Pending => {
-                    tokio::spawn(async move { send_all(answers, &call.await) });
-                }
-            }
+            s.driving = true;
         }
+        let (gates, raft) = (self.clone(), raft.clone());
+        tokio::spawn(async move {
+            loop {
+                let due = {
+                    let mut senders = gates.lock();
+                    let Some(s) = senders.get_mut(&sender) else {
+                        return;
+                    };
+                    let due = s.take_due();
+                    s.driving = !due.is_empty();
+                    due
+                };
+                if due.is_empty() {
+                    return;
+                }
+                let (rpc, answers) = join(due);
+                let answer = raft.append(rpc).await;
+                send_all(answers, &answer);
+            }
+        });
     }
 }
 
@@ -254,8 +255,6 @@ fn send_all(answers: Vec<oneshot::Sender<Answer>>, answer: &Answer) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
     use openraft::CommittedLeaderId;
 
@@ -357,7 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_newer_lane_replaces_the_current_one_and_the_old_ones_appends_are_refused() {
-        let gates = LaneGates::default();
+        let gates = Arc::new(LaneGates::default());
         let (raft, _open) = recorder(true);
         gates
             .append(&raft, ticket(7, 0), append_no(0))
@@ -382,7 +381,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_whose_predecessor_never_comes_is_refused_after_the_wait() {
-        let gates = LaneGates::default();
+        let gates = Arc::new(LaneGates::default());
         let (raft, _open) = recorder(true);
         gates
             .append(&raft, ticket(7, 0), append_no(0))
@@ -397,13 +396,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_next_append_reaches_raft_while_the_one_before_is_still_being_written() {
+    async fn appends_that_arrive_while_raft_writes_the_one_before_are_joined_into_the_next() {
         let gates = Arc::new(LaneGates::default());
         let (raft, open) = recorder(false);
-        let first = {
+        let send = |seq| {
             let (gates, raft) = (gates.clone(), raft.clone());
-            tokio::spawn(async move { gates.append(&raft, ticket(7, 0), append_no(0)).await })
+            tokio::spawn(async move { gates.append(&raft, ticket(7, seq), append_no(seq)).await })
         };
+        let first = send(0);
         let seen = raft.seen.clone();
         once_test_support::wait::until(
             "raft has the first append",
@@ -411,18 +411,24 @@ mod tests {
             || async { seen.lock().unwrap().len() == 1 },
         )
         .await;
-        let second = {
-            let (gates, raft) = (gates.clone(), raft.clone());
-            tokio::spawn(async move { gates.append(&raft, ticket(7, 1), append_no(1)).await })
-        };
+        let (second, third) = (send(1), send(2));
         once_test_support::wait::until(
-            "raft has the second append",
+            "the next two wait at the gate",
             Duration::from_secs(5),
-            || async { seen.lock().unwrap().len() == 2 },
+            || async { gates.lock()[&1].waiting.len() == 2 },
         )
         .await;
+        assert_eq!(seen.lock().unwrap().len(), 1, "raft still writes the first");
         open.send(true).unwrap();
-        first.await.unwrap().unwrap().unwrap();
-        second.await.unwrap().unwrap().unwrap();
+        for task in [first, second, third] {
+            assert_eq!(
+                task.await.unwrap().unwrap(),
+                Ok(AppendEntriesResponse::Success)
+            );
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![(Some(0), vec![1]), (Some(1), vec![2, 3])]
+        );
     }
 }

@@ -170,7 +170,7 @@ impl StoreServer {
             t.heartbeat,
         ));
         let versions = Arc::new(WireVersions::new(config.id, config.wire_version));
-        let pipeline = Pipeline::new(log.appends());
+        let pipeline = Pipeline::new(log.appends(), config.pipeline_from);
         let network = Network::new(
             config.id,
             Some(raft_addr.ip()),

@@ -120,7 +120,7 @@ async fn pipelined_connection(addr: String) -> (Connection, broadcast::Sender<Ap
     let (appends, _) = broadcast::channel(64);
     let mut network = Network::new(2, None, Duration::from_secs(1), 1 << 20, None)
         .unwrap()
-        .with_pipeline(Pipeline::new(appends.clone()));
+        .with_pipeline(Pipeline::new(appends.clone(), Duration::ZERO));
     (network.new_client(1, &Node { addr }).await, appends)
 }
 

@@ -101,6 +101,13 @@ struct MemberArgs {
     /// not campaign.
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     max_clock_offset: Duration,
+    /// Send a follower several appends at once (pipelined replication)
+    /// when its round trip is at least this long: across regions, where
+    /// waiting for the append in flight costs a round trip. Within a
+    /// region the leader batches behind it instead, which costs less. "0s":
+    /// every follower.
+    #[arg(long, env = "ONCE_STORE_PIPELINE_FROM_RTT", default_value = "5ms", value_parser = humantime::parse_duration)]
+    pipeline_from_rtt: Duration,
     /// Never build a snapshot sooner than this many applied entries after
     /// the last; past it, once the log since weighs half the last snapshot
     /// (or at 100 times this many entries).
@@ -329,6 +336,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     };
     config.snapshot_every = args.snapshot_every;
     config.max_clock_offset = args.max_clock_offset;
+    config.pipeline_from = args.pipeline_from_rtt;
     config.keep_logs_after_snapshot = args.keep_logs_after_snapshot;
     config.state_cache = args.state_cache_mib << 20;
     if let Some(version) = args.wire_version {
@@ -364,6 +372,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
                 ),
                 "snapshotEvery": args.snapshot_every,
                 "maxClockOffset": humantime::format_duration(args.max_clock_offset).to_string(),
+                "pipelineFromRtt": humantime::format_duration(args.pipeline_from_rtt).to_string(),
                 "region": config.wan.region,
                 "peerRegions": config.wan.peer_regions,
                 "wanLatencyMs": args.wan_latency,

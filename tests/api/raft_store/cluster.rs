@@ -197,6 +197,9 @@ impl Cluster {
             .args(["--api-addr", &m.api_addr.to_string()])
             .args(["--admin-listen", &m.admin_addr.to_string()])
             .env("ONCE_ADMIN_TOKEN", ADMIN_TOKEN)
+            // Members on one machine are under a millisecond apart:
+            // pipeline anyway, so every scenario runs through lanes.
+            .env("ONCE_STORE_PIPELINE_FROM_RTT", "0s")
             .arg("--data-dir")
             .arg(&m.data_dir)
             // Local members: fast elections keep the tests short.
