@@ -33,7 +33,8 @@
 //!   each tenant's listing, and the sweeper's schedule, so expiry and purge
 //!   read only the records that are due), [`sessions`] (the dedup table's
 //!   floors, when each client was last seen, forgetting idle clients).
-//! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping),
+//! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping;
+//!   one peer's RPC in [`link`]),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
 //!   `once-store-client`), [`pipeline`] (several appends in flight to a
 //!   follower, sent as the leader's log receives them) and
@@ -194,6 +195,7 @@ pub mod clock;
 pub mod config;
 pub mod group_commit;
 pub mod housekeeping;
+pub mod link;
 pub mod log_store;
 pub mod metrics;
 pub mod network;

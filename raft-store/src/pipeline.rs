@@ -45,15 +45,12 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::sync::{broadcast, watch};
 
+use crate::link::{APPEND_PATH, Link};
 use crate::log_store::AppendedBatch;
-use crate::network::{APPEND_PATH, Link};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, RpcError, Vote};
 use openraft::network::{RPCOption, RPCTypes};
 
-/// The lane a pipelined append belongs to.
-pub const LANE_HEADER: &str = "x-once-lane";
-/// Its place in the lane, from 0.
-pub const LANE_SEQ_HEADER: &str = "x-once-lane-seq";
+pub use crate::link::{LANE_HEADER, LANE_SEQ_HEADER};
 /// The first wire version whose members order a lane's appends.
 pub const PIPELINED_SINCE: u16 = 3;
 /// Pushes in flight per lane; a batch that finds the lane full waits for
