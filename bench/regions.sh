@@ -20,6 +20,7 @@ RTT_MS="${1:-70}"
 SECONDS_PER_RUN="${2:-20}"
 CLIENTS="${CLIENTS:-1 16 64}"
 PHASES="${PHASES:-wan provider failover}"
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 DIR=$(mktemp -d)
 UP_PID=
 cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
@@ -56,8 +57,7 @@ for _ in $(seq 1 100); do
   [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
 done
 echo "# leader: member $STORE_ID ($HOME_REGION); tenant homed in $HOME_REGION; router in $HOME_REGION"
-for c in $CLIENTS; do
-  [[ " $PHASES " == *" wan "* ]] || break
+has_phase wan && for c in $CLIENTS; do
   "$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
     --label "home-region rtt=${RTT_MS}ms" | tee "$DIR/bench-$c.txt"
   python3 - "$DIR/bench-$c.txt" "$RTT_MS" <<'PY'
@@ -70,7 +70,7 @@ done
 # realistic provider; the simulator otherwise answers in ~1 ms): shows how
 # much of the latency is raft-store's once a write no longer queues behind
 # the previous write's commit notice.
-if [[ " $PHASES " == *" provider "* ]]; then
+if has_phase provider; then
 PROVIDER=$(json "$C" "d['provider']['url']")
 curl -sf -X POST "$PROVIDER/faults" -H 'Content-Type: application/json' \
   -d '{"mode":"latency","count":1000000,"ms":100}' >/dev/null
@@ -83,7 +83,7 @@ print(f"#   p50 - 100 ms provider = {(r['p50_ms']-100)/rtt:.2f} x RTT, p99 - 100
 PY
 fi
 stop
-[[ " $PHASES " == *" failover "* ]] || exit 0
+has_phase failover || exit 0
 
 echo "# failover with default settings (no simulated latency): drill, kill mode"
 up "$DIR/local"

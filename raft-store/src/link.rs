@@ -126,26 +126,9 @@ impl Link {
         RpcError::Unreachable(Unreachable::new(&e))
     }
 
+    /// Sends one RPC and decodes its answer; as send `seq` of lane `lane`
+    /// given one ([`crate::pipeline`]).
     pub(crate) async fn call<Req, Resp, E>(
-        &self,
-        path: &str,
-        action: RPCTypes,
-        request: &Req,
-        entries: u64,
-        option: &RPCOption,
-    ) -> Result<Resp, RpcError<E>>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        self.send(path, action, request, entries, option, None)
-            .await
-    }
-
-    /// [`Link::call`], as send `seq` of lane `lane` given one
-    /// ([`crate::pipeline`]).
-    pub(crate) async fn send<Req, Resp, E>(
         &self,
         path: &str,
         action: RPCTypes,

@@ -160,6 +160,7 @@ impl Network {
                 &(),
                 0,
                 &RPCOption::new(timeout),
+                None,
             )
             .await
     }
@@ -235,7 +236,14 @@ impl NoticeLane {
                 };
                 let option = RPCOption::new(ttl);
                 let answer: Result<AppendEntriesResponse, RpcError> = link
-                    .call(APPEND_PATH, RPCTypes::AppendEntries, &notice, 0, &option)
+                    .call(
+                        APPEND_PATH,
+                        RPCTypes::AppendEntries,
+                        &notice,
+                        0,
+                        &option,
+                        None,
+                    )
                     .await;
                 match answer {
                     Ok(AppendEntriesResponse::HigherVote(vote)) => {
@@ -289,9 +297,7 @@ impl Connection {
             _ => None,
         };
     }
-}
 
-impl Connection {
     /// Whether appends to this peer go down lanes: this member pipelines,
     /// the peer is far enough for it to pay, and orders lanes.
     fn pipelines(&self) -> bool {
@@ -331,9 +337,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         if let Some(lane) = self.lane.take().filter(|lane| lane.vote() == rpc.vote) {
             match lane.answer(&rpc, &option).await {
                 LaneAnswer::Held => {
-                    let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
-                    if rpc.entries.last().is_some() {
-                        self.confirmed = Some((rpc.vote, last));
+                    if let Some(last) = rpc.entries.last() {
+                        self.confirmed = Some((rpc.vote, Some(last.log_id)));
                     }
                     self.lane = Some(lane);
                     return Ok(AppendEntriesResponse::Success);
@@ -359,7 +364,14 @@ impl RaftNetwork<TypeConfig> for Connection {
         let sent_up_to = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
         let answer = self
             .link
-            .call(APPEND_PATH, RPCTypes::AppendEntries, &rpc, entries, &option)
+            .call(
+                APPEND_PATH,
+                RPCTypes::AppendEntries,
+                &rpc,
+                entries,
+                &option,
+                None,
+            )
             .await;
         self.remember(vote, sent_up_to, &answer);
         self.open_lane();
@@ -374,7 +386,14 @@ impl RaftNetwork<TypeConfig> for Connection {
         self.confirmed = None;
         self.lane = None;
         self.link
-            .call(SNAPSHOT_PATH, RPCTypes::InstallSnapshot, &rpc, 0, &option)
+            .call(
+                SNAPSHOT_PATH,
+                RPCTypes::InstallSnapshot,
+                &rpc,
+                0,
+                &option,
+                None,
+            )
             .await
     }
 
@@ -384,7 +403,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         option: RPCOption,
     ) -> Result<VoteResponse, RpcError> {
         self.link
-            .call(VOTE_PATH, RPCTypes::Vote, &rpc, 0, &option)
+            .call(VOTE_PATH, RPCTypes::Vote, &rpc, 0, &option, None)
             .await
     }
 }

@@ -318,7 +318,7 @@ impl Shared {
             let entries = rpc.entries.len() as u64;
             let answer: Result<AppendEntriesResponse, RpcError> = shared
                 .link
-                .send(
+                .call(
                     APPEND_PATH,
                     RPCTypes::AppendEntries,
                     &rpc,
