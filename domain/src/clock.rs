@@ -20,6 +20,13 @@ impl UnixMillis {
         )
     }
 
+    pub fn minus(self, d: Duration) -> Self {
+        Self(
+            self.0
+                .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
+    }
+
     /// Time left from `self` until `later`, zero if `later` has passed.
     pub fn until(self, later: UnixMillis) -> Duration {
         Duration::from_millis(u64::try_from(later.0 - self.0).unwrap_or(0))

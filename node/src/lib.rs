@@ -75,6 +75,7 @@ pub mod raft;
 pub mod recovery;
 pub mod reencryption;
 pub mod routes;
+pub mod settling;
 pub mod sql;
 pub mod state;
 pub mod store;

@@ -91,6 +91,9 @@ pub struct Metrics {
     pub sealed_stale_records: Gauge,
     /// Records re-sealed under the newest key after a rotation.
     pub resealed_records: Counter,
+    /// Payment rows the settling pass wrote after their record finished
+    /// (raft mode, decision 0053): each one a finish cut short.
+    pub settled_late: Counter,
     pub request_duration: Family<RequestLabels, Histogram>,
     /// The event path: outbox publisher, consumers, email sender.
     pub events: EventMetrics,
@@ -130,6 +133,7 @@ impl Metrics {
         let purged_records = Counter::default();
         let sealed_stale_records = Gauge::default();
         let resealed_records = Counter::default();
+        let settled_late = Counter::default();
         let request_duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
             // 0.5 ms … ~4 s: local claims to cross-region writes.
             Histogram::new(exponential_buckets(0.0005, 2.0, 14))
@@ -190,6 +194,11 @@ impl Metrics {
             resealed_records.clone(),
         );
         registry.register(
+            "payments_settled_late_count",
+            "Payment rows settled after their record finished, by the recovery worker's settling pass",
+            settled_late.clone(),
+        );
+        registry.register(
             "http_server_request_duration_seconds",
             "Request latency by route and outcome",
             request_duration.clone(),
@@ -212,6 +221,7 @@ impl Metrics {
             purged_records,
             sealed_stale_records,
             resealed_records,
+            settled_late,
             request_duration,
             otel_request_duration: std::sync::OnceLock::new(),
             otel_observers: std::sync::Mutex::default(),

@@ -18,6 +18,8 @@
 //! transaction. A stale owner therefore never touches the regional database,
 //! and a region taking a record over materializes the payment from the facts
 //! stored in the record (upsert by payment id).
+//! A row a crash left pending behind its finished record is settled by the
+//! recovery worker's settling pass (`crate::settling`).
 
 pub mod convert;
 pub mod placement;

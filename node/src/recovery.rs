@@ -9,12 +9,16 @@
 //! recovers a record, the others skip it. When the provider still cannot
 //! answer, the record goes back to `UNKNOWN_REQUIRES_RECOVERY` with a
 //! backoff that doubles per attempt (at most five minutes).
+//!
+//! After each pass it runs the settling pass ([`crate::settling`]): rows a
+//! finish left pending behind their finished records.
 
 use futures::StreamExt;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::engine::execute::{Answer, recover};
+use crate::settling::settle_due;
 use crate::state::AppState;
 
 /// How many records one pass recovers at once.
@@ -75,6 +79,7 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
     let every = state.config.recovery_interval;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut settle_from = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -84,6 +89,11 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
             Ok(0) => {}
             Ok(n) => debug!(n, "recovery pass took over records"),
             Err(e) => warn!(error = %format!("{e:#}"), "recovery pass failed; will retry"),
+        }
+        match settle_due(&state, &mut settle_from).await {
+            Ok(0) => {}
+            Ok(n) => debug!(n, "settling pass settled payments"),
+            Err(e) => warn!(error = %format!("{e:#}"), "settling pass failed; will retry"),
         }
     }
 }

@@ -20,5 +20,13 @@ mod store;
 
 pub use materialize::Materialized;
 pub use once_db::{Database, Dialect, RoundQuery, group_commit};
-pub use records::round_queries;
 pub use store::SqlStore;
+
+/// Every query a background loop of the store sends each round: the
+/// recovery worker's, the sweeper's, the metrics scrape's, the settling
+/// pass's.
+pub fn round_queries() -> Vec<RoundQuery> {
+    let mut all = records::round_queries();
+    all.extend(payments::round_queries());
+    all
+}

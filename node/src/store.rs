@@ -266,6 +266,53 @@ pub trait Recovery: Send + Sync + std::fmt::Debug + 'static {
         now: UnixMillis,
         lease: Duration,
     ) -> Result<Option<Owned>, StoreError>;
+
+    /// Payments this region's database still shows pending although their
+    /// operation finished, oldest first, from `after` on (a pass's cursor),
+    /// among rows last written before `before`. Only the `raft` mode has
+    /// any: it finishes the record in raft-store and then writes the row, and
+    /// a crash or a database outage between the two leaves the row behind
+    /// (docs/decisions/0053-settling-rows-behind-their-records.md). The
+    /// `sql` mode commits record and row in one transaction: nothing here.
+    async fn unsettled(
+        &self,
+        before: UnixMillis,
+        after: Option<&ListPosition>,
+        limit: i64,
+    ) -> Result<UnsettledPage, StoreError> {
+        let _ = (before, after, limit);
+        Ok(UnsettledPage::default())
+    }
+
+    /// Writes `finish`'s payment state to an [`Unsettled`] row, with its
+    /// event when this region finished the record (the region that did
+    /// wrote the event with its own row otherwise). A row no longer pending
+    /// is left as it is: settling twice writes one event.
+    async fn settle(&self, unsettled: &Unsettled, finish: &Finish) -> Result<(), StoreError> {
+        let _ = (unsettled, finish);
+        Err(StoreError::Corrupt(
+            "this store mode leaves no payment unsettled".into(),
+        ))
+    }
+}
+
+/// A pending row whose operation's record is final: see
+/// [`Recovery::unsettled`].
+#[derive(Debug, Clone)]
+pub struct Unsettled {
+    /// The row, as this region's database holds it.
+    pub payment: Payment,
+    /// The finished record that created it.
+    pub record: Record,
+}
+
+/// One pass's worth of [`Unsettled`] rows, and where the next pass goes on.
+#[derive(Debug, Clone, Default)]
+pub struct UnsettledPage {
+    pub rows: Vec<Unsettled>,
+    /// The last pending row looked at, settled or not; `None` once the pass
+    /// reached the newest (the next one starts from the oldest again).
+    pub next: Option<ListPosition>,
 }
 
 /// What operators read and decide.

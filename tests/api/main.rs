@@ -28,6 +28,7 @@ mod regions;
 mod resolve;
 mod roles;
 mod router;
+mod settling;
 mod telemetry;
 mod up;
 mod validation;

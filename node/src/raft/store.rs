@@ -20,13 +20,14 @@ use super::convert::{PaymentFacts, fence_to_store, payment_of_record, record_fro
 use super::placement::{Belief, PlacementBeliefs};
 use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
+use crate::failpoints::crash_point;
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{Payment, cut_page};
 use crate::sql::Materialized;
 use crate::store::{
     AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
     PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
-    SealedCount, StoreError, Sweeper,
+    SealedCount, StoreError, Sweeper, Unsettled, UnsettledPage,
 };
 
 /// Where raft-store is and who this node is to it.
@@ -279,8 +280,9 @@ impl RaftStore {
     }
 
     /// Applies a finished record's local effects, retrying a few times: the
-    /// record is already final in raft-store, so giving up here would leave
-    /// the payment pending locally.
+    /// record is already final in raft-store. Whatever this leaves pending
+    /// (a crash here, a database down through the retries) the recovery
+    /// worker's settling pass finishes (`crate::settling`, decision 0053).
     async fn apply_locally(
         &self,
         owner: &Record,
@@ -412,6 +414,7 @@ impl RequestPath for RaftStore {
     #[instrument(name = "finish the operation", skip_all, fields(db.system = "raft-store"))]
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         self.finish_record(owner, finish).await?;
+        crash_point("after_record_finished");
         self.apply_locally(owner, finish, None).await
     }
 
@@ -471,6 +474,59 @@ impl Recovery for RaftStore {
             Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Pending rows of this region's database, each read against its
+    /// record in raft-store: those whose record is final (or expired, which
+    /// only a final record becomes) are unsettled. A row whose record is
+    /// gone, or now carries a newer payment (the key renewed), is passed
+    /// over: nothing tells who finished it.
+    async fn unsettled(
+        &self,
+        before: UnixMillis,
+        after: Option<&ListPosition>,
+        limit: i64,
+    ) -> Result<UnsettledPage, StoreError> {
+        let pending = self.local.pending(before, after, limit).await?;
+        let next = pending
+            .last()
+            .filter(|_| pending.len() as i64 == limit)
+            .map(|last| ListPosition {
+                created_at: last.created_at,
+                id: last.id.clone(),
+            });
+        let mut rows = Vec::new();
+        for payment in pending {
+            let record = self
+                .client
+                .record_of_payment(payment.tenant.as_str(), payment.id.as_str())
+                .await
+                .map_err(store_error)?;
+            let Some(record) = record else { continue };
+            let record = self.record(record)?;
+            let finished = matches!(
+                record.status,
+                Status::Completed | Status::FailedReplayable | Status::Expired
+            );
+            if finished && record.payment_id.as_ref() == Some(&payment.id) {
+                rows.push(Unsettled { payment, record });
+            }
+        }
+        Ok(UnsettledPage { rows, next })
+    }
+
+    /// The region that finished the record wrote the event: elsewhere only
+    /// the row's state follows (a region that created the payment before a
+    /// failover, whose row the new home finished).
+    async fn settle(&self, unsettled: &Unsettled, finish: &Finish) -> Result<(), StoreError> {
+        let here = unsettled.record.region == self.region;
+        let finish = Finish {
+            event: finish.event.clone().filter(|_| here),
+            ..finish.clone()
+        };
+        self.local
+            .apply_finish(&finish, &unsettled.record, None)
+            .await
     }
 
     async fn due_for_recovery(

@@ -6,7 +6,9 @@
 //!   written first, so a stale owner learns it lost before it touches the
 //!   payment or the outbox.
 //! - The payment's final status; a payment missing at completion is
-//!   reported, never skipped.
+//!   reported, never skipped. In the `raft` mode only a pending row takes
+//!   it, and the event is written with it: a finish applied again (a
+//!   retry, the settling pass of decision 0053) writes nothing twice.
 //! - The outbox event (DESIGN §7).
 //! - An operator's audit entry, when the finish is a resolution.
 //!
@@ -20,9 +22,12 @@
 use once_store_client::command::Sealed;
 use sqlx::AnyConnection;
 
+use super::payments::Settled;
 use super::records::unavailable;
 use super::{hot_writes, outbox, payments, records};
+use crate::domain::UnixMillis;
 use crate::idempotency::record::Record;
+use crate::payments::model::PaymentUpdate;
 use crate::store::Resolution;
 use crate::store::{Finish, StoreError};
 use once_db::{Database, Dialect};
@@ -76,16 +81,34 @@ pub async fn write(
         return hot_writes::finish(conn, dialect, "", &owner.scope, owner.fence, finish, answer)
             .await;
     }
-    if let Some(update) = &finish.payment
-        && !payments::apply_update(&mut *conn, update, finish.now).await?
-    {
-        return Err(StoreError::Corrupt(format!(
-            "payment {} missing at completion",
-            update.id
-        )));
-    }
-    if let Some(event) = &finish.event {
+    let settled = match &finish.payment {
+        Some(update) => settle(conn, update, finish.now).await?,
+        None => true,
+    };
+    if settled && let Some(event) = &finish.event {
         outbox::append(&mut *conn, event, finish.now).await?;
     }
     Ok(())
+}
+
+/// The payment's final state, unless a finish of the same outcome applied
+/// it before (a retry whose first commit was lost to the caller, or the
+/// settling pass): then no second event. Whether this one settled it.
+async fn settle(
+    conn: &mut AnyConnection,
+    update: &PaymentUpdate,
+    now: UnixMillis,
+) -> Result<bool, StoreError> {
+    match payments::settle(conn, update, now).await? {
+        Settled::Now => Ok(true),
+        Settled::Before(status) if status == update.status => Ok(false),
+        Settled::Before(status) => Err(StoreError::Corrupt(format!(
+            "payment {} is {status:?} in the regional database, its record says {:?}",
+            update.id, update.status
+        ))),
+        Settled::Missing => Err(StoreError::Corrupt(format!(
+            "payment {} missing at completion",
+            update.id
+        ))),
+    }
 }

@@ -2,13 +2,15 @@
 //! view of the records raft-store decides. Pending payments are upserted by
 //! payment id (a region taking a record over may or may not have the row
 //! already), and a finish applies the payment's final state, its outbox
-//! event and any operator audit entry in one transaction.
+//! event and any operator audit entry in one transaction. Rows a crash left
+//! pending behind a finished record are found here for the settling pass
+//! (decision 0053).
 
 use super::finish::{self, RecordIn};
 use super::{payments, records};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::Record;
-use crate::payments::model::{NewPayment, Payment};
+use crate::payments::model::{ListPosition, NewPayment, Payment};
 use crate::store::{AuditEntry, Resolution};
 use crate::store::{Finish, StoreError};
 use once_db::Database;
@@ -59,6 +61,17 @@ impl Materialized {
         audit: Option<&Resolution>,
     ) -> Result<(), StoreError> {
         finish::finish(&self.db, RecordIn::RaftStore, owner, finish, audit).await
+    }
+
+    /// Pending rows created before `before`, oldest first, after `after`:
+    /// where the settling pass looks for rows left behind their records.
+    pub async fn pending(
+        &self,
+        before: UnixMillis,
+        after: Option<&ListPosition>,
+        limit: i64,
+    ) -> Result<Vec<Payment>, StoreError> {
+        payments::pending(&self.db.pool, before, after, limit).await
     }
 
     /// An operator's audit entry on its own (a resolution that changes no payment).

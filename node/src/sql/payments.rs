@@ -75,23 +75,95 @@ pub async fn exists<'e>(
     Ok(row.try_get::<i64, _>("n").map_err(unavailable)? == 1)
 }
 
-pub async fn apply_update<'e>(
-    db: impl Executor<'e, Database = Any>,
+/// What [`settle`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// The pending row took the update.
+    Now,
+    /// The row was final already, with this status: a finish applied
+    /// before (the raft mode's retries and its settling pass both get here).
+    Before(PaymentStatus),
+    /// No row with this id.
+    Missing,
+}
+
+/// Writes a payment's final state, only while its row is pending: a
+/// finish applied twice changes nothing the second time, so whoever gets
+/// [`Settled::Now`] writes the event. On PostgreSQL a concurrent settle of
+/// the same row waits for the first and then finds it final.
+pub async fn settle(
+    conn: &mut sqlx::AnyConnection,
     update: &PaymentUpdate,
     now: UnixMillis,
-) -> Result<bool, StoreError> {
+) -> Result<Settled, StoreError> {
     let done = sqlx::query(
-        "UPDATE payments SET status = $2, provider_charge_id = $3, decline_code = $4, updated_at = $5 WHERE id = $1",
+        "UPDATE payments SET status = $2, provider_charge_id = $3, decline_code = $4, updated_at = $5 \
+         WHERE id = $1 AND status = $6",
     )
     .bind(update.id.as_str())
     .bind(update.status.as_str())
     .bind(update.provider_charge_id.as_deref())
     .bind(update.decline_code.as_deref())
     .bind(now.0)
-    .execute(db)
+    .bind(PaymentStatus::Pending.as_str())
+    .execute(&mut *conn)
     .await
     .map_err(unavailable)?;
-    Ok(done.rows_affected() == 1)
+    if done.rows_affected() == 1 {
+        return Ok(Settled::Now);
+    }
+    let row = sqlx::query("SELECT status FROM payments WHERE id = $1")
+        .bind(update.id.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    match row {
+        None => Ok(Settled::Missing),
+        Some(row) => {
+            let status = row.try_get::<String, _>("status").map_err(unavailable)?;
+            PaymentStatus::parse(&status)
+                .map(Settled::Before)
+                .ok_or_else(|| StoreError::Corrupt("payments.status".into()))
+        }
+    }
+}
+
+fn select_pending() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM payments WHERE status = 'pending' AND created_at < $1 \
+         AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4"
+    )
+}
+
+/// The settling pass's round query (the raft mode's recovery worker).
+pub fn round_queries() -> Vec<once_db::RoundQuery> {
+    vec![once_db::RoundQuery::new(
+        "settling round",
+        select_pending(),
+        "payments_pending",
+    )]
+}
+
+/// Pending payments created before `before`, oldest first, strictly after
+/// `after`: a keyset query on `payments_pending` (a partial index, so it
+/// reads only the pending rows however many payments there are; the status
+/// is written into the statement so PostgreSQL's generic plan can use it).
+pub async fn pending<'e>(
+    db: impl Executor<'e, Database = Any>,
+    before: UnixMillis,
+    after: Option<&ListPosition>,
+    limit: i64,
+) -> Result<Vec<Payment>, StoreError> {
+    let (from_at, from_id) = after.map_or((i64::MIN, ""), |p| (p.created_at.0, p.id.as_str()));
+    let rows = sqlx::query(&select_pending())
+        .bind(before.0)
+        .bind(from_at)
+        .bind(from_id)
+        .bind(limit)
+        .fetch_all(db)
+        .await
+        .map_err(unavailable)?;
+    rows.iter().map(payment_of_row).collect()
 }
 
 /// A tenant's payment; another tenant's id reads as absent (I7).
