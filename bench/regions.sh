@@ -11,7 +11,8 @@
 # Usage: bench/regions.sh [RTT_MS (default 70)] [SECONDS per run (default 20)]
 # CLIENTS="1 16 64" picks the concurrencies of part 1 (default: those three);
 # PHASES="wan provider failover" picks the parts (default: all three; `provider`
-# is part 1's single client with a 100 ms provider).
+# is part 1's single client with a 100 ms provider). Part 1 runs once per
+# FINISH_MODES entry (default "answer-first finish-first", side by side).
 # Needs a release build: cargo build --release --bin once
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,7 @@ RTT_MS="${1:-70}"
 SECONDS_PER_RUN="${2:-20}"
 CLIENTS="${CLIENTS:-1 16 64}"
 PHASES="${PHASES:-wan provider failover}"
+FINISH_MODES="${FINISH_MODES:-answer-first finish-first}"
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 DIR=$(mktemp -d)
 UP_PID=
@@ -39,9 +41,15 @@ up() {
 stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 
-echo "# $(nproc) cores; once up --regions 3 --wan-latency $RTT_MS; binary $ONCE"
-up "$DIR/wan" --wan-latency "$RTT_MS"
-C="$DIR/wan/cluster.json"
+# Part 1 on a fresh `once up`, in one finish mode (decision 0054): answer-first
+# (the raft mode's default) or finish-first (`--finish-before-answer`).
+# (Not indented: its heredocs end at column 0.)
+wan_phases() {
+local mode=$1
+export ONCE_FINISH_BEFORE_ANSWER=$([[ $mode == finish-first ]] && echo true || echo false)
+echo "# $(nproc) cores; once up --regions 3 --wan-latency $RTT_MS; binary $ONCE; $mode"
+up "$DIR/wan-$mode" --wan-latency "$RTT_MS"
+C="$DIR/wan-$mode/cluster.json"
 ROUTER=$(json "$C" "d['router']['url']")
 HOME_REGION=$(json "$C" "d['regions'][0]['name']")
 KEY=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$HOME_REGION'][0]")
@@ -59,7 +67,7 @@ done
 echo "# leader: member $STORE_ID ($HOME_REGION); tenant homed in $HOME_REGION; router in $HOME_REGION"
 has_phase wan && for c in $CLIENTS; do
   "$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
-    --label "home-region rtt=${RTT_MS}ms" | tee "$DIR/bench-$c.txt"
+    --label "home-region rtt=${RTT_MS}ms $mode" | tee "$DIR/bench-$c.txt"
   python3 - "$DIR/bench-$c.txt" "$RTT_MS" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(sys.argv[2])
@@ -75,7 +83,7 @@ PROVIDER=$(json "$C" "d['provider']['url']")
 curl -sf -X POST "$PROVIDER/faults" -H 'Content-Type: application/json' \
   -d '{"mode":"latency","count":1000000,"ms":100}' >/dev/null
 "$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency 1 --duration "$SECONDS_PER_RUN" \
-  --label "home-region rtt=${RTT_MS}ms provider=100ms" | tee "$DIR/bench-provider.txt"
+  --label "home-region rtt=${RTT_MS}ms provider=100ms $mode" | tee "$DIR/bench-provider.txt"
 python3 - "$DIR/bench-provider.txt" "$RTT_MS" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(sys.argv[2])
@@ -83,6 +91,11 @@ print(f"#   p50 - 100 ms provider = {(r['p50_ms']-100)/rtt:.2f} x RTT, p99 - 100
 PY
 fi
 stop
+}
+if has_phase wan || has_phase provider; then
+  for mode in $FINISH_MODES; do wan_phases "$mode"; done
+fi
+unset ONCE_FINISH_BEFORE_ANSWER
 has_phase failover || exit 0
 
 echo "# failover with default settings (no simulated latency): drill, kill mode"

@@ -12,7 +12,7 @@ use once_edge::server::serve_together;
 use once_edge::tenants::TenantGates;
 use once_edge::{Server, observe, tenants};
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::auth::ApiKeys;
 use crate::config::{NodeConfig, StoreMode};
@@ -156,6 +156,7 @@ impl Builder {
             clock,
             metrics,
             data_keys,
+            finishing: Default::default(),
         }));
         state.metrics.export_over_otlp();
         Ok(Application {
@@ -246,6 +247,16 @@ impl Application {
             info!("shutdown requested; draining in-flight requests");
         };
         serve_together(listeners, shutdown, drain).await;
+        // Answers already given whose finish is still being written: left
+        // unwritten they are recovered after their lease, but written now
+        // nobody waits.
+        let cut_off = state.finishing.close_and_wait(drain).await;
+        if cut_off > 0 {
+            warn!(
+                cut_off,
+                "finishes still being written at the drain deadline; their records are recovered after their lease"
+            );
+        }
         let _ = stop_workers.send(true);
         for worker in workers {
             let _ = worker.await;

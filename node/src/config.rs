@@ -83,6 +83,12 @@ pub struct NodeConfig {
     pub body_limit: usize,
     /// The shape new answers are rendered with.
     pub response_schema: ResponseSchema,
+    /// Answer a new payment once the provider has, and write its finish
+    /// after (decision 0054): the raft mode, where a finish is a consensus
+    /// write across regions. Every owner renders an outcome into the same
+    /// bytes, so an answer given before its finish is the answer recovery
+    /// would give. Off: the finish lands before the answer.
+    pub answer_before_finish: bool,
     /// In-flight requests get this long to finish after SIGTERM.
     pub drain_timeout: Duration,
     /// How often the recovery worker looks for abandoned operations.
@@ -138,6 +144,7 @@ impl NodeConfig {
             sweep_batch: 500,
             body_limit: 16 * 1024,
             response_schema: ResponseSchema::CURRENT,
+            answer_before_finish: false,
             drain_timeout: Duration::from_secs(10),
             role: NodeRole::All,
             admin_listen: SocketAddr::new(listen.ip(), 0),

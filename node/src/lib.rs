@@ -32,6 +32,10 @@
 //! - [`provider`]: the payment provider trait and the in-process provider.
 //! - [`sweeper`]: expiry of the replay window, in small batches.
 //! - [`recovery`]: the worker that finishes abandoned and unknown operations.
+//! - [`settling`]: the recovery worker's pass over payment rows left pending
+//!   behind their finished records (raft mode, decision 0053).
+//! - [`finishing`]: finishes written after their answer went out (raft mode,
+//!   decision 0054), and what they are writing.
 //! - [`reencryption`]: after a key rotation, re-seals what older data keys
 //!   still seal, in small batches; reloads a changed key file.
 //! - [`admin`]: operator endpoints (list, show, resolve records), own token.
@@ -63,6 +67,7 @@ pub mod database_clock;
 pub mod domain;
 pub mod engine;
 pub mod error;
+pub mod finishing;
 pub mod http;
 pub mod idempotency;
 pub mod lookups;

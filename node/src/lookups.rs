@@ -44,7 +44,7 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let query = ListPayments::parse(query.as_deref())?;
-    let page = state
+    let mut page = state
         .store
         .payments
         .list(
@@ -55,6 +55,13 @@ pub async fn list(
         )
         .await
         .map_err(|e| ApiError::Unavailable(e.into()))?;
+    // Answered here and still being finished: as the client was told
+    // (`crate::finishing`).
+    for payment in &mut page.payments {
+        if let Some(answered) = state.finishing.payment(&caller.tenant, &payment.id) {
+            *payment = answered;
+        }
+    }
     let body = render_page(
         &page.payments,
         page.next.as_ref(),

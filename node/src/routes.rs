@@ -170,13 +170,17 @@ pub async fn fetch(
         .ok()
         .and_then(|Path(id)| PaymentId::parse(&id))
         .ok_or(ApiError::PaymentNotFound)?;
-    let payment = state
-        .store
-        .payments
-        .payment(&caller.tenant, &id)
-        .await
-        .map_err(|e| ApiError::Unavailable(e.into()))?
-        .ok_or(ApiError::PaymentNotFound)?;
+    // Answered here and still being finished: as the client was told.
+    let payment = match state.finishing.payment(&caller.tenant, &id) {
+        Some(payment) => payment,
+        None => state
+            .store
+            .payments
+            .payment(&caller.tenant, &id)
+            .await
+            .map_err(|e| ApiError::Unavailable(e.into()))?
+            .ok_or(ApiError::PaymentNotFound)?,
+    };
     let body = response::render_payment(&payment, state.config.response_schema);
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

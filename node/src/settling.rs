@@ -96,7 +96,16 @@ async fn settle(state: &AppState, unsettled: &Unsettled) -> anyhow::Result<bool>
         channel: payment.channel,
         region: payment.region.clone(),
     };
-    let finish = final_state(state, &payment.id, &facts, payment.created_at, outcome);
+    // Only the row's state and the event are written here; the record
+    // keeps the answer it was finished with.
+    let finish = final_state(
+        state,
+        &payment.id,
+        &facts,
+        payment.created_at,
+        outcome,
+        state.config.response_schema,
+    );
     state.store.recovery.settle(unsettled, &finish).await?;
     state.metrics.settled_late.inc();
     info!(payment_id = %payment.id, region = %record.region, "settled a payment left pending behind its finished record");

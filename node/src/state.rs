@@ -40,4 +40,7 @@ pub struct App {
     /// The data keys the stores seal with; the re-encryption worker
     /// reloads them when the key file changes.
     pub data_keys: Arc<crate::data_keys::DataKeys>,
+    /// Finishes written after their answer went out
+    /// ([`NodeConfig::answer_before_finish`]); shutdown waits for them.
+    pub finishing: crate::finishing::Finishing,
 }

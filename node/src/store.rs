@@ -36,6 +36,7 @@ use crate::idempotency::fingerprint::Fingerprint;
 use crate::idempotency::record::{Record, Scope, Status, Step, StoredResponse};
 pub use crate::payments::model::{ListPosition, PaymentFilter, PaymentPage};
 use crate::payments::model::{NewPayment, OutboxEvent, Payment, PaymentUpdate};
+use crate::payments::response::ResponseSchema;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -81,6 +82,10 @@ pub struct Claim {
     pub lease: Duration,
     pub trace_id: Option<String>,
     pub region: String,
+    /// The shape this request's answer will be rendered with, kept with the
+    /// payment where the store can (raft mode) so that any later owner
+    /// renders the same bytes ([`Owned::answer_schema`]).
+    pub response_schema: ResponseSchema,
 }
 
 /// A record the caller now owns, and what its history means for the run.
@@ -93,6 +98,12 @@ pub struct Owned {
     /// claims straight at `PROVIDER_REQUEST_SENT`), the run charges at once.
     /// The store says which, so the engine never asks which mode it runs on.
     pub charge_may_have_been_sent: bool,
+    /// The response schema the operation's first owner rendered its answer
+    /// with, where the store keeps it (raft mode: in the payment's facts).
+    /// An owner there may answer before its finish is written (decision
+    /// 0054), so whoever finishes the operation later renders with this
+    /// shape, not its own node's, and the bytes match. `None`: the node's.
+    pub answer_schema: Option<ResponseSchema>,
 }
 
 impl Owned {
@@ -101,6 +112,7 @@ impl Owned {
         Self {
             record,
             charge_may_have_been_sent: false,
+            answer_schema: None,
         }
     }
 
@@ -109,6 +121,7 @@ impl Owned {
         Self {
             record,
             charge_may_have_been_sent: true,
+            answer_schema: None,
         }
     }
 }
@@ -130,7 +143,10 @@ impl ClaimOutcome {
     /// than creating it: an earlier owner may have called the provider.
     pub fn by_takeover(self) -> Self {
         match self {
-            Self::Claimed(owned) => Self::Claimed(Owned::taken_over(owned.record)),
+            Self::Claimed(owned) => Self::Claimed(Owned {
+                charge_may_have_been_sent: true,
+                ..owned
+            }),
             other => other,
         }
     }

@@ -78,6 +78,13 @@ pub struct NodeArgs {
     /// Response schema version new answers are rendered with (1 or 2).
     #[arg(long, env = "ONCE_RESPONSE_SCHEMA", default_value_t = ResponseSchema::CURRENT.version())]
     pub response_schema: i32,
+    /// In the raft store mode, wait for a new payment's finish (one more
+    /// consensus write) before answering. Off by default: the answer goes
+    /// out as soon as the provider has answered, and the finish follows
+    /// (docs/decisions/0054-answer-before-the-finish.md). No effect in the
+    /// sql mode, which always finishes first.
+    #[arg(long, env = "ONCE_FINISH_BEFORE_ANSWER")]
+    pub finish_before_answer: bool,
     /// How long in-flight requests may finish after SIGTERM.
     #[arg(long, env = "ONCE_DRAIN_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub drain_timeout: Duration,
@@ -253,6 +260,8 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     }
     config.response_schema = ResponseSchema::from_version(args.response_schema)
         .with_context(|| format!("unknown response schema version {}", args.response_schema))?;
+    config.answer_before_finish =
+        matches!(config.idempotency_store, StoreMode::Raft(_)) && !args.finish_before_answer;
     config.validate()?;
     Ok(config)
 }
@@ -294,6 +303,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 "metadataRetention": humantime::format_duration(config.metadata_retention).to_string(),
                 "sweepInterval": humantime::format_duration(config.sweep_interval).to_string(),
                 "responseSchema": config.response_schema.version(),
+                "answerBeforeFinish": config.answer_before_finish,
                 "drainTimeout": humantime::format_duration(config.drain_timeout).to_string(),
                 "provider": config.provider.as_ref().map_or("in-process".to_owned(), |p| p.base_url.clone()),
                 "recoveryInterval": humantime::format_duration(config.recovery_interval).to_string(),

@@ -280,6 +280,7 @@ fn takeover_claim(
         lease: app.state.config.lease,
         trace_id: None,
         region: "test".into(),
+        response_schema: app.state.config.response_schema,
     }
 }
 

@@ -199,6 +199,7 @@ pub fn acme_claim(app: &TestApp, key: &str, body: &str) -> once_node::store::Cla
         lease: app.state.config.lease,
         trace_id: None,
         region: "test".into(),
+        response_schema: app.state.config.response_schema,
     }
 }
 

@@ -18,7 +18,10 @@ on_every_backend!(
     crash_after_provider_charge,
     crash_after_finish,
 );
-on_backends!([raft] crash_between_the_record_and_the_row);
+on_backends!(
+    [raft] crash_between_the_record_and_the_row,
+    killed_after_answering_before_the_finish
+);
 
 async fn crash_after_claim(backend: Backend) {
     crash_then_retry(backend, "after_claim").await
@@ -46,10 +49,20 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     let lost = post(&client, &doomed.url, ACME_KEY, Some("k-crash"), &body)
         .send()
         .await;
-    assert!(
-        lost.is_err(),
-        "the node died mid-request, the client saw no answer"
-    );
+    // The raft mode answers before it writes the finish (decision 0054): a
+    // crash after the finish may come after the answer went out, and that
+    // answer is the one every retry must get.
+    let seen = match lost {
+        Err(_) => None,
+        Ok(answer) if backend == Backend::Raft && point == "after_finish" => Some((
+            answer.status().as_u16(),
+            answer.bytes().await.map(|b| b.to_vec()).unwrap_or_default(),
+        )),
+        Ok(answer) => panic!(
+            "the node died mid-request, yet the client got {}",
+            answer.status()
+        ),
+    };
     let status = doomed.wait_for_exit().await;
     assert!(!status.success(), "aborted at {point}");
     // Both earlier points abort before the charge is sent; both later ones
@@ -70,18 +83,8 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     // Retry like a client would: in-progress answers until the dead owner's
     // lease runs out; then the takeover (this retry's, or the recovery
     // worker's) finishes the payment.
-    let answer = eventually(Duration::from_secs(20), || {
-        let request = post(&client, &node.url, ACME_KEY, Some("k-crash"), &body);
-        async move {
-            let answer = send(request).await;
-            match answer.status {
-                409 => {
-                    assert_eq!(answer.error_code(), "IDEMPOTENCY_REQUEST_IN_PROGRESS");
-                    None
-                }
-                _ => Some(answer),
-            }
-        }
+    let answer = answer_once_not_in_progress(Duration::from_secs(20), || {
+        post(&client, &node.url, ACME_KEY, Some("k-crash"), &body)
     })
     .await;
     assert_eq!(
@@ -93,6 +96,13 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     if point == "after_finish" {
         assert!(answer.replayed, "a finished record is replayed");
     }
+    if let Some((status, body)) = seen {
+        assert_eq!(
+            (status, body),
+            (answer.status, answer.body.clone()),
+            "the answer given before the crash is the one replayed"
+        );
+    }
     let again = send(post(&client, &node.url, ACME_KEY, Some("k-crash"), &body)).await;
     assert_eq!((again.status, again.replayed), (201, true));
     assert_eq!(again.body, answer.body);
@@ -100,16 +110,7 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     // The raft mode finishes the record in raft-store before it settles the
     // row: a retry can be answered from the record (by the recovery
     // worker's finish) a moment before the row shows it.
-    until(
-        "the payment's row is settled",
-        Duration::from_secs(10),
-        || async {
-            db.count("SELECT COUNT(*) FROM payments WHERE status <> 'pending'")
-                .await
-                == 1
-        },
-    )
-    .await;
+    row_settled(&db, Duration::from_secs(10)).await;
     assert_eq!(
         db.count("SELECT COUNT(*) FROM payments").await,
         1,
@@ -170,11 +171,20 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
         &[("FAILPOINTS", "after_record_finished=return")],
     )
     .await;
-    let lost = post(&client, &doomed.url, ACME_KEY, Some("k-settle"), &body)
-        .send()
-        .await;
-    assert!(lost.is_err(), "the node died between the two writes");
-    assert!(!doomed.wait_for_exit().await.success());
+    // The answer goes out before the finish is written (decision 0054).
+    let first = send(post(
+        &client,
+        &doomed.url,
+        ACME_KEY,
+        Some("k-settle"),
+        &body,
+    ))
+    .await;
+    assert_eq!(first.status, 201);
+    assert!(
+        !doomed.wait_for_exit().await.success(),
+        "the node died between the two writes"
+    );
     assert_eq!(
         db.count_records("COMPLETED").await,
         1,
@@ -196,17 +206,9 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
         "the retry replays the finished record at once: {}",
         String::from_utf8_lossy(&answer.body)
     );
+    assert_eq!(answer.body, first.body);
 
-    until(
-        "the settling pass settles the row",
-        Duration::from_secs(20),
-        || async {
-            db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
-                .await
-                == 1
-        },
-    )
-    .await;
+    row_settled(&db, Duration::from_secs(20)).await;
     let ledger = sim.ledger().await;
     assert_eq!(ledger.len(), 1, "one charge: {ledger:?}");
     assert_eq!(
@@ -234,4 +236,120 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
         1.0
     );
     node.kill().await;
+}
+
+/// The raft mode answers a payment once the provider has, and writes the
+/// finish after (decision 0054). Killed after the answer went out and
+/// before the finish was written, the node leaves the record owned at
+/// `PROVIDER_REQUEST_SENT`; once its lease runs out the retry takes it
+/// over, asks the provider by key, and answers the very bytes the client
+/// already had — without a second charge.
+async fn killed_after_answering_before_the_finish(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let client = reqwest::Client::new();
+    let body = payment_body("acc_1", "25.00", "order-answered");
+    let sim = ProviderSim::start().await;
+    let node_args = sim.crash_node_args();
+    let doomed = NodeProcess::start(
+        &db,
+        &node_args,
+        &[("FAILPOINTS", "before_finish_after_answer=return")],
+    )
+    .await;
+    let first = send(post(
+        &client,
+        &doomed.url,
+        ACME_KEY,
+        Some("k-answered"),
+        &body,
+    ))
+    .await;
+    assert_eq!(
+        (first.status, first.replayed),
+        (201, false),
+        "{}",
+        String::from_utf8_lossy(&first.body)
+    );
+    // A retry on the same node replays from its memory at once.
+    let again = send(post(
+        &client,
+        &doomed.url,
+        ACME_KEY,
+        Some("k-answered"),
+        &body,
+    ))
+    .await;
+    assert_eq!((again.status, again.replayed), (201, true));
+    assert_eq!(again.body, first.body);
+    // And this node reads the payment back as answered, though its row is
+    // still pending.
+    let id = first.json()["id"].as_str().unwrap().to_owned();
+    let read = send(
+        client
+            .get(format!("{}/payments/{id}", doomed.url))
+            .bearer_auth(ACME_KEY),
+    )
+    .await;
+    assert_eq!(read.status, 200);
+    assert_eq!(read.json()["status"], "succeeded");
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments WHERE status = 'pending'")
+            .await,
+        1
+    );
+    doomed.kill().await;
+    assert_eq!(
+        db.count_records("IN_PROGRESS").await,
+        1,
+        "the finish was never written"
+    );
+
+    // The node that recovers it renders new answers in another shape; this
+    // one keeps the shape it was first answered in.
+    let upgraded: Vec<&str> = node_args
+        .iter()
+        .copied()
+        .chain(["--response-schema", "1"])
+        .collect();
+    let node = NodeProcess::start(&db, &upgraded, &[]).await;
+    let recovered = answer_once_not_in_progress(Duration::from_secs(20), || {
+        post(&client, &node.url, ACME_KEY, Some("k-answered"), &body)
+    })
+    .await;
+    assert_eq!(recovered.status, 201);
+    assert_eq!(
+        String::from_utf8_lossy(&recovered.body),
+        String::from_utf8_lossy(&first.body),
+        "the recovered answer is the one given before the kill, byte for byte"
+    );
+    let replay = send(post(
+        &client,
+        &node.url,
+        ACME_KEY,
+        Some("k-answered"),
+        &body,
+    ))
+    .await;
+    assert_eq!((replay.status, replay.replayed), (201, true));
+    assert_eq!(replay.body, first.body);
+    let ledger = sim.ledger().await;
+    assert_eq!(ledger.len(), 1, "one charge: {ledger:?}");
+    row_settled(&db, Duration::from_secs(10)).await;
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM outbox").await,
+        1,
+        "one event"
+    );
+    node.kill().await;
+}
+
+/// Waits until the scenario's one payment row is no longer pending: in the
+/// raft mode it is settled after its record (decisions 0053 and 0054).
+async fn row_settled(db: &TestDb, limit: Duration) {
+    until("the payment's row is settled", limit, || async {
+        db.count("SELECT COUNT(*) FROM payments WHERE status <> 'pending'")
+            .await
+            == 1
+    })
+    .await;
 }

@@ -633,3 +633,26 @@ pub fn forged_finish(now: once_node::domain::UnixMillis) -> once_node::store::Fi
         expires_at: now,
     }
 }
+
+/// Sends `request()` like a client retrying: again while the answer is
+/// `409 IDEMPOTENCY_REQUEST_IN_PROGRESS` (an owner's lease still running, a
+/// finish still being written), up to `limit`; the first other answer.
+pub async fn answer_once_not_in_progress(
+    limit: Duration,
+    request: impl Fn() -> reqwest::RequestBuilder,
+) -> Answer {
+    eventually(limit, || {
+        let request = request();
+        async move {
+            let answer = send(request).await;
+            match answer.status {
+                409 => {
+                    assert_eq!(answer.error_code(), "IDEMPOTENCY_REQUEST_IN_PROGRESS");
+                    None
+                }
+                _ => Some(answer),
+            }
+        }
+    })
+    .await
+}

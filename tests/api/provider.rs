@@ -9,6 +9,7 @@ use futures::FutureExt;
 
 use crate::helpers::*;
 use crate::on_every_backend;
+use once_test_support::wait::until;
 
 on_every_backend!(
     a_timeout_after_the_charge_is_answered_by_the_retry_under_the_same_key,
@@ -100,11 +101,14 @@ async fn a_reset_after_the_charge_never_charges_twice(backend: Backend) {
     );
     let ledger = sim.ledger().await;
     assert_eq!(ledger.len(), 1, "{ledger:?}");
-    assert_eq!(
+    // The raft mode settles the row after the answer (decision 0054).
+    until("the row is settled", Duration::from_secs(10), || async {
         db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
-            .await,
-        1
-    );
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 1);
 }
 
 async fn an_error_before_the_charge_is_retryable_and_charges_once(backend: Backend) {

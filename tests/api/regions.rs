@@ -2,6 +2,8 @@
 //! nodes of different regions, each on its own SQLite database, sharing one
 //! 3-member raft-store of real processes.
 
+use std::time::Duration;
+
 use once_store_client::client::StoreClient;
 use once_store_client::command::{Placement, Reply};
 
@@ -65,8 +67,13 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_and_r
         "nothing written"
     );
 
-    // A finished operation replays from any region, byte for byte.
-    let replay = send(post(&client, &west.url, ACME_KEY, Some("k-home"), &body)).await;
+    // A finished operation replays from any region, byte for byte. The
+    // answer left before the finish was written (decision 0054): until it
+    // lands, another region answers that the operation is in progress.
+    let replay = answer_once_not_in_progress(Duration::from_secs(10), || {
+        post(&client, &west.url, ACME_KEY, Some("k-home"), &body)
+    })
+    .await;
     assert_eq!(replay.status, 201);
     assert!(replay.replayed);
     assert_eq!(replay.body, created.body);
@@ -130,8 +137,6 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_and_r
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_new_home_finishes_what_the_dead_region_left_in_progress() {
-    use std::time::Duration;
-
     let east_db = TestDb::new(Backend::Raft).await;
     let west_db = TestDb::new(Backend::Sqlite).await;
     let store = east_db.store.as_ref().unwrap().client(Default::default());

@@ -56,6 +56,7 @@ async fn claim(app: &TestApp, key: &str, reference: &str) -> ClaimOutcome {
         lease: state.config.lease,
         trace_id: None,
         region: state.config.region.clone(),
+        response_schema: state.config.response_schema,
     };
     state.store.requests.claim(&claim).await.expect("claim")
 }

@@ -19,7 +19,7 @@ pub struct Payment {
     pub amount: Amount,
     pub merchant_reference: String,
     pub channel: String,
-    /// The region whose database holds the payment (schema 2 only).
+    /// The region that took the payment (schema 2 only).
     pub region: Option<String>,
     /// RFC 3339, milliseconds, UTC.
     pub created_at: String,

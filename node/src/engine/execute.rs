@@ -15,12 +15,12 @@
 
 use std::time::Duration;
 
-use tracing::{info, instrument, warn};
+use tracing::{Instrument, info, instrument, warn};
 
 use super::error::EngineError;
 use crate::auth::Caller;
-use crate::domain::{IdempotencyKey, PaymentId};
-use crate::failpoints::crash_point;
+use crate::domain::{IdempotencyKey, PaymentId, UnixMillis};
+use crate::failpoints::{crash_point, hold_point};
 use crate::idempotency::fingerprint::CURRENT_VERSION;
 use crate::idempotency::{Decision, Record, Scope, Status, Step, StoredResponse, decide};
 use crate::metrics::Outcome;
@@ -115,6 +115,7 @@ pub async fn create_payment(
         lease: state.config.lease,
         trace_id: req.trace_id.clone(),
         region: state.config.region.clone(),
+        response_schema: state.config.response_schema,
     };
 
     let mut outcome = state.store.requests.claim(&claim).await?;
@@ -283,6 +284,7 @@ async fn run(
     let Owned {
         mut record,
         charge_may_have_been_sent,
+        answer_schema,
     } = owned;
     let payment_id = record.payment_id.clone().ok_or_else(|| {
         EngineError::Internal(anyhow::anyhow!(
@@ -400,24 +402,86 @@ async fn run(
         }
     };
 
-    let finish = final_state(state, &payment_id, facts, record.created_at, outcome);
-    let response = finish.response.clone();
+    let schema = answer_schema.unwrap_or(state.config.response_schema);
+    let finish = final_state(
+        state,
+        &payment_id,
+        facts,
+        record.created_at,
+        outcome,
+        schema,
+    );
+    let answer = Answer::Stored {
+        response: finish.response.clone(),
+        replayed: false,
+        original_trace_id: None,
+        outcome: if took_over {
+            Outcome::Recovered
+        } else {
+            Outcome::Executed
+        },
+    };
+    if state.config.answer_before_finish {
+        // Every owner renders this outcome into these bytes, so the answer
+        // need not wait for the finish (decision 0054): retries here replay
+        // it from memory at once, and should the finish never land, whoever
+        // takes the record over asks the provider by key and renders it
+        // again, byte for byte.
+        state.replays.remember(&finished(record.clone(), &finish));
+        let answered = answered_payment(facts, record.created_at, &finish);
+        state.finishing.spawn(
+            answered,
+            finish_after_answer(state.clone(), record, finish).in_current_span(),
+        );
+        return Ok(answer);
+    }
     if let Err(e) = state.store.requests.finish(&record, &finish).await {
         return lost_or_failed(state, &record, e).await;
     }
     crash_point("after_finish");
     state.replays.remember(&finished(record, &finish));
-    let outcome = if took_over {
-        Outcome::Recovered
-    } else {
-        Outcome::Executed
-    };
-    Ok(Answer::Stored {
-        response,
-        replayed: false,
-        original_trace_id: None,
-        outcome,
-    })
+    Ok(answer)
+}
+
+/// The payment as a finish of it settles it: what a client answered before
+/// the finish is written reads back from this node meanwhile.
+fn answered_payment(facts: &NewPayment, created_at: UnixMillis, finish: &Finish) -> Payment {
+    let update = finish.payment.as_ref();
+    Payment {
+        id: facts.id.clone(),
+        tenant: facts.tenant.clone(),
+        account_id: facts.account_id.clone(),
+        merchant_reference: facts.merchant_reference.clone(),
+        amount: facts.amount,
+        channel: facts.channel,
+        status: update.map_or(PaymentStatus::Pending, |u| u.status),
+        provider_charge_id: update.and_then(|u| u.provider_charge_id.clone()),
+        decline_code: update.and_then(|u| u.decline_code.clone()),
+        region: facts.region.clone(),
+        created_at,
+        updated_at: finish.now,
+    }
+}
+
+/// The finish of an operation whose answer is already on its way: the
+/// record, then the payment's row and event. Nothing is lost if it fails or
+/// the process dies first: the record stays owned at
+/// `PROVIDER_REQUEST_SENT` until its lease runs out, and its next owner (a
+/// retry, the recovery worker) asks the provider by key and renders the
+/// same answer; a finish fenced by such an owner leaves the work to it.
+#[instrument(name = "finish after the answer", skip_all)]
+async fn finish_after_answer(state: AppState, record: Record, finish: Finish) {
+    hold_point("before_finish_after_answer").await;
+    match state.store.requests.finish(&record, &finish).await {
+        Ok(()) => crash_point("after_finish"),
+        Err(StoreError::Fenced) => {
+            info!("the record was taken over before its finish landed; its new owner finishes it")
+        }
+        Err(e) => warn!(
+            error = %format!("{e:#}"),
+            "the finish after the answer failed; the record is recovered once its lease runs out"
+        ),
+    }
 }
 
 /// The terminal write for a provider outcome: the payment's final state,
@@ -428,6 +492,7 @@ pub(crate) fn final_state(
     facts: &NewPayment,
     created_at: crate::domain::UnixMillis,
     outcome: ChargeOutcome,
+    schema: response::ResponseSchema,
 ) -> Finish {
     let now = state.clock.now();
     let payment = Payment {
@@ -440,11 +505,13 @@ pub(crate) fn final_state(
         status: PaymentStatus::Pending,
         provider_charge_id: None,
         decline_code: None,
-        region: state.config.region.clone(),
+        // The region that took the payment, which every owner reads from
+        // its facts: an answer rendered by another region's recovery
+        // matches the first owner's byte for byte.
+        region: facts.region.clone(),
         created_at,
         updated_at: now,
     };
-    let schema = state.config.response_schema;
     let (status, response, update, event_type) = match outcome {
         ChargeOutcome::Approved { charge_id } => {
             let payment = Payment {

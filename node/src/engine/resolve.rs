@@ -150,5 +150,7 @@ async fn charged(state: &AppState, scope: &Scope, owner: &Record) -> Result<Fini
         &facts,
         owner.created_at,
         ChargeOutcome::Approved { charge_id },
+        // Nobody was answered: the provider's outcome was unknown.
+        state.config.response_schema,
     ))
 }

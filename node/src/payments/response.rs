@@ -82,7 +82,8 @@ pub struct PaymentV2 {
     pub merchant_reference: String,
     #[schema(schema_with = schema::response_channel)]
     pub channel: String,
-    /// The region whose database holds the payment.
+    /// The region that took the payment (its first owner; a region that
+    /// finished it after a failover keeps this name).
     pub region: String,
     #[schema(schema_with = schema::created_at)]
     pub created_at: String,

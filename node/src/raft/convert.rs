@@ -16,6 +16,7 @@ use crate::domain::{IdempotencyKey, Money, PaymentId, PrincipalId, TenantId, Uni
 use crate::idempotency::record::{Record, Scope, Status, known_operation};
 use crate::payments::command::Channel;
 use crate::payments::model::{NewPayment, Payment, PaymentStatus};
+use crate::payments::response::ResponseSchema;
 use crate::store::StoreError;
 
 fn corrupt(what: &str) -> StoreError {
@@ -82,10 +83,15 @@ pub struct PaymentFacts {
     /// The proposing node's clock, kept for diagnosis: the payment's
     /// creation time is the record's, stamped by the leader.
     pub created_at: i64,
+    /// The response schema the claiming node renders answers with: a
+    /// later owner renders the same shape (`Owned::answer_schema`). Absent
+    /// in facts written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<i32>,
 }
 
 impl PaymentFacts {
-    pub fn of(payment: &NewPayment, now: UnixMillis) -> Self {
+    pub fn of(payment: &NewPayment, now: UnixMillis, schema: ResponseSchema) -> Self {
         Self {
             id: payment.id.as_str().to_owned(),
             tenant: payment.tenant.as_str().to_owned(),
@@ -96,6 +102,7 @@ impl PaymentFacts {
             channel: payment.channel.as_str().to_owned(),
             region: payment.region.clone(),
             created_at: now.0,
+            response_schema: Some(schema.version()),
         }
     }
 
@@ -105,6 +112,12 @@ impl PaymentFacts {
 
     pub fn decode(bytes: &[u8]) -> Result<Self, StoreError> {
         serde_json::from_slice(bytes).map_err(|_| corrupt("payment facts"))
+    }
+
+    /// The schema the claiming node answered with, if the facts say and
+    /// this build knows it.
+    pub fn answer_schema(&self) -> Option<ResponseSchema> {
+        self.response_schema.and_then(ResponseSchema::from_version)
     }
 
     pub fn payment(&self) -> Result<NewPayment, StoreError> {
@@ -157,9 +170,9 @@ pub fn payment_of_record(r: &rs::Record, keys: &DataKeys) -> Result<Option<Payme
         status,
         provider_charge_id: None,
         decline_code: None,
-        // The region that last owned the record: the one whose database
-        // holds the finished row.
-        region: r.region.clone(),
+        // The region that took the payment, as its row says in every
+        // region holding one and as its answer says (`final_state`).
+        region: facts.region.clone(),
         // Stamped by the leader with the claim (or the renewal) that
         // created the payment; `facts.created_at` is the node's clock.
         created_at: UnixMillis(r.created_at),
@@ -182,7 +195,7 @@ mod tests {
             channel: Channel::DEFAULT,
             region: "eu-west".into(),
         };
-        let facts = PaymentFacts::of(&payment, UnixMillis(42));
+        let facts = PaymentFacts::of(&payment, UnixMillis(42), ResponseSchema::V1);
         let back = PaymentFacts::decode(&facts.encode()).unwrap();
         assert_eq!(back, facts);
         let rebuilt = back.payment().unwrap();

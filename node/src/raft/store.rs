@@ -163,8 +163,10 @@ impl RaftStore {
                 rs::Step::Received
             },
             payload: with_payment.then(|| {
-                self.keys
-                    .seal_payload(&scope, &PaymentFacts::of(p, claim.now).encode())
+                self.keys.seal_payload(
+                    &scope,
+                    &PaymentFacts::of(p, claim.now, claim.response_schema).encode(),
+                )
             }),
             trace_id: claim.trace_id.clone(),
             region: self.region.clone(),
@@ -188,18 +190,24 @@ impl RaftStore {
         record: rs::Record,
         asked_at: UnixMillis,
         lease: Duration,
-    ) -> Result<Record, StoreError> {
+        how: fn(Record) -> Owned,
+    ) -> Result<Owned, StoreError> {
         // The payment was created when the leader stamped its claim: the
         // record's time, which every region answers and lists it by.
+        let mut answer_schema = None;
         if let Some(blob) = &record.payload {
             let facts = PaymentFacts::decode(&self.keys.open_payload(&record.scope, blob)?)?;
             self.local
                 .upsert_pending(&facts.payment()?, UnixMillis(record.created_at))
                 .await?;
+            answer_schema = facts.answer_schema();
         }
         let mut owned = self.record(record)?;
         owned.locked_until = asked_at.plus(lease);
-        Ok(owned)
+        Ok(Owned {
+            answer_schema,
+            ..how(owned)
+        })
     }
 
     fn take_over_op(
@@ -326,9 +334,10 @@ impl RequestPath for RaftStore {
             })
             .await?;
         match reply {
-            Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(Owned::fresh(
-                self.owned(record, claim.now, claim.lease).await?,
-            ))),
+            Reply::Claimed(record) => Ok(ClaimOutcome::Claimed(
+                self.owned(record, claim.now, claim.lease, Owned::fresh)
+                    .await?,
+            )),
             Reply::Existing(record) => Ok(ClaimOutcome::Existing(self.record(record)?)),
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 // Nothing was written: own the key without a payment, so
@@ -372,9 +381,10 @@ impl RequestPath for RaftStore {
             })
         };
         match propose(true).await? {
-            Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(Owned::taken_over(
-                self.owned(record, claim.now, claim.lease).await?,
-            )))),
+            Reply::Claimed(record) => Ok(Some(ClaimOutcome::Claimed(
+                self.owned(record, claim.now, claim.lease, Owned::taken_over)
+                    .await?,
+            ))),
             Reply::BusinessKeyTaken { payment_id, .. } => {
                 let existing = holder(payment_id)?;
                 match propose(false).await? {
@@ -468,9 +478,9 @@ impl Recovery for RaftStore {
     ) -> Result<Option<Owned>, StoreError> {
         let op = self.take_over_op(seen, TakeOverKind::LeaseExpired, lease, None);
         match self.write(op, now).await? {
-            Reply::Claimed(record) => Ok(Some(Owned::taken_over(
-                self.owned(record, now, lease).await?,
-            ))),
+            Reply::Claimed(record) => Ok(Some(
+                self.owned(record, now, lease, Owned::taken_over).await?,
+            )),
             Reply::Fenced { .. } | Reply::LeaseValid { .. } | Reply::NotFound => Ok(None),
             other => Err(unexpected(other)),
         }

@@ -276,20 +276,29 @@ async fn the_store_leader_not_the_node_stamps_its_records(
         .as_str()
         .unwrap()
         .to_owned();
-    let records: Vec<serde_json::Value> = client
-        .get(format!(
-            "{node_admin}/admin/records/{}/k-skewed",
-            tenant["id"].as_str().unwrap()
-        ))
-        .bearer_auth(cluster["admin_token"].as_str().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .error_for_status()
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    // The answer left before the finish was written (decision 0054): wait
+    // for the finished record, which has its replay window.
+    let records: Vec<serde_json::Value> = eventually(Duration::from_secs(10), || {
+        let request = client
+            .get(format!(
+                "{node_admin}/admin/records/{}/k-skewed",
+                tenant["id"].as_str().unwrap()
+            ))
+            .bearer_auth(cluster["admin_token"].as_str().unwrap());
+        async move {
+            let records: Vec<serde_json::Value> = request
+                .send()
+                .await
+                .unwrap()
+                .error_for_status()
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            records[0]["expiresAt"].is_i64().then_some(records)
+        }
+    })
+    .await;
     let ours = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
