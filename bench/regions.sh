@@ -10,7 +10,9 @@
 #     node and store member → first success of its tenants elsewhere).
 # Usage: bench/regions.sh [RTT_MS (default 70)] [SECONDS per run (default 20)]
 # CLIENTS="1 16 64" picks the concurrencies of part 1 (default: those three);
-# PHASES="wan provider failover" picks the parts (default: all three; `provider`
+# PHASES="homes wan provider failover" picks the parts (default: all; `homes`
+# is every region's tenant as `once up` starts, no leader moved, at
+# HOME_CLIENTS (default "1 64"), answer-first only; `provider`
 # is part 1's single client with a 100 ms provider). Part 1 runs once per
 # FINISH_MODES entry (default "answer-first finish-first", side by side).
 # Needs a release build: cargo build --release --bin once
@@ -20,7 +22,8 @@ ONCE="${ONCE:-${CARGO_TARGET_DIR:-target}/release/once}"
 RTT_MS="${1:-70}"
 SECONDS_PER_RUN="${2:-20}"
 CLIENTS="${CLIENTS:-1 16 64}"
-PHASES="${PHASES:-wan provider failover}"
+PHASES="${PHASES:-homes wan provider failover}"
+HOME_CLIENTS="${HOME_CLIENTS:-1 64}"
 FINISH_MODES="${FINISH_MODES:-answer-first finish-first}"
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 DIR=$(mktemp -d)
@@ -59,6 +62,25 @@ ENDPOINTS=$(json "$C" "','.join(r['store']['api_url'] for r in d['regions'])")
 # The members speak mutual TLS only: once up's operator certificate.
 export ONCE_TLS_CA=$(json "$C" "d['tls']['ca']") ONCE_TLS_CERT=$(json "$C" "d['tls']['operator']['cert']") \
   ONCE_TLS_KEY=$(json "$C" "d['tls']['operator']['key']")
+# As a newcomer starts it, before any leader is moved: the tenant of every
+# region, through the one router (in the first region, so a tenant homed
+# elsewhere pays the router's hop to its home too).
+if has_phase homes && [[ $mode == answer-first ]]; then
+LEADER=$("$ONCE" store status --endpoints "$ENDPOINTS" | grep -o '"leader":[0-9]*' | head -1 | cut -d: -f2)
+echo "# as started: leader member $LEADER; router in $HOME_REGION"
+for region in $(json "$C" "' '.join(r['name'] for r in d['regions'])"); do
+  key=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$region'][0]")
+  for c in $HOME_CLIENTS; do
+    "$ONCE" bench --url "$ROUTER" --api-key "$key" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
+      --label "tenant of $region rtt=${RTT_MS}ms $mode" > "$DIR/home-$region-$c.txt"
+    python3 - "$DIR/home-$region-$c.txt" "$RTT_MS" "$region" "$c" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(sys.argv[2])
+print(f"#   tenant homed in {sys.argv[3]}, {sys.argv[4]} clients: {r['throughput']:.0f} payments/s, p50 = {r['p50_ms']/rtt:.2f} x RTT, p99 = {r['p99_ms']/rtt:.2f} x RTT")
+PY
+  done
+done
+fi
 curl -sf --cacert "$ONCE_TLS_CA" --cert "$ONCE_TLS_CERT" --key "$ONCE_TLS_KEY" -X POST \
   -H "Authorization: Bearer $(json "$C" "d['admin_token']")" "$STORE/admin/elect" >/dev/null
 for _ in $(seq 1 100); do
@@ -92,7 +114,7 @@ PY
 fi
 stop
 }
-if has_phase wan || has_phase provider; then
+if has_phase homes || has_phase wan || has_phase provider; then
   for mode in $FINISH_MODES; do wan_phases "$mode"; done
 fi
 unset ONCE_FINISH_BEFORE_ANSWER
