@@ -75,6 +75,14 @@ pub struct RequestLabels {
     pub outcome: String,
 }
 
+/// How a finish written after its answer ended (decision 0054): `written`,
+/// `taken_over` (another owner took the record over first) or `failed`
+/// (left for recovery after the lease).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FinishLabels {
+    pub result: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub replays: Counter,
@@ -94,6 +102,8 @@ pub struct Metrics {
     /// Payment rows the settling pass wrote after their record finished
     /// (raft mode, decision 0053): each one a finish cut short.
     pub settled_late: Counter,
+    /// Finishes written after their answer, by how they ended.
+    pub finishes_after_answer: Family<FinishLabels, Counter>,
     pub request_duration: Family<RequestLabels, Histogram>,
     /// The event path: outbox publisher, consumers, email sender.
     pub events: EventMetrics,
@@ -134,6 +144,7 @@ impl Metrics {
         let sealed_stale_records = Gauge::default();
         let resealed_records = Counter::default();
         let settled_late = Counter::default();
+        let finishes_after_answer = Family::<FinishLabels, Counter>::default();
         let request_duration = Family::<RequestLabels, Histogram>::new_with_constructor(|| {
             // 0.5 ms … ~4 s: local claims to cross-region writes.
             Histogram::new(exponential_buckets(0.0005, 2.0, 14))
@@ -199,6 +210,11 @@ impl Metrics {
             settled_late.clone(),
         );
         registry.register(
+            "payments_finishes_after_answer",
+            "Finishes written after their payment was answered (raft mode), by result: written, taken_over, failed",
+            finishes_after_answer.clone(),
+        );
+        registry.register(
             "http_server_request_duration_seconds",
             "Request latency by route and outcome",
             request_duration.clone(),
@@ -222,6 +238,7 @@ impl Metrics {
             sealed_stale_records,
             resealed_records,
             settled_late,
+            finishes_after_answer,
             request_duration,
             otel_request_duration: std::sync::OnceLock::new(),
             otel_observers: std::sync::Mutex::default(),

@@ -340,6 +340,12 @@ async fn killed_after_answering_before_the_finish(backend: Backend) {
         1,
         "one event"
     );
+    // The recovering owner answered before its own finish too, and wrote it.
+    let written = r#"payments_finishes_after_answer_total{result="written"}"#;
+    until("its finish is counted", Duration::from_secs(10), || async {
+        metric(&client, &node.admin_url, written).await == 1.0
+    })
+    .await;
     node.kill().await;
 }
 

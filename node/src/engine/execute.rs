@@ -23,7 +23,7 @@ use crate::domain::{IdempotencyKey, PaymentId, UnixMillis};
 use crate::failpoints::{crash_point, hold_point};
 use crate::idempotency::fingerprint::CURRENT_VERSION;
 use crate::idempotency::{Decision, Record, Scope, Status, Step, StoredResponse, decide};
-use crate::metrics::Outcome;
+use crate::metrics::{FinishLabels, Outcome};
 use crate::payments::command::CreatePayment;
 use crate::payments::model::{NewPayment, OutboxEvent, Payment, PaymentStatus, PaymentUpdate};
 use crate::payments::response;
@@ -464,24 +464,54 @@ fn answered_payment(facts: &NewPayment, created_at: UnixMillis, finish: &Finish)
 }
 
 /// The finish of an operation whose answer is already on its way: the
-/// record, then the payment's row and event. Nothing is lost if it fails or
-/// the process dies first: the record stays owned at
+/// record, then the payment's row and event. A store that cannot be reached
+/// is tried again a few times while half the lease is left. Nothing is lost
+/// if it still fails or the process dies first: the record stays owned at
 /// `PROVIDER_REQUEST_SENT` until its lease runs out, and its next owner (a
 /// retry, the recovery worker) asks the provider by key and renders the
 /// same answer; a finish fenced by such an owner leaves the work to it.
 #[instrument(name = "finish after the answer", skip_all)]
 async fn finish_after_answer(state: AppState, record: Record, finish: Finish) {
     hold_point("before_finish_after_answer").await;
-    match state.store.requests.finish(&record, &finish).await {
-        Ok(()) => crash_point("after_finish"),
-        Err(StoreError::Fenced) => {
-            info!("the record was taken over before its finish landed; its new owner finishes it")
+    let mut backoff = Duration::from_millis(50);
+    let result = loop {
+        match state.store.requests.finish(&record, &finish).await {
+            Ok(()) => {
+                crash_point("after_finish");
+                break "written";
+            }
+            Err(StoreError::Fenced) => {
+                info!(
+                    "the record was taken over before its finish landed; its new owner finishes it"
+                );
+                break "taken_over";
+            }
+            Err(e) if lease_is_fresh_after(&state, &record, backoff) => {
+                warn!(error = %format!("{e:#}"), ?backoff, "the finish after the answer failed; trying again");
+                tokio::time::sleep(backoff).await;
+                backoff *= 4;
+            }
+            Err(e) => {
+                warn!(
+                    error = %format!("{e:#}"),
+                    "the finish after the answer failed; the record is recovered once its lease runs out"
+                );
+                break "failed";
+            }
         }
-        Err(e) => warn!(
-            error = %format!("{e:#}"),
-            "the finish after the answer failed; the record is recovered once its lease runs out"
-        ),
-    }
+    };
+    state
+        .metrics
+        .finishes_after_answer
+        .get_or_create(&FinishLabels {
+            result: result.to_owned(),
+        })
+        .inc();
+}
+
+/// Whether at least half of the owned record's lease is left after `wait`.
+fn lease_is_fresh_after(state: &AppState, record: &Record, wait: Duration) -> bool {
+    state.clock.now().plus(wait).until(record.locked_until) >= state.config.lease / 2
 }
 
 /// The terminal write for a provider outcome: the payment's final state,
