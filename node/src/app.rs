@@ -247,7 +247,12 @@ impl Application {
             info!("shutdown requested; draining in-flight requests");
         };
         serve_together(listeners, shutdown, drain).await;
-        // Answers already given whose finish is still being written: left
+        let _ = stop_workers.send(true);
+        for worker in workers {
+            let _ = worker.await;
+        }
+        // Answers already given whose finish is still being written (by a
+        // request or by the recovery worker, both stopped now): left
         // unwritten they are recovered after their lease, but written now
         // nobody waits.
         let cut_off = state.finishing.close_and_wait(drain).await;
@@ -256,10 +261,6 @@ impl Application {
                 cut_off,
                 "finishes still being written at the drain deadline; their records are recovered after their lease"
             );
-        }
-        let _ = stop_workers.send(true);
-        for worker in workers {
-            let _ = worker.await;
         }
         event_workers.join(drain).await;
         info!("node stopped");

@@ -20,7 +20,8 @@ on_every_backend!(
 );
 on_backends!(
     [raft] crash_between_the_record_and_the_row,
-    killed_after_answering_before_the_finish
+    killed_after_answering_before_the_finish,
+    stopped_after_answering_it_writes_the_finish_before_it_exits
 );
 
 async fn crash_after_claim(backend: Backend) {
@@ -358,4 +359,35 @@ async fn row_settled(db: &TestDb, limit: Duration) {
             == 1
     })
     .await;
+}
+
+/// SIGTERM right after an answer whose finish is still being written (a
+/// failpoint delays it by a second): the node drains its requests, then
+/// waits for the finish before it exits, so the record, the row and the
+/// event are all there when it is gone.
+async fn stopped_after_answering_it_writes_the_finish_before_it_exits(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let client = reqwest::Client::new();
+    let body = payment_body("acc_1", "25.00", "order-stopped");
+    let sim = ProviderSim::start().await;
+    let mut node = NodeProcess::start(
+        &db,
+        &sim.crash_node_args(),
+        &[("FAILPOINTS", "before_finish_after_answer=sleep(1000)")],
+    )
+    .await;
+    let answer = send(post(&client, &node.url, ACME_KEY, Some("k-stopped"), &body)).await;
+    assert_eq!(answer.status, 201);
+    assert!(node.process.terminate().await.success(), "a clean stop");
+    assert_eq!(
+        db.count_records("COMPLETED").await,
+        1,
+        "the finish was written"
+    );
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM payments WHERE status = 'succeeded'")
+            .await,
+        1
+    );
+    assert_eq!(db.count("SELECT COUNT(*) FROM outbox").await, 1);
 }
