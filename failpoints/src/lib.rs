@@ -33,7 +33,8 @@ pub fn crash_point(name: &str) {
 /// Parks the calling task here for good if the failpoint `name` is armed
 /// (`FAILPOINTS="name=return"`): the process goes on serving, and this one
 /// piece of work never goes further, until the test kills the process. It
-/// holds the task, not its thread, so nothing else waits behind it.
+/// holds the task, not its thread, so nothing else waits behind it. Armed
+/// with `sleep(MS)` instead, it delays the work that long and lets it go on.
 pub async fn hold_point(name: &str) {
     #[cfg(feature = "failpoints")]
     if fail::eval(name, |_| ()).is_some() {
