@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use once_store_client::client::{ClientError, ClientOptions, StoreClient};
 use once_store_client::command::{self as rs, Op, Reply, TakeOverKind};
 use once_store_client::protocol::{PaymentListQuery, RecordQuery};
@@ -61,6 +62,9 @@ fn holder(payment_id: Option<String>) -> Result<PaymentId, StoreError> {
         .and_then(|id| PaymentId::parse(&id))
         .ok_or_else(|| StoreError::Corrupt("business key held without a payment".into()))
 }
+
+/// Records the settling pass reads from raft-store at once.
+const SETTLING_READS: usize = 16;
 
 /// The most times a claim re-proposes after learning a newer epoch that
 /// still names this region home.
@@ -505,23 +509,36 @@ impl Recovery for RaftStore {
                 created_at: last.created_at,
                 id: last.id.clone(),
             });
-        let mut rows = Vec::new();
-        for payment in pending {
+        // Each read is linearizable (a round trip to the leader, across
+        // regions from a follower's region): a page's reads go out together.
+        let read = |payment: Payment| async move {
             let record = self
                 .client
                 .record_of_payment(payment.tenant.as_str(), payment.id.as_str())
                 .await
                 .map_err(store_error)?;
-            let Some(record) = record else { continue };
+            let Some(record) = record else {
+                return Ok(None);
+            };
             let record = self.record(record)?;
             let finished = matches!(
                 record.status,
                 Status::Completed | Status::FailedReplayable | Status::Expired
             );
-            if finished && record.payment_id.as_ref() == Some(&payment.id) {
-                rows.push(Unsettled { payment, record });
-            }
-        }
+            Ok(
+                (finished && record.payment_id.as_ref() == Some(&payment.id))
+                    .then_some(Unsettled { payment, record }),
+            )
+        };
+        let found: Vec<Result<Option<Unsettled>, StoreError>> = futures::stream::iter(pending)
+            .map(read)
+            .buffered(SETTLING_READS)
+            .collect()
+            .await;
+        let rows = found
+            .into_iter()
+            .filter_map(Result::transpose)
+            .collect::<Result<_, _>>()?;
         Ok(UnsettledPage { rows, next })
     }
 
