@@ -11,7 +11,7 @@
 //! | trait | caller | |
 //! |---|---|---|
 //! | [`RequestPath`] | the engine (`engine::execute`) | claim, take over, recovery points, finish |
-//! | [`Recovery`] | the recovery worker, operators | due records, fenced takeover |
+//! | [`Recovery`] | the recovery worker, operators | due records, fenced takeover, rows left unsettled behind their records |
 //! | [`Operators`] | `/admin`, `engine::resolve` | list, find, resolve by hand |
 //! | [`Sweeper`] | the replay-window sweeper | expire, purge |
 //! | [`Health`] | `/readyz`, gauges | readiness, oldest unfinished, unknown count |
