@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
-use crate::types::{NodeId, RaftError, RpcError};
+use crate::types::{AppendEntriesRequest, AppendEntriesResponse, NodeId, RaftError, RpcError};
 use crate::wan::{self, REGION_HEADER, SimulatedWan};
 use crate::wire;
 use crate::wire_versions::WireVersions;
@@ -124,6 +124,26 @@ impl Link {
             self.id, self.target
         ));
         RpcError::Unreachable(Unreachable::new(&e))
+    }
+
+    /// Sends one append-entries RPC (entries, a heartbeat or a commit
+    /// notice); as send `seq` of lane `lane` given one.
+    pub(crate) async fn append(
+        &self,
+        rpc: &AppendEntriesRequest,
+        option: &RPCOption,
+        lane: Option<(u64, u64)>,
+    ) -> Result<AppendEntriesResponse, RpcError> {
+        let entries = rpc.entries.len() as u64;
+        self.call(
+            APPEND_PATH,
+            RPCTypes::AppendEntries,
+            rpc,
+            entries,
+            option,
+            lane,
+        )
+        .await
     }
 
     /// Sends one RPC and decodes its answer; as send `seq` of lane `lane`

@@ -235,16 +235,7 @@ impl NoticeLane {
                     continue;
                 };
                 let option = RPCOption::new(ttl);
-                let answer: Result<AppendEntriesResponse, RpcError> = link
-                    .call(
-                        APPEND_PATH,
-                        RPCTypes::AppendEntries,
-                        &notice,
-                        0,
-                        &option,
-                        None,
-                    )
-                    .await;
+                let answer = link.append(&notice, &option, None).await;
                 match answer {
                     Ok(AppendEntriesResponse::HigherVote(vote)) => {
                         *learned.lock().unwrap_or_else(|p| p.into_inner()) = Some(vote);
@@ -359,20 +350,9 @@ impl RaftNetwork<TypeConfig> for Connection {
             lane.latest.send_replace(Some((rpc, option.hard_ttl())));
             return Ok(AppendEntriesResponse::Success);
         }
-        let entries = rpc.entries.len() as u64;
         let vote = rpc.vote;
         let sent_up_to = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
-        let answer = self
-            .link
-            .call(
-                APPEND_PATH,
-                RPCTypes::AppendEntries,
-                &rpc,
-                entries,
-                &option,
-                None,
-            )
-            .await;
+        let answer = self.link.append(&rpc, &option, None).await;
         self.remember(vote, sent_up_to, &answer);
         self.open_lane();
         answer

@@ -45,10 +45,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::sync::{broadcast, watch};
 
-use crate::link::{APPEND_PATH, Link};
+use crate::link::Link;
 use crate::log_store::AppendedBatch;
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, RpcError, Vote};
-use openraft::network::{RPCOption, RPCTypes};
+use openraft::network::RPCOption;
 
 pub use crate::link::{LANE_HEADER, LANE_SEQ_HEADER};
 /// The first wire version whose members order a lane's appends.
@@ -315,17 +315,9 @@ impl Shared {
         let option = RPCOption::new(state.ttl);
         let shared = self.clone();
         tokio::spawn(async move {
-            let entries = rpc.entries.len() as u64;
-            let answer: Result<AppendEntriesResponse, RpcError> = shared
+            let answer = shared
                 .link
-                .call(
-                    APPEND_PATH,
-                    RPCTypes::AppendEntries,
-                    &rpc,
-                    entries,
-                    &option,
-                    Some((shared.id, seq)),
-                )
+                .append(&rpc, &option, Some((shared.id, seq)))
                 .await;
             shared.settle(seq, last, answer);
         });
