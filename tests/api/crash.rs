@@ -154,6 +154,60 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     node.kill().await;
 }
 
+/// One payment, sent again and again under one key, and the node that
+/// serves it crashing or stopping on the way: the scenarios of the raft
+/// mode's answer and finish below.
+struct OnePayment {
+    db: TestDb,
+    client: reqwest::Client,
+    sim: ProviderSim,
+    key: &'static str,
+    body: String,
+}
+
+impl OnePayment {
+    async fn new(backend: Backend, key: &'static str, reference: &str) -> Self {
+        Self {
+            db: TestDb::new(backend).await,
+            client: reqwest::Client::new(),
+            sim: ProviderSim::start().await,
+            key,
+            body: payment_body("acc_1", "25.00", reference),
+        }
+    }
+
+    /// A node on the simulator with the crash tests' short lease, `extra`
+    /// flags after those, `failpoints` armed (`""`: none).
+    async fn node(&self, extra: &[&str], failpoints: &str) -> NodeProcess {
+        let args: Vec<&str> = self
+            .sim
+            .crash_node_args()
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let env: &[(&str, &str)] = if failpoints.is_empty() {
+            &[]
+        } else {
+            &[("FAILPOINTS", failpoints)]
+        };
+        NodeProcess::start(&self.db, &args, env).await
+    }
+
+    fn post(&self, node: &NodeProcess) -> reqwest::RequestBuilder {
+        post(
+            &self.client,
+            &node.url,
+            ACME_KEY,
+            Some(self.key),
+            &self.body,
+        )
+    }
+
+    async fn pay(&self, node: &NodeProcess) -> Answer {
+        send(self.post(node)).await
+    }
+}
+
 /// The raft mode finishes a payment in two writes: the record in
 /// raft-store, then the row and its event in the regional database. A crash
 /// between the two leaves a final record, which every retry replays, behind
@@ -161,26 +215,11 @@ async fn crash_then_retry(backend: Backend, point: &str) {
 /// writes what the finish would have (decision 0053): the row succeeded with
 /// the provider's one charge, and one event.
 async fn crash_between_the_record_and_the_row(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let client = reqwest::Client::new();
-    let body = payment_body("acc_1", "25.00", "order-settle");
-    let sim = ProviderSim::start().await;
-    let node_args = sim.crash_node_args();
-    let mut doomed = NodeProcess::start(
-        &db,
-        &node_args,
-        &[("FAILPOINTS", "after_record_finished=return")],
-    )
-    .await;
+    let run = OnePayment::new(backend, "k-settle", "order-settle").await;
+    let db = &run.db;
+    let mut doomed = run.node(&[], "after_record_finished=return").await;
     // The answer goes out before the finish is written (decision 0054).
-    let first = send(post(
-        &client,
-        &doomed.url,
-        ACME_KEY,
-        Some("k-settle"),
-        &body,
-    ))
-    .await;
+    let first = run.pay(&doomed).await;
     assert_eq!(first.status, 201);
     assert!(
         !doomed.wait_for_exit().await.success(),
@@ -199,8 +238,8 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
     );
     assert_eq!(db.count("SELECT COUNT(*) FROM outbox").await, 0);
 
-    let node = NodeProcess::start(&db, &node_args, &[]).await;
-    let answer = send(post(&client, &node.url, ACME_KEY, Some("k-settle"), &body)).await;
+    let node = run.node(&[], "").await;
+    let answer = run.pay(&node).await;
     assert_eq!(
         (answer.status, answer.replayed),
         (201, true),
@@ -209,8 +248,8 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
     );
     assert_eq!(answer.body, first.body);
 
-    row_settled(&db, Duration::from_secs(20)).await;
-    let ledger = sim.ledger().await;
+    row_settled(db, Duration::from_secs(20)).await;
+    let ledger = run.sim.ledger().await;
     assert_eq!(ledger.len(), 1, "one charge: {ledger:?}");
     assert_eq!(
         db.count(&format!(
@@ -229,7 +268,7 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
     );
     assert_eq!(
         metric(
-            &client,
+            &run.client,
             &node.admin_url,
             "payments_settled_late_count_total"
         )
@@ -246,25 +285,10 @@ async fn crash_between_the_record_and_the_row(backend: Backend) {
 /// over, asks the provider by key, and answers the very bytes the client
 /// already had — without a second charge.
 async fn killed_after_answering_before_the_finish(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let client = reqwest::Client::new();
-    let body = payment_body("acc_1", "25.00", "order-answered");
-    let sim = ProviderSim::start().await;
-    let node_args = sim.crash_node_args();
-    let doomed = NodeProcess::start(
-        &db,
-        &node_args,
-        &[("FAILPOINTS", "before_finish_after_answer=return")],
-    )
-    .await;
-    let first = send(post(
-        &client,
-        &doomed.url,
-        ACME_KEY,
-        Some("k-answered"),
-        &body,
-    ))
-    .await;
+    let run = OnePayment::new(backend, "k-answered", "order-answered").await;
+    let db = &run.db;
+    let doomed = run.node(&[], "before_finish_after_answer=return").await;
+    let first = run.pay(&doomed).await;
     assert_eq!(
         (first.status, first.replayed),
         (201, false),
@@ -272,21 +296,14 @@ async fn killed_after_answering_before_the_finish(backend: Backend) {
         String::from_utf8_lossy(&first.body)
     );
     // A retry on the same node replays from its memory at once.
-    let again = send(post(
-        &client,
-        &doomed.url,
-        ACME_KEY,
-        Some("k-answered"),
-        &body,
-    ))
-    .await;
+    let again = run.pay(&doomed).await;
     assert_eq!((again.status, again.replayed), (201, true));
     assert_eq!(again.body, first.body);
     // And this node reads the payment back as answered, though its row is
     // still pending.
     let id = first.json()["id"].as_str().unwrap().to_owned();
     let read = send(
-        client
+        run.client
             .get(format!("{}/payments/{id}", doomed.url))
             .bearer_auth(ACME_KEY),
     )
@@ -307,35 +324,20 @@ async fn killed_after_answering_before_the_finish(backend: Backend) {
 
     // The node that recovers it renders new answers in another shape; this
     // one keeps the shape it was first answered in.
-    let upgraded: Vec<&str> = node_args
-        .iter()
-        .copied()
-        .chain(["--response-schema", "1"])
-        .collect();
-    let node = NodeProcess::start(&db, &upgraded, &[]).await;
-    let recovered = answer_once_not_in_progress(Duration::from_secs(20), || {
-        post(&client, &node.url, ACME_KEY, Some("k-answered"), &body)
-    })
-    .await;
+    let node = run.node(&["--response-schema", "1"], "").await;
+    let recovered = answer_once_not_in_progress(Duration::from_secs(20), || run.post(&node)).await;
     assert_eq!(recovered.status, 201);
     assert_eq!(
         String::from_utf8_lossy(&recovered.body),
         String::from_utf8_lossy(&first.body),
         "the recovered answer is the one given before the kill, byte for byte"
     );
-    let replay = send(post(
-        &client,
-        &node.url,
-        ACME_KEY,
-        Some("k-answered"),
-        &body,
-    ))
-    .await;
+    let replay = run.pay(&node).await;
     assert_eq!((replay.status, replay.replayed), (201, true));
     assert_eq!(replay.body, first.body);
-    let ledger = sim.ledger().await;
+    let ledger = run.sim.ledger().await;
     assert_eq!(ledger.len(), 1, "one charge: {ledger:?}");
-    row_settled(&db, Duration::from_secs(10)).await;
+    row_settled(db, Duration::from_secs(10)).await;
     assert_eq!(
         db.count("SELECT COUNT(*) FROM outbox").await,
         1,
@@ -344,7 +346,7 @@ async fn killed_after_answering_before_the_finish(backend: Backend) {
     // The recovering owner answered before its own finish too, and wrote it.
     let written = r#"payments_finishes_after_answer_total{result="written"}"#;
     until("its finish is counted", Duration::from_secs(10), || async {
-        metric(&client, &node.admin_url, written).await == 1.0
+        metric(&run.client, &node.admin_url, written).await == 1.0
     })
     .await;
     node.kill().await;
@@ -366,17 +368,12 @@ async fn row_settled(db: &TestDb, limit: Duration) {
 /// waits for the finish before it exits, so the record, the row and the
 /// event are all there when it is gone.
 async fn stopped_after_answering_it_writes_the_finish_before_it_exits(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let client = reqwest::Client::new();
-    let body = payment_body("acc_1", "25.00", "order-stopped");
-    let sim = ProviderSim::start().await;
-    let mut node = NodeProcess::start(
-        &db,
-        &sim.crash_node_args(),
-        &[("FAILPOINTS", "before_finish_after_answer=sleep(1000)")],
-    )
-    .await;
-    let answer = send(post(&client, &node.url, ACME_KEY, Some("k-stopped"), &body)).await;
+    let run = OnePayment::new(backend, "k-stopped", "order-stopped").await;
+    let db = &run.db;
+    let mut node = run
+        .node(&[], "before_finish_after_answer=sleep(1000)")
+        .await;
+    let answer = run.pay(&node).await;
     assert_eq!(answer.status, 201);
     assert!(node.process.terminate().await.success(), "a clean stop");
     assert_eq!(
