@@ -7,8 +7,9 @@
 //!   recovered after its lease, with the same answer.
 //! - While one is being written, this node's `GET /payments/{id}` and
 //!   `GET /payments` answer the payment as the client was told
-//!   ([`Finishing::payment`]), not as the row or record still pending shows it. Other nodes read the row or the record, which
-//!   follow within the finish's one consensus write.
+//!   ([`Finishing::payment`]), not as the row or record still pending
+//!   shows it. Other nodes read the row or the record, which follow within
+//!   the finish's one consensus write.
 
 use std::collections::HashMap;
 use std::future::Future;

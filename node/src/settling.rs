@@ -87,18 +87,10 @@ async fn settle(state: &AppState, unsettled: &Unsettled) -> anyhow::Result<bool>
         );
         return Ok(false);
     };
-    let facts = NewPayment {
-        id: payment.id.clone(),
-        tenant: payment.tenant.clone(),
-        account_id: payment.account_id.clone(),
-        merchant_reference: payment.merchant_reference.clone(),
-        amount: payment.amount,
-        channel: payment.channel,
-        region: payment.region.clone(),
-    };
+    let facts = NewPayment::from(payment.clone());
     // Only the row's state and the event are written here; the record
     // keeps the answer it was finished with.
-    let finish = final_state(
+    let (finish, _) = final_state(
         state,
         &payment.id,
         &facts,

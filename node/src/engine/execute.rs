@@ -197,7 +197,12 @@ pub async fn create_payment(
 /// `Ok` while at least half of the owned record's lease is left;
 /// otherwise the time it has left.
 fn lease_is_fresh(state: &AppState, record: &Record) -> Result<(), Duration> {
-    let left = state.clock.now().until(record.locked_until);
+    lease_is_fresh_after(state, record, Duration::ZERO)
+}
+
+/// As [`lease_is_fresh`], `wait` from now.
+fn lease_is_fresh_after(state: &AppState, record: &Record, wait: Duration) -> Result<(), Duration> {
+    let left = state.clock.now().plus(wait).until(record.locked_until);
     if left >= state.config.lease / 2 {
         Ok(())
     } else {
@@ -403,7 +408,7 @@ async fn run(
     };
 
     let schema = answer_schema.unwrap_or(state.config.response_schema);
-    let finish = final_state(
+    let (finish, settled) = final_state(
         state,
         &payment_id,
         facts,
@@ -428,9 +433,8 @@ async fn run(
         // takes the record over asks the provider by key and renders it
         // again, byte for byte.
         state.replays.remember(&finished(record.clone(), &finish));
-        let answered = answered_payment(facts, record.created_at, &finish);
         state.finishing.spawn(
-            answered,
+            settled,
             finish_after_answer(state.clone(), record, finish).in_current_span(),
         );
         return Ok(answer);
@@ -441,26 +445,6 @@ async fn run(
     crash_point("after_finish");
     state.replays.remember(&finished(record, &finish));
     Ok(answer)
-}
-
-/// The payment as a finish of it settles it: what a client answered before
-/// the finish is written reads back from this node meanwhile.
-fn answered_payment(facts: &NewPayment, created_at: UnixMillis, finish: &Finish) -> Payment {
-    let update = finish.payment.as_ref();
-    Payment {
-        id: facts.id.clone(),
-        tenant: facts.tenant.clone(),
-        account_id: facts.account_id.clone(),
-        merchant_reference: facts.merchant_reference.clone(),
-        amount: facts.amount,
-        channel: facts.channel,
-        status: update.map_or(PaymentStatus::Pending, |u| u.status),
-        provider_charge_id: update.and_then(|u| u.provider_charge_id.clone()),
-        decline_code: update.and_then(|u| u.decline_code.clone()),
-        region: facts.region.clone(),
-        created_at,
-        updated_at: finish.now,
-    }
 }
 
 /// The finish of an operation whose answer is already on its way: the
@@ -486,7 +470,7 @@ async fn finish_after_answer(state: AppState, record: Record, finish: Finish) {
                 );
                 break "taken_over";
             }
-            Err(e) if lease_is_fresh_after(&state, &record, backoff) => {
+            Err(e) if lease_is_fresh_after(&state, &record, backoff).is_ok() => {
                 warn!(error = %format!("{e:#}"), ?backoff, "the finish after the answer failed; trying again");
                 tokio::time::sleep(backoff).await;
                 backoff *= 4;
@@ -509,21 +493,17 @@ async fn finish_after_answer(state: AppState, record: Record, finish: Finish) {
         .inc();
 }
 
-/// Whether at least half of the owned record's lease is left after `wait`.
-fn lease_is_fresh_after(state: &AppState, record: &Record, wait: Duration) -> bool {
-    state.clock.now().plus(wait).until(record.locked_until) >= state.config.lease / 2
-}
-
 /// The terminal write for a provider outcome: the payment's final state,
-/// the answer the client receives (and every retry replays), the event.
+/// the answer the client receives (and every retry replays), the event;
+/// and the payment as that write settles it.
 pub(crate) fn final_state(
     state: &AppState,
     payment_id: &PaymentId,
     facts: &NewPayment,
-    created_at: crate::domain::UnixMillis,
+    created_at: UnixMillis,
     outcome: ChargeOutcome,
     schema: response::ResponseSchema,
-) -> Finish {
+) -> (Finish, Payment) {
     let now = state.clock.now();
     let payment = Payment {
         id: payment_id.clone(),
@@ -542,7 +522,7 @@ pub(crate) fn final_state(
         created_at,
         updated_at: now,
     };
-    let (status, response, update, event_type) = match outcome {
+    let (status, response, payment, event_type) = match outcome {
         ChargeOutcome::Approved { charge_id } => {
             let payment = Payment {
                 status: PaymentStatus::Succeeded,
@@ -552,7 +532,7 @@ pub(crate) fn final_state(
             (
                 Status::Completed,
                 response::created(&payment, schema),
-                update_of(&payment),
+                payment,
                 "payment.succeeded",
             )
         }
@@ -565,19 +545,21 @@ pub(crate) fn final_state(
             (
                 Status::FailedReplayable,
                 response::declined(&payment, &code, schema),
-                update_of(&payment),
+                payment,
                 "payment.declined",
             )
         }
     };
-    Finish {
+    let update = update_of(&payment);
+    let finish = Finish {
         status,
         response,
         event: Some(event(payment_id, event_type, facts, &update)),
         payment: Some(update),
         now,
         expires_at: now.plus(state.config.replay_window),
-    }
+    };
+    (finish, payment)
 }
 
 /// How long the recovery worker leaves an unknown outcome alone after its

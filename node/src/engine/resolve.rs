@@ -144,7 +144,7 @@ async fn charged(state: &AppState, scope: &Scope, owner: &Record) -> Result<Fini
             .clone()
             .unwrap_or_else(|| payment_id.provider_key())
     );
-    Ok(final_state(
+    let (finish, _) = final_state(
         state,
         &payment_id,
         &facts,
@@ -152,5 +152,6 @@ async fn charged(state: &AppState, scope: &Scope, owner: &Record) -> Result<Fini
         ChargeOutcome::Approved { charge_id },
         // Nobody was answered: the provider's outcome was unknown.
         state.config.response_schema,
-    ))
+    );
+    Ok(finish)
 }
