@@ -44,13 +44,13 @@ use once_edge::{AdminToken, EdgeMetrics};
 use once_tls::Role;
 
 use crate::authz::{self, Access, Caller, Require};
-use crate::command::Record;
+use crate::command::{Record, Reply};
 use crate::group_commit::GroupCommit;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
     ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
-    Status, WRITE_PATH, WireStatus, WriteRequest,
+    Status, WRITE_PATH, WireStatus, WriteAnswer, WriteRequest,
 };
 use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
@@ -236,6 +236,21 @@ async fn write(
 ) -> Response {
     if !caller.may_write(&request.op) {
         return authz::forbidden(&caller, "propose this command");
+    }
+    // A client's command of a wire version the cluster has not moved to is
+    // not proposed: a member of the build before could not decode it. (The
+    // leader's own version-2 commands check this where they are proposed,
+    // in `housekeeping`.)
+    let needs = request.op.wire_version();
+    if needs > 1 {
+        match state.state_machine.wire_version() {
+            Ok(cluster) if cluster >= needs => {}
+            Ok(cluster) => {
+                return Postcard(WriteAnswer::Done(Reply::NotAgreed { needs, cluster }))
+                    .into_response();
+            }
+            Err(e) => return Postcard(WriteAnswer::Unavailable(e.to_string())).into_response(),
+        }
     }
     Postcard(state.group_commit.submit(request).await).into_response()
 }

@@ -14,6 +14,7 @@ use crate::command::{
     BusinessKey, ClientRequest, Millis, MovedPlacement, NewClaim, Op, Placement, Record, Reply,
     Scope, Status, Step, TakeOverKind,
 };
+use crate::evacuation::{Evacuation, Evacuations, StoredPlacement};
 use crate::sessions::{self, session_key};
 
 type Bytes = &'static [u8];
@@ -23,7 +24,8 @@ pub(crate) const RECORDS: TableDefinition<Bytes, Bytes> = TableDefinition::new("
 /// Business key (postcard) → `Reservation` (postcard).
 pub(crate) const BUSINESS_KEYS: TableDefinition<Bytes, Bytes> =
     TableDefinition::new("business_keys");
-/// Tenant → `Placement`.
+/// Tenant → `Placement` and its evacuation mark ([`StoredPlacement`]; read
+/// through [`Evacuations::read`], never decoded alone).
 pub(crate) const PLACEMENTS: TableDefinition<Bytes, Bytes> = TableDefinition::new("placements");
 /// Region → `RegionStatus`.
 pub(crate) const REGIONS: TableDefinition<Bytes, Bytes> = TableDefinition::new("regions");
@@ -69,7 +71,8 @@ pub(crate) const DUE: TableDefinition<Bytes, Bytes> = TableDefinition::new("due"
 pub(crate) const HOMES: TableDefinition<Bytes, Bytes> = TableDefinition::new("homes");
 
 /// `name` → value: what the cluster as a whole has agreed, replicated like
-/// everything else. Today one entry, [`WIRE_VERSION_KEY`]. Last of the data
+/// everything else: [`WIRE_VERSION_KEY`], and the evacuations still
+/// applied on read (`crate::evacuation`). Last of the data
 /// tables, and carried by a snapshot only once it holds anything, so a
 /// cluster that has not moved past wire version 1 still sends snapshots a
 /// member of the build before installs.
@@ -166,7 +169,9 @@ pub(crate) fn rebuild_home_index(txn: &redb::WriteTransaction) -> Result<u64, Ap
     let mut n = 0;
     for item in placements.iter()? {
         let (k, v) = item?;
-        let placement: Placement = decode(v.value())?;
+        // The index lists the home as stored (evacuations are resolved on
+        // read, and written out before the index is read: `move_region`).
+        let placement = StoredPlacement::decode(v.value())?.placement;
         let tenant = String::from_utf8_lossy(k.value());
         homes.insert(
             home_key(&placement.home, &tenant)?.as_slice(),
@@ -312,6 +317,9 @@ pub(crate) struct Tables<'txn> {
     pub cluster: Table<'txn, Bytes, Bytes>,
     /// The cluster's wire version, read once per transaction.
     wire_version: u16,
+    /// The evacuations placements are read through, read once per
+    /// transaction.
+    evacuations: Evacuations,
 }
 
 impl<'txn> Tables<'txn> {
@@ -330,6 +338,8 @@ impl<'txn> Tables<'txn> {
             due: txn.open_table(DUE)?,
             homes: txn.open_table(HOMES)?,
             wire_version: wire_version_in(&cluster)?,
+            evacuations: Evacuations::load::<ApplyError>(&cluster)
+                .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?,
             cluster,
         })
     }
@@ -403,31 +413,76 @@ impl<'txn> Tables<'txn> {
         Ok(())
     }
 
+    /// `tenant`'s placement as it is now: stored, then every evacuation
+    /// after its mark.
     fn placement(&self, tenant: &str) -> Result<Option<Placement>, ApplyError> {
-        Self::get(&self.placements, tenant.as_bytes())
+        match self.placements.get(tenant.as_bytes())? {
+            Some(v) => Ok(Some(self.evacuations.read(v.value())?)),
+            None => Ok(None),
+        }
     }
 
-    /// Writes `tenant`'s placement, which was `previous`, and keeps
-    /// [`HOMES`] in step: the one place placements are written. A bulk move
-    /// drops the entries under the region it empties in one pass instead
-    /// (`unindex_previous` false).
+    /// Writes `tenant`'s placement, with the current evacuation mark, and
+    /// keeps [`HOMES`] in step with the home stored before: the one place
+    /// placements are written. A bulk move drops the entries under the
+    /// region it empties in one pass instead (`unindex_previous` false).
     fn put_placement(
         &mut self,
         tenant: &str,
-        previous: Option<&Placement>,
         placement: &Placement,
         unindex_previous: bool,
     ) -> Result<(), ApplyError> {
-        self.placements
-            .insert(tenant.as_bytes(), encode(placement)?.as_slice())?;
-        if previous.is_none_or(|p| p.home != placement.home) {
-            if let Some(old) = previous.filter(|_| unindex_previous) {
-                self.homes.remove(home_key(&old.home, tenant)?.as_slice())?;
+        let stored = StoredPlacement::encode(placement, self.evacuations.mark())?;
+        let stored_home = self
+            .placements
+            .insert(tenant.as_bytes(), stored.as_slice())?
+            .map(|v| StoredPlacement::decode(v.value()).map(|s| s.placement.home))
+            .transpose()?;
+        if stored_home.as_deref() != Some(placement.home.as_str()) {
+            if let Some(old) = stored_home.filter(|_| unindex_previous) {
+                self.homes.remove(home_key(&old, tenant)?.as_slice())?;
             }
             self.homes
                 .insert(home_key(&placement.home, tenant)?.as_slice(), [].as_slice())?;
         }
         Ok(())
+    }
+
+    /// Writes every placement an evacuation changed as it now reads, then
+    /// forgets the evacuations: what a command that reads placements by
+    /// their stored home ([`HOMES`]) or scans them all does first. Costs a
+    /// scan of every placement; only failback and the older bulk move do
+    /// it, and only while an evacuation is pending.
+    fn write_out_evacuations(&mut self) -> Result<(), ApplyError> {
+        if self.evacuations.is_empty() {
+            return Ok(());
+        }
+        let mut changed = Vec::new();
+        for item in self.placements.iter()? {
+            let (k, v) = item?;
+            let stored = StoredPlacement::decode(v.value())?;
+            let now = self.evacuations.resolve(stored.clone());
+            if now != stored.placement {
+                changed.push((String::from_utf8_lossy(k.value()).into_owned(), now));
+            }
+        }
+        for (tenant, placement) in changed {
+            self.put_placement(&tenant, &placement, true)?;
+        }
+        self.evacuations.forget(&mut self.cluster)?;
+        Ok(())
+    }
+
+    /// [`Op::EvacuateRegion`]: one row, whatever the number of tenants.
+    fn evacuate_region(&mut self, from: &str, eligible: &[String]) -> Result<Reply, ApplyError> {
+        let number = self.evacuations.record::<ApplyError>(
+            &mut self.cluster,
+            Evacuation {
+                from: from.to_owned(),
+                eligible: eligible.to_vec(),
+            },
+        )?;
+        Ok(Reply::Evacuated { number })
     }
 
     /// Moves `tenant` from `current` to `home` and `standbys`, one epoch on
@@ -444,7 +499,7 @@ impl<'txn> Tables<'txn> {
             epoch: current.epoch + 1,
             preferred_home: current.preferred_home.clone(),
         };
-        self.put_placement(&tenant, Some(&current), &placement, false)?;
+        self.put_placement(&tenant, &placement, false)?;
         Ok(MovedPlacement {
             tenant,
             from: current.home,
@@ -455,6 +510,7 @@ impl<'txn> Tables<'txn> {
     /// [`Op::MoveRegion`]: reads only the tenants homed in `from` (the
     /// [`HOMES`] index), so its cost is the tenants it moves.
     fn move_region(&mut self, from: &str, eligible: &[String]) -> Result<Reply, ApplyError> {
+        self.write_out_evacuations()?;
         let (mut moved, mut stranded) = (Vec::new(), Vec::new());
         for tenant in tenants_homed_in(&self.homes, from)? {
             let Some(current) = self.placement(&tenant)? else {
@@ -485,10 +541,11 @@ impl<'txn> Tables<'txn> {
     /// [`Op::ReturnHome`]: a scan of every placement (the preferred home is
     /// not indexed: failback is an operator's, not a race against clients).
     fn return_home(&mut self, to: &str) -> Result<Reply, ApplyError> {
+        self.write_out_evacuations()?;
         let mut away = Vec::new();
         for item in self.placements.iter()? {
             let (k, v) = item?;
-            let placement: Placement = decode(v.value())?;
+            let placement = StoredPlacement::decode(v.value())?.placement;
             if placement.preferred_home == to && placement.home != to {
                 away.push((String::from_utf8_lossy(k.value()).into_owned(), placement));
             }
@@ -677,11 +734,12 @@ impl<'txn> Tables<'txn> {
                         .as_ref()
                         .map_or_else(|| home.clone(), |p| p.preferred_home.clone()),
                 };
-                self.put_placement(tenant, current.as_ref(), &placement, true)?;
+                self.put_placement(tenant, &placement, true)?;
                 Ok(Reply::Placement(placement))
             }
             Op::MoveRegion { from, eligible } => self.move_region(from, eligible),
             Op::ReturnHome { to } => self.return_home(to),
+            Op::EvacuateRegion { from, eligible } => self.evacuate_region(from, eligible),
             Op::RaiseWireVersion { version } => self.raise_wire_version(now, *version),
             Op::ForgetIdleClients { idle_ms, limit } => {
                 self.forget_idle_clients(now, *idle_ms, *limit)

@@ -84,6 +84,7 @@ impl Caller {
             Op::SetPlacement { .. }
             | Op::SetRegionStatus { .. }
             | Op::MoveRegion { .. }
+            | Op::EvacuateRegion { .. }
             | Op::ReturnHome { .. } => &[Role::Router, Role::Operator],
             // The leader proposes these itself (`crate::housekeeping`),
             // never through the client API.
@@ -183,7 +184,11 @@ mod tests {
         let failback = Op::ReturnHome {
             to: "eu-west".into(),
         };
-        for op in [&mark, &moved, &failover, &failback] {
+        let evacuation = Op::EvacuateRegion {
+            from: "eu-west".into(),
+            eligible: vec!["us-east".into()],
+        };
+        for op in [&mark, &moved, &failover, &failback, &evacuation] {
             assert!(caller(Role::Router).may_write(op));
             assert!(caller(Role::Operator).may_write(op));
             assert!(!caller(Role::Node).may_write(op));

@@ -32,7 +32,9 @@
 //!   tables and their derived indexes: unfinished records, payments by id,
 //!   each tenant's listing, and the sweeper's schedule, so expiry and purge
 //!   read only the records that are due), [`sessions`] (the dedup table's
-//!   floors, when each client was last seen, forgetting idle clients).
+//!   floors, when each client was last seen, forgetting idle clients),
+//!   [`evacuation`] (a region's failover as one row that placements are
+//!   read through, whatever the number of tenants).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping;
 //!   one peer's RPC in [`link`]),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
@@ -193,6 +195,7 @@ pub mod apply;
 pub mod authz;
 pub mod clock;
 pub mod config;
+pub mod evacuation;
 pub mod group_commit;
 pub mod housekeeping;
 pub mod link;

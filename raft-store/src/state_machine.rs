@@ -47,6 +47,7 @@ use crate::apply::{
     tenants_homed_in, wire_version_in,
 };
 use crate::command::{BatchReply, Placement, Record, RegionStatus, Scope};
+use crate::evacuation::Evacuations;
 use crate::protocol::{PaymentListQuery, RecordQuery};
 use crate::snapshot_file::{SnapshotContent, SnapshotDir};
 use crate::types::{
@@ -126,6 +127,17 @@ fn io<E: std::error::Error + 'static>(e: E) -> StorageError {
 
 fn wio<E: std::error::Error + 'static>(e: E) -> StorageError {
     StorageIOError::write_state_machine(&e).into()
+}
+
+/// The evacuations a read transaction sees placements through.
+/// (None where the `cluster` table is not there: a state installed from
+/// the snapshot of a build before it.)
+fn evacuations_in(txn: &redb::ReadTransaction) -> Result<Evacuations, StorageError> {
+    match txn.open_table(CLUSTER) {
+        Ok(cluster) => Evacuations::load::<crate::apply::ApplyError>(&cluster).map_err(io),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(Evacuations::default()),
+        Err(e) => Err(io(e)),
+    }
 }
 
 impl StateMachine {
@@ -262,11 +274,16 @@ impl StateMachine {
         Ok(out)
     }
 
+    /// `tenant`'s placement as it is now (stored, then every evacuation
+    /// after its mark: `crate::evacuation`).
     pub fn placement(&self, tenant: &str) -> Result<Option<Placement>, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;
+        let evacuations = evacuations_in(&txn)?;
         let table = txn.open_table(PLACEMENTS).map_err(io)?;
         let value = table.get(tenant.as_bytes()).map_err(io)?;
-        value.map(|v| decode(v.value()).map_err(io)).transpose()
+        value
+            .map(|v| evacuations.read(v.value()).map_err(io))
+            .transpose()
     }
 
     /// Every region's status as last set, by region name.
@@ -331,15 +348,16 @@ impl StateMachine {
         tenants_homed_in(&table, region).map_err(io)
     }
 
-    /// Every tenant's placement, by tenant.
+    /// Every tenant's placement as it is now, by tenant.
     pub fn placements(&self) -> Result<Vec<(String, Placement)>, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;
+        let evacuations = evacuations_in(&txn)?;
         let table = txn.open_table(PLACEMENTS).map_err(io)?;
         let mut out = Vec::new();
         for item in table.iter().map_err(io)? {
             let (k, v) = item.map_err(io)?;
             let tenant = String::from_utf8_lossy(k.value()).into_owned();
-            out.push((tenant, decode(v.value()).map_err(io)?));
+            out.push((tenant, evacuations.read(v.value()).map_err(io)?));
         }
         Ok(out)
     }
@@ -371,6 +389,7 @@ impl StateMachine {
     ) -> Result<(), StorageError> {
         let txn = self.db.begin_read().map_err(io)?;
         let records = txn.open_table(RECORDS).map_err(io)?;
+        let evacuations = evacuations_in(&txn)?;
         let placements = txn.open_table(PLACEMENTS).map_err(io)?;
         // Each tenant's placement read once per query, from the same read
         // transaction as the records.
@@ -388,7 +407,7 @@ impl StateMachine {
                         let placement: Option<Placement> = placements
                             .get(tenant.as_bytes())
                             .map_err(io)?
-                            .map(|v| decode(v.value()).map_err(io))
+                            .map(|v| evacuations.read(v.value()).map_err(io))
                             .transpose()?;
                         let homed = query.homed_in_matches(placement.as_ref());
                         homes.insert(tenant, homed);

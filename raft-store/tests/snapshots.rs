@@ -269,3 +269,30 @@ async fn the_cluster_table_travels_in_a_snapshot_only_once_the_cluster_moved_to_
     assert_eq!(b.wire_version().unwrap(), 2);
     assert_eq!(view(&b), view(&a.sm));
 }
+
+/// A failover recorded as an evacuation (decision 0055) travels in the
+/// `cluster` table: the member that installs the snapshot reads every
+/// placement moved, and a failback there writes them home.
+#[tokio::test]
+async fn an_evacuation_travels_in_a_snapshot() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = filled(a_dir.path()).await;
+    a.apply(T0, vec![Op::RaiseWireVersion { version: 4 }]).await;
+    a.apply(
+        T0,
+        vec![Op::EvacuateRegion {
+            from: "us".into(),
+            eligible: vec!["eu".into()],
+        }],
+    )
+    .await;
+    let moved = a.sm.placement("tenant-7").unwrap().unwrap();
+    assert_eq!((moved.home.as_str(), moved.epoch), ("eu", 2));
+
+    let mut snapshot = a.sm.build_snapshot().await.unwrap();
+    let mut b = StateMachine::open(&b_dir.path().join("state.redb")).unwrap();
+    let (received, _) = send_in_chunks(&mut snapshot, &mut b, 1 << 20).await;
+    b.install_snapshot(&snapshot.meta, received).await.unwrap();
+    assert_eq!(b.placements().unwrap(), a.sm.placements().unwrap());
+    assert_eq!(b.placement("tenant-7").unwrap(), Some(moved));
+}

@@ -1007,3 +1007,181 @@ async fn idle_clients_are_forgotten_once_the_cluster_moved_to_wire_version_2() {
         .await;
     assert_eq!(h.sm.wire_version().unwrap(), 2);
 }
+
+fn evacuate(from: &str, eligible: &[&str]) -> Op {
+    Op::EvacuateRegion {
+        from: from.into(),
+        eligible: eligible.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// An evacuation (decision 0055) leaves every placement as the bulk move it
+/// replaces would have: one state machine fails regions over with
+/// `MoveRegion`, another with `EvacuateRegion` (and now and then the older
+/// move, which writes the evacuations out first), through the same seeded
+/// mix of placement writes, failovers and failbacks; after every step both
+/// read the same placements, one by one and listed, and refuse or take a
+/// claim alike.
+#[tokio::test]
+async fn an_evacuation_reads_like_the_bulk_move_it_replaces() {
+    const REGIONS: [&str; 4] = ["eu", "us", "ap", "sa"];
+    let tenants: Vec<String> = (0..12).map(|i| format!("tenant-{i:02}")).collect();
+    let (mut moves, mut evacuations) = (Harness::new(), Harness::new());
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut pending = 0;
+    for step in 0..400 {
+        let region = REGIONS[next(REGIONS.len())];
+        let eligible: Vec<&str> = REGIONS
+            .iter()
+            .copied()
+            .filter(|r| *r != region && next(3) > 0)
+            .collect();
+        let (op_moves, op_evacuations) = match next(10) {
+            0..=3 => {
+                let tenant = &tenants[next(tenants.len())];
+                let epoch = moves.sm.placement(tenant).unwrap().map_or(0, |p| p.epoch);
+                let mut standbys: Vec<String> = REGIONS
+                    .iter()
+                    .filter(|r| **r != region)
+                    .map(|r| r.to_string())
+                    .collect();
+                standbys.rotate_left(next(3));
+                let op = Op::SetPlacement {
+                    tenant: tenant.clone(),
+                    expected_epoch: epoch,
+                    home: region.into(),
+                    standbys,
+                };
+                (op.clone(), op)
+            }
+            4..=7 => {
+                let evacuation = if next(5) == 0 {
+                    move_region(region, &eligible)
+                } else {
+                    pending += 1;
+                    evacuate(region, &eligible)
+                };
+                (move_region(region, &eligible), evacuation)
+            }
+            _ => {
+                let op = Op::ReturnHome { to: region.into() };
+                (op.clone(), op)
+            }
+        };
+        let (a, b) = (
+            moves.run(T0, op_moves.clone()).await,
+            evacuations.run(T0, op_evacuations.clone()).await,
+        );
+        match (&a, &b) {
+            (Reply::Moved { .. }, Reply::Evacuated { .. }) => {}
+            _ => assert_eq!(a, b, "step {step}: {op_moves:?} / {op_evacuations:?}"),
+        }
+        assert_eq!(
+            moves.sm.placements().unwrap(),
+            evacuations.sm.placements().unwrap(),
+            "step {step}: after {op_moves:?} / {op_evacuations:?}"
+        );
+        for tenant in &tenants {
+            assert_eq!(
+                moves.sm.placement(tenant).unwrap(),
+                evacuations.sm.placement(tenant).unwrap()
+            );
+        }
+    }
+    assert!(pending > 50, "the mix evacuated {pending} times");
+    // A claim where each placement is now: misdirected alike, taken alike.
+    for (i, tenant) in tenants.iter().enumerate() {
+        let Some(placement) = moves.sm.placement(tenant).unwrap() else {
+            continue;
+        };
+        let mut claim = claim(&format!("k{i}"), &format!("r{i}"), "eu", placement.epoch);
+        claim.scope.tenant = tenant.clone();
+        if let Some(key) = &mut claim.business_key {
+            key.tenant = tenant.clone();
+        }
+        let stale = NewClaim {
+            epoch: placement.epoch.saturating_sub(1),
+            ..claim.clone()
+        };
+        for c in [stale, claim] {
+            assert_eq!(
+                moves.run(T0, Op::Claim(c.clone())).await,
+                evacuations.run(T0, Op::Claim(c)).await
+            );
+        }
+    }
+}
+
+/// A failover of 100,000 tenants as one evacuation: one row, whatever the
+/// number of tenants; every placement reads moved, a claim from the new
+/// home at the new epoch counts, and a failback writes them all home.
+#[tokio::test]
+async fn a_hundred_thousand_tenants_evacuate_in_one_apply() {
+    let mut h = Harness::new();
+    const TENANTS: usize = 100_000;
+    let requests: Vec<ClientRequest> = (0..TENANTS)
+        .map(|i| ClientRequest {
+            client: 2,
+            seq: i as u64 + 1,
+            acked_below: i as u64 + 1,
+            now: T0,
+            op: place(
+                &format!("tenant-{i:06}"),
+                if i % 2 == 0 { "eu" } else { "us" },
+                &["us", "ap"],
+            ),
+        })
+        .collect();
+    for chunk in requests.chunks(10_000) {
+        h.apply_requests(chunk.to_vec()).await;
+    }
+    let started = std::time::Instant::now();
+    let reply = h.run(T0, evacuate("eu", &["us", "ap"])).await;
+    let took = started.elapsed();
+    eprintln!(
+        "evacuation of a region homing {} tenants applied in {took:?}",
+        TENANTS / 2
+    );
+    assert_eq!(reply, Reply::Evacuated { number: 1 });
+    let placements = h.sm.placements().unwrap();
+    assert_eq!(placements.len(), TENANTS);
+    assert!(
+        placements
+            .iter()
+            .all(|(_, p)| p.home == "us" && p.epoch == if p.preferred_home == "eu" { 2 } else { 1 })
+    );
+    assert!(
+        matches!(
+            h.run(T0, Op::Claim(claim("k1", "r1", "us", 0))).await,
+            Reply::Claimed(_)
+        ),
+        "acme has no placement: any region"
+    );
+    let mut moved = claim("k2", "r2", "eu", 1);
+    moved.scope.tenant = "tenant-000000".into();
+    assert!(matches!(
+        h.run(T0, Op::Claim(moved.clone())).await,
+        Reply::Misdirected { placement } if placement.home == "us" && placement.epoch == 2
+    ));
+    moved.region = "us".into();
+    moved.epoch = 2;
+    assert!(matches!(
+        h.run(T0, Op::Claim(moved)).await,
+        Reply::Claimed(_)
+    ));
+
+    let (back, _) = moves(h.run(T0, Op::ReturnHome { to: "eu".into() }).await);
+    assert_eq!(back.len(), TENANTS / 2);
+    assert!(
+        back.iter()
+            .all(|(_, from, to, epoch)| from == "us" && to == "eu" && *epoch == 3)
+    );
+    assert_eq!(h.sm.homed_in("eu").unwrap().len(), TENANTS / 2);
+    assert_eq!(h.sm.homed_in("us").unwrap().len(), TENANTS / 2);
+}

@@ -521,6 +521,19 @@ pub enum Op {
         idle_ms: i64,
         limit: u32,
     },
+    /// Wire version 4. Failover in one entry whose apply costs the same
+    /// at any number of tenants: from this entry on, every tenant whose
+    /// placement is home in `from` counts as moved to its first standby
+    /// that is not `from` and is in `eligible`
+    /// ([`Placement::failover_target`]), its epoch bumped once — the same
+    /// outcome as [`Op::MoveRegion`], but recorded as one evacuation that
+    /// each read of a placement applies, not as a rewrite of every
+    /// placement (docs/decisions/0055-evacuations.md). Answered
+    /// `Evacuated`.
+    EvacuateRegion {
+        from: String,
+        eligible: Vec<String>,
+    },
 }
 
 impl Op {
@@ -529,6 +542,7 @@ impl Op {
     pub fn wire_version(&self) -> u16 {
         match self {
             Self::RaiseWireVersion { .. } | Self::ForgetIdleClients { .. } => 2,
+            Self::EvacuateRegion { .. } => 4,
             _ => 1,
         }
     }
@@ -606,6 +620,18 @@ pub enum Reply {
     Moved {
         moved: Vec<MovedPlacement>,
         stranded: Vec<String>,
+    },
+    /// An evacuation ([`Op::EvacuateRegion`]) applied: it is the cluster's
+    /// `number`th (they are numbered in log order, from 1).
+    Evacuated {
+        number: u64,
+    },
+    /// Not proposed: the command is of a wire version the cluster has not
+    /// moved to yet (`cluster`, as the member that answered has applied
+    /// it). Nothing was written.
+    NotAgreed {
+        needs: u16,
+        cluster: u16,
     },
 }
 
@@ -690,6 +716,29 @@ mod tests {
             assert_eq!(op.wire_version(), 2);
             assert!(op.wire_version() <= crate::wire::WIRE_VERSION);
         }
+        let evacuate = Op::EvacuateRegion {
+            from: "eu".into(),
+            eligible: vec![],
+        };
+        assert_eq!(
+            postcard::to_allocvec(&evacuate).unwrap(),
+            [16, 2, b'e', b'u', 0]
+        );
+        assert_eq!(evacuate.wire_version(), 4);
+        assert!(evacuate.wire_version() <= crate::wire::WIRE_VERSION);
+        // Its replies come after every older one too.
+        assert_eq!(
+            postcard::to_allocvec(&Reply::Evacuated { number: 1 }).unwrap(),
+            [14, 1]
+        );
+        assert_eq!(
+            postcard::to_allocvec(&Reply::NotAgreed {
+                needs: 4,
+                cluster: 3
+            })
+            .unwrap(),
+            [15, 4, 3]
+        );
     }
 
     #[test]

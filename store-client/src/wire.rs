@@ -31,8 +31,9 @@ pub const CONTENT_TYPE: &str = "application/octet-stream";
 /// [`crate::command::Op::RaiseWireVersion`] and
 /// [`crate::command::Op::ForgetIdleClients`]; 3, pipelined appends on Raft
 /// RPC (a member orders the appends of a leader's lane by their
-/// `x-once-lane` and `x-once-lane-seq` headers; no message changed).
-pub const WIRE_VERSION: u16 = 3;
+/// `x-once-lane` and `x-once-lane-seq` headers; no message changed); 4,
+/// [`crate::command::Op::EvacuateRegion`].
+pub const WIRE_VERSION: u16 = 4;
 
 /// The header every request and answer declares its sender's version in.
 pub const VERSION_HEADER: &str = "x-once-wire-version";
