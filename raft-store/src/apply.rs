@@ -433,6 +433,7 @@ impl<'txn> Tables<'txn> {
         unindex_previous: bool,
     ) -> Result<(), ApplyError> {
         let stored = StoredPlacement::encode(placement, self.evacuations.mark())?;
+        self.evacuations.placement_written(&mut self.cluster)?;
         let stored_home = self
             .placements
             .insert(tenant.as_bytes(), stored.as_slice())?
@@ -475,14 +476,23 @@ impl<'txn> Tables<'txn> {
 
     /// [`Op::EvacuateRegion`]: one row, whatever the number of tenants.
     fn evacuate_region(&mut self, from: &str, eligible: &[String]) -> Result<Reply, ApplyError> {
-        let number = self.evacuations.record::<ApplyError>(
-            &mut self.cluster,
-            Evacuation {
-                from: from.to_owned(),
-                eligible: eligible.to_vec(),
-            },
-        )?;
-        Ok(Reply::Evacuated { number })
+        let evacuation = Evacuation {
+            from: from.to_owned(),
+            eligible: eligible.to_vec(),
+        };
+        if let Some(number) = self.evacuations.repeats(&evacuation) {
+            return Ok(Reply::Evacuated {
+                number,
+                again: true,
+            });
+        }
+        let number = self
+            .evacuations
+            .record::<ApplyError>(&mut self.cluster, evacuation)?;
+        Ok(Reply::Evacuated {
+            number,
+            again: false,
+        })
     }
 
     /// Moves `tenant` from `current` to `home` and `standbys`, one epoch on

@@ -44,6 +44,9 @@ type Bytes = &'static [u8];
 /// In the `cluster` table: the number of the last evacuation ever applied
 /// (u64 big-endian; absent: none).
 const LAST_KEY: &[u8] = b"evacuations/last";
+/// In the `cluster` table: the number of the last evacuation when a
+/// placement was last written (u64 big-endian; absent: 0).
+const WRITTEN_KEY: &[u8] = b"evacuations/written";
 /// In the `cluster` table: `PREFIX ‖ number (u64 big-endian)` → an
 /// [`Evacuation`] still applied on read.
 const PREFIX: &[u8] = b"evacuations/n/";
@@ -104,6 +107,8 @@ impl StoredPlacement {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Evacuations {
     last: u64,
+    /// `last` when a placement was last written.
+    written: u64,
     pending: Vec<(u64, Evacuation)>,
 }
 
@@ -113,10 +118,13 @@ impl Evacuations {
     where
         E: From<redb::StorageError> + From<postcard::Error>,
     {
-        let last = cluster
-            .get(LAST_KEY)?
-            .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
-            .map_or(0, u64::from_be_bytes);
+        let number_at = |key: &[u8]| -> Result<u64, redb::StorageError> {
+            Ok(cluster
+                .get(key)?
+                .and_then(|v| <[u8; 8]>::try_from(v.value()).ok())
+                .map_or(0, u64::from_be_bytes))
+        };
+        let (last, written) = (number_at(LAST_KEY)?, number_at(WRITTEN_KEY)?);
         let mut pending = Vec::new();
         if last > 0 {
             for item in cluster.range(PREFIX..)? {
@@ -128,7 +136,11 @@ impl Evacuations {
                 pending.push((number, postcard::from_bytes(v.value())?));
             }
         }
-        Ok(Self { last, pending })
+        Ok(Self {
+            last,
+            written,
+            pending,
+        })
     }
 
     /// No evacuation applies to any read.
@@ -153,6 +165,36 @@ impl Evacuations {
     /// Decodes a stored placement and resolves it.
     pub fn read(&self, bytes: &[u8]) -> Result<Placement, postcard::Error> {
         Ok(self.resolve(StoredPlacement::decode(bytes)?))
+    }
+
+    /// The number of the last evacuation if `evacuation` would repeat it:
+    /// the same region, no region allowed that it did not allow, and no
+    /// placement written since. Applying it would then move no one (every
+    /// tenant the last could move has left the region; the ones it
+    /// stranded have no standby this one allows either), so it need not
+    /// be recorded.
+    pub fn repeats(&self, evacuation: &Evacuation) -> Option<u64> {
+        let (number, last) = self.pending.last()?;
+        let repeats = *number == self.last
+            && self.written < self.last
+            && last.from == evacuation.from
+            && evacuation
+                .eligible
+                .iter()
+                .all(|r| last.eligible.contains(r));
+        repeats.then_some(*number)
+    }
+
+    /// Notes that a placement is being written (with [`Self::mark`]).
+    pub fn placement_written(
+        &mut self,
+        cluster: &mut Table<'_, Bytes, Bytes>,
+    ) -> Result<(), redb::StorageError> {
+        if self.written < self.last {
+            cluster.insert(WRITTEN_KEY, self.last.to_be_bytes().as_slice())?;
+            self.written = self.last;
+        }
+        Ok(())
     }
 
     /// Records `evacuation` as the next one; returns its number.
@@ -227,6 +269,7 @@ mod tests {
     fn evacuations_after_the_mark_apply_in_order() {
         let evacuations = Evacuations {
             last: 2,
+            written: 0,
             pending: vec![
                 (1, evacuation("eu", &["us", "ap"])),
                 (2, evacuation("us", &["ap"])),
@@ -251,6 +294,7 @@ mod tests {
     fn a_tenant_no_standby_may_take_stays() {
         let evacuations = Evacuations {
             last: 1,
+            written: 0,
             pending: vec![(1, evacuation("eu", &["ap"]))],
         };
         let p = placement("eu", &["us"], 3);

@@ -703,6 +703,14 @@ fn place(tenant: &str, home: &str, standbys: &[&str]) -> Op {
     }
 }
 
+/// A placement written over the one at `expected_epoch`.
+fn place_again(tenant: &str, expected_epoch: u64, home: &str, standbys: &[&str]) -> Op {
+    Op::SetPlacement {
+        expected_epoch,
+        ..place(tenant, home, standbys)
+    }
+}
+
 fn move_region(from: &str, eligible: &[&str]) -> Op {
     Op::MoveRegion {
         from: from.into(),
@@ -851,16 +859,7 @@ async fn a_retried_bulk_move_gets_its_first_reply_and_moves_nothing_more() {
     };
     let first = h.apply_requests(vec![request.clone()]).await;
     // acme is placed back in eu by hand; the retry must not move it again.
-    h.run(
-        T0,
-        Op::SetPlacement {
-            tenant: "acme".into(),
-            expected_epoch: 2,
-            home: "eu".into(),
-            standbys: vec!["us".into()],
-        },
-    )
-    .await;
+    h.run(T0, place_again("acme", 2, "eu", &["us"])).await;
     let retried = h.apply_requests(vec![request]).await;
     assert_eq!(retried, first);
     assert_eq!(
@@ -1148,7 +1147,21 @@ async fn a_hundred_thousand_tenants_evacuate_in_one_apply() {
         "evacuation of a region homing {} tenants applied in {took:?}",
         TENANTS / 2
     );
-    assert_eq!(reply, Reply::Evacuated { number: 1 });
+    assert_eq!(
+        reply,
+        Reply::Evacuated {
+            number: 1,
+            again: false
+        }
+    );
+    // A second router's: nothing more to move, nothing recorded.
+    assert_eq!(
+        h.run(T0, evacuate("eu", &["us"])).await,
+        Reply::Evacuated {
+            number: 1,
+            again: true
+        }
+    );
     let placements = h.sm.placements().unwrap();
     assert_eq!(placements.len(), TENANTS);
     assert!(
@@ -1184,4 +1197,55 @@ async fn a_hundred_thousand_tenants_evacuate_in_one_apply() {
     );
     assert_eq!(h.sm.homed_in("eu").unwrap().len(), TENANTS / 2);
     assert_eq!(h.sm.homed_in("us").unwrap().len(), TENANTS / 2);
+}
+
+/// A second evacuation of the same region is recorded only when it could
+/// move someone: a placement written into the region since, or a region
+/// it allows that the first did not.
+#[tokio::test]
+async fn a_repeated_evacuation_is_recorded_only_when_it_could_move_someone() {
+    let mut h = Harness::new();
+    h.run(T0, place("acme", "eu", &["us", "ap"])).await;
+    h.run(T0, place("globex", "eu", &["ap"])).await;
+    let first = h.run(T0, evacuate("eu", &["us"])).await;
+    assert_eq!(
+        first,
+        Reply::Evacuated {
+            number: 1,
+            again: false
+        }
+    );
+    // globex has no standby the first allowed: stranded in eu.
+    assert_eq!(h.sm.placement("globex").unwrap().unwrap().home, "eu");
+    assert_eq!(
+        h.run(T0, evacuate("eu", &["us"])).await,
+        Reply::Evacuated {
+            number: 1,
+            again: true
+        }
+    );
+    // Allowing ap too moves globex.
+    assert_eq!(
+        h.run(T0, evacuate("eu", &["us", "ap"])).await,
+        Reply::Evacuated {
+            number: 2,
+            again: false
+        }
+    );
+    let globex = h.sm.placement("globex").unwrap().unwrap();
+    assert_eq!((globex.home.as_str(), globex.epoch), ("ap", 2));
+    // acme is placed back in eu by hand: the same evacuation again moves it.
+    let acme = h.sm.placement("acme").unwrap().unwrap();
+    assert_eq!((acme.home.as_str(), acme.epoch), ("us", 2));
+    h.run(T0, place_again("acme", 2, "eu", &["us"])).await;
+    assert_eq!(
+        h.run(T0, evacuate("eu", &["us", "ap"])).await,
+        Reply::Evacuated {
+            number: 3,
+            again: false
+        }
+    );
+    let acme = h.sm.placement("acme").unwrap().unwrap();
+    assert_eq!((acme.home.as_str(), acme.epoch), ("us", 4));
+    assert_eq!(h.sm.placement("globex").unwrap().unwrap().epoch, 2);
 }

@@ -2,17 +2,30 @@
 //! failback (to each tenant's preferred home).
 //!
 //! A move is one write to raft-store whatever the number of tenants
-//! ([`once_store_client::command::Op::MoveRegion`] and `ReturnHome`,
-//! docs/decisions/0036-bulk-placement-moves.md): in one Raft entry, every
+//! (docs/decisions/0036-bulk-placement-moves.md): in one Raft entry, every
 //! tenant homed in the failed region goes to its first eligible standby
 //! (`Placement::failover_target`), its epoch bumped once. The rule is
 //! decided at apply, against the placements as they are then, so any number
 //! of routers may decide the same move at the same time: the first entry
 //! moves the tenants, the others find none homed there and move nothing.
 //!
+//! A failover is an *evacuation*
+//! ([`once_store_client::command::Op::EvacuateRegion`],
+//! docs/decisions/0055-evacuations.md): one row in raft-store that
+//! placements are read through, so its apply costs the same at 10 tenants
+//! or 100,000. Its answer lists no tenant; this router applies the same
+//! rule to its own cache (a guess like any cached placement: a tenant it
+//! gets wrong costs one 421 and a re-read). A cluster not yet at wire
+//! version 4 answers `NotAgreed` and gets the older bulk move
+//! ([`once_store_client::command::Op::MoveRegion`]), whose answer lists
+//! every tenant it moved. A failback
+//! ([`once_store_client::command::Op::ReturnHome`]) is always the listing
+//! kind.
+//!
 //! ```text
-//! region down ─► move_region(region, regions this router may fail over to)   (one Raft entry)
-//!     └─ Moved { moved, stranded } ─► cache updated with every new placement
+//! region down ─► evacuate_region(region, regions this router may fail over to)   (one Raft entry)
+//!     ├─ Evacuated ─► the cache's tenants homed there moved by the same rule
+//!     └─ NotAgreed ─► move_region(…) ─► Moved { moved, stranded } ─► cache updated with each
 //!            └─ cache still shows tenants there (another router moved them)? ─► re-read the table
 //! ```
 
@@ -21,7 +34,7 @@ use std::time::Instant;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_store_client::client::{ClientError, StoreClient};
-use once_store_client::command::Reply;
+use once_store_client::command::{MovedPlacement, Placement, Reply};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, MoveLabels};
@@ -146,7 +159,37 @@ impl Mover<'_> {
             });
         }
         let started = Instant::now();
-        let reply = self.store.move_region(region, &eligible).await?;
+        let reply = match self.store.evacuate_region(region, &eligible).await? {
+            // Another router's evacuation of the region won: nothing moved
+            // (the check below re-reads the table if the cache lags).
+            Reply::Evacuated {
+                number,
+                again: true,
+            } => {
+                tracing::info!(region, number, "region already evacuated");
+                Reply::Moved {
+                    moved: Vec::new(),
+                    stranded: Vec::new(),
+                }
+            }
+            Reply::Evacuated {
+                number,
+                again: false,
+            } => {
+                tracing::info!(region, number, "region evacuated");
+                self.as_this_cache_sees_it(region, &eligible)
+            }
+            Reply::NotAgreed { needs, cluster } => {
+                tracing::info!(
+                    region,
+                    needs,
+                    cluster,
+                    "the cluster does not take evacuations yet: moving each tenant"
+                );
+                self.store.move_region(region, &eligible).await?
+            }
+            other => return Err(MoveError::UnexpectedReply(Box::new(other))),
+        };
         let write_ms = started.elapsed().as_millis() as u64;
         let report = self.record(reply, trigger, write_ms, |_| reason())?;
         // Another router moved the tenants first (this write found none
@@ -172,6 +215,31 @@ impl Mover<'_> {
         let reply = self.store.return_home(region).await?;
         let write_ms = started.elapsed().as_millis() as u64;
         self.record(reply, Trigger::Failback, write_ms, |_| String::new())
+    }
+
+    /// What an evacuation of `region` did to the tenants this router's
+    /// cache holds, by the rule raft-store reads placements by
+    /// (`Placement::failover_target`), as a bulk move's answer.
+    fn as_this_cache_sees_it(&self, region: &str, eligible: &[String]) -> Reply {
+        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        for (tenant, placement) in self.cache.placements_homed_in(region) {
+            match placement.failover_target(region, |r| eligible.iter().any(|e| e == r)) {
+                Some((home, standbys)) => moved.push(MovedPlacement {
+                    tenant,
+                    from: region.to_owned(),
+                    placement: Placement {
+                        home,
+                        standbys,
+                        epoch: placement.epoch + 1,
+                        preferred_home: placement.preferred_home,
+                    },
+                }),
+                None => stranded.push(tenant),
+            }
+        }
+        moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        stranded.sort();
+        Reply::Moved { moved, stranded }
     }
 
     /// Turns a bulk move's reply into the report, the cache and the

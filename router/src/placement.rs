@@ -66,6 +66,15 @@ impl PlacementCache {
             .collect()
     }
 
+    /// Tenants whose cached home is `region`, with their placements.
+    pub fn placements_homed_in(&self, region: &str) -> Vec<(String, Placement)> {
+        self.read()
+            .iter()
+            .filter(|(_, p)| p.home == region)
+            .map(|(t, p)| (t.clone(), p.clone()))
+            .collect()
+    }
+
     /// Re-reads the whole table from the store.
     pub async fn refresh_all(&self, metrics: &Metrics) -> Result<(), ClientError> {
         let placements = match self.store.placements().await {

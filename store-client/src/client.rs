@@ -577,6 +577,22 @@ impl StoreClient {
         .await
     }
 
+    /// Fails `from` over in one write whose apply costs the same at any
+    /// number of tenants ([`Op::EvacuateRegion`], wire version 4):
+    /// `Evacuated`, or `NotAgreed` while the cluster is below version 4
+    /// (then nothing was written).
+    pub async fn evacuate_region(
+        &self,
+        from: &str,
+        eligible: &[String],
+    ) -> Result<Reply, ClientError> {
+        self.write(Op::EvacuateRegion {
+            from: from.to_owned(),
+            eligible: eligible.to_vec(),
+        })
+        .await
+    }
+
     /// Sends every tenant whose preferred home is `to`, and which lives
     /// elsewhere, home in one write ([`Op::ReturnHome`]): `Moved`.
     pub async fn return_home(&self, to: &str) -> Result<Reply, ClientError> {

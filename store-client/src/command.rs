@@ -622,9 +622,14 @@ pub enum Reply {
         stranded: Vec<String>,
     },
     /// An evacuation ([`Op::EvacuateRegion`]) applied: it is the cluster's
-    /// `number`th (they are numbered in log order, from 1).
+    /// `number`th (they are numbered in log order, from 1). `again`: it
+    /// repeated the last one (same region, no region it allows that the
+    /// last did not, no placement written since), so it moved no one and
+    /// was not recorded — another router's evacuation of the same region
+    /// won.
     Evacuated {
         number: u64,
+        again: bool,
     },
     /// Not proposed: the command is of a wire version the cluster has not
     /// moved to yet (`cluster`, as the member that answered has applied
@@ -728,8 +733,12 @@ mod tests {
         assert!(evacuate.wire_version() <= crate::wire::WIRE_VERSION);
         // Its replies come after every older one too.
         assert_eq!(
-            postcard::to_allocvec(&Reply::Evacuated { number: 1 }).unwrap(),
-            [14, 1]
+            postcard::to_allocvec(&Reply::Evacuated {
+                number: 1,
+                again: false
+            })
+            .unwrap(),
+            [14, 1, 0]
         );
         assert_eq!(
             postcard::to_allocvec(&Reply::NotAgreed {
