@@ -93,6 +93,22 @@ pub struct Skipped {
 pub struct MoveReport {
     pub moved: Vec<Moved>,
     pub skipped: Vec<Skipped>,
+    pub written_as: WrittenAs,
+}
+
+/// How raft-store recorded a move.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WrittenAs {
+    /// One evacuation row ([`Op::EvacuateRegion`]); `moved` is this
+    /// router's cache's view of it.
+    ///
+    /// [`Op::EvacuateRegion`]: once_store_client::command::Op::EvacuateRegion
+    Evacuation,
+    /// Each tenant's placement rewritten (`MoveRegion`, `ReturnHome`), as
+    /// raft-store listed them; or nothing written.
+    #[default]
+    PerTenant,
 }
 
 /// A failover or failback that could not read or write the store.
@@ -154,11 +170,12 @@ impl Mover<'_> {
                 })
                 .collect();
             return Ok(MoveReport {
-                moved: Vec::new(),
                 skipped,
+                ..MoveReport::default()
             });
         }
         let started = Instant::now();
+        let mut written_as = WrittenAs::Evacuation;
         let reply = match self.store.evacuate_region(region, &eligible).await? {
             // Another router's evacuation of the region won: nothing moved
             // (the check below re-reads the table if the cache lags).
@@ -186,12 +203,14 @@ impl Mover<'_> {
                     cluster,
                     "the cluster does not take evacuations yet: moving each tenant"
                 );
+                written_as = WrittenAs::PerTenant;
                 self.store.move_region(region, &eligible).await?
             }
             other => return Err(MoveError::UnexpectedReply(Box::new(other))),
         };
         let write_ms = started.elapsed().as_millis() as u64;
-        let report = self.record(reply, trigger, write_ms, |_| reason())?;
+        let mut report = self.record(reply, trigger, write_ms, |_| reason())?;
+        report.written_as = written_as;
         // Another router moved the tenants first (this write found none
         // homed there): this router's cache still sends them to the dead
         // region until it re-reads the table, so it does now.

@@ -441,6 +441,14 @@ async fn an_operator_fails_a_region_over_and_back() {
     .await;
     router.wait_ready().await;
 
+    // Once every member speaks wire version 4 the cluster moves to it, and
+    // a failover is one evacuation (decision 0055).
+    eventually(WAIT, || async {
+        let status = regions.store.status_of(0).await.ok()?;
+        (status.wire.cluster >= 4).then_some(())
+    })
+    .await;
+
     // Without the admin token: the node's 401.
     let refused = send(
         router
@@ -458,6 +466,7 @@ async fn an_operator_fails_a_region_over_and_back() {
         "{}",
         String::from_utf8_lossy(&failover.body)
     );
+    assert_eq!(failover.json()["writtenAs"], "evacuation");
     let moved = failover.json()["moved"].clone();
     assert_eq!(moved.as_array().map(Vec::len), Some(1), "{moved}");
     assert_eq!(moved[0]["tenant"], "acme");
@@ -472,6 +481,7 @@ async fn an_operator_fails_a_region_over_and_back() {
         "{}",
         String::from_utf8_lossy(&failback.body)
     );
+    assert_eq!(failback.json()["writtenAs"], "perTenant");
     let moved = failback.json()["moved"].clone();
     assert_eq!(
         moved.as_array().map(Vec::len),

@@ -140,6 +140,15 @@ async fn a_rolling_upgrade_moves_the_cluster_to_a_new_wire_version_only_once_eve
         matches!(answer, Some(WriteAnswer::Done(Reply::Claimed(_)))),
         "{answer:?}"
     );
+    // A client's command of a version the cluster has not moved to is
+    // refused, not proposed (decision 0055's evacuation, version 4).
+    assert_eq!(
+        client.evacuate_region("nowhere", &[]).await.unwrap(),
+        Reply::NotAgreed {
+            needs: 4,
+            cluster: 1
+        }
+    );
     // Only the leader proposes the new commands: no node may.
     let forged = ClientRequest {
         seq: 2,
@@ -164,6 +173,10 @@ async fn a_rolling_upgrade_moves_the_cluster_to_a_new_wire_version_only_once_eve
     .await;
     let (_, wire) = wire_once_all_heard(&cluster).await;
     assert_eq!(wire.agreed, Some(WIRE_VERSION), "{wire:?}");
+    assert!(matches!(
+        client.evacuate_region("nowhere", &[]).await.unwrap(),
+        Reply::Evacuated { again: false, .. }
+    ));
     assert!(matches!(
         client.claim(claim("after", "o-after", "fp")).await.unwrap(),
         Reply::Claimed(_)
