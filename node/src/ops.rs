@@ -9,21 +9,33 @@ use axum::{Json, Router};
 use crate::error::ApiError;
 use crate::openapi;
 use crate::state::AppState;
+use crate::store::NotReady;
 
 /// `/healthz`; `/readyz`: migrations ran (the node does not bind before
-/// they do) and the store answers now.
+/// they do) and the store answers now, within what the prober gives
+/// ([`once_edge::ops::ANSWER_WITHIN_HEADER`], a router's check interval;
+/// else 2 s). When all it waits on is raft-store, the store every region
+/// shares, the `503` says so ([`once_edge::ops::WAITING_ON_HEADER`]):
+/// routers do not count that against this region while every region waits
+/// on it (decision 0056).
 pub fn health(state: &AppState) -> Router<AppState> {
     let state = state.clone();
-    once_edge::ops::health(move || {
+    once_edge::ops::health(move |within: Option<Duration>| {
         let state = state.clone();
         async move {
-            tokio::time::timeout(Duration::from_secs(2), state.store.health.ready())
-                .await
-                .map_err(|_| {
-                    ApiError::Unavailable(anyhow::anyhow!("store readiness check timed out"))
-                })?
-                .map_err(|e| ApiError::Unavailable(e.into()))?;
-            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
+            // A little of the prober's time is left for the answer's way back.
+            let within = within.map_or(Duration::from_secs(2), |w| w * 3 / 4);
+            let ready = state.store.health.ready(within).await;
+            match ready {
+                Ok(()) => {
+                    Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
+                }
+                Err(NotReady::SharedStore(e)) => Err(once_edge::ops::NotReady {
+                    error: ApiError::Unavailable(e.into()),
+                    waiting_on_shared_store: true,
+                }),
+                Err(NotReady::Here(e)) => Err(ApiError::Unavailable(e.into()).into()),
+            }
         }
     })
 }

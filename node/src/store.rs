@@ -372,10 +372,23 @@ pub trait Sweeper: Send + Sync + std::fmt::Debug + 'static {
 }
 
 /// Readiness and the gauges `/metrics` shows.
+/// Why a node's store cannot serve requests.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    /// raft-store, the store every region shares, did not answer; this
+    /// region's own database did.
+    #[error("raft-store, the store every region shares, is unavailable")]
+    SharedStore(#[source] StoreError),
+    /// This region's own storage.
+    #[error(transparent)]
+    Here(#[from] StoreError),
+}
+
 #[async_trait]
 pub trait Health: Send + Sync + std::fmt::Debug + 'static {
-    /// Answers only when the store can serve requests.
-    async fn ready(&self) -> Result<(), StoreError>;
+    /// Answers only when the store can serve requests; a store that has
+    /// not answered `within` is not ready.
+    async fn ready(&self, within: Duration) -> Result<(), NotReady>;
 
     /// Creation time of the oldest unfinished record, for the age gauge.
     async fn oldest_in_progress(&self) -> Result<Option<UnixMillis>, StoreError>;

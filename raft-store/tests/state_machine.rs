@@ -706,8 +706,10 @@ fn place(tenant: &str, home: &str, standbys: &[&str]) -> Op {
 /// A placement written over the one at `expected_epoch`.
 fn place_again(tenant: &str, expected_epoch: u64, home: &str, standbys: &[&str]) -> Op {
     Op::SetPlacement {
+        tenant: tenant.into(),
         expected_epoch,
-        ..place(tenant, home, standbys)
+        home: home.into(),
+        standbys: standbys.iter().map(|s| s.to_string()).collect(),
     }
 }
 

@@ -13,6 +13,17 @@
 //!
 //! A region cut off from this router by `/admin/partition`
 //! ([`crate::partition`]) fails its checks without a request being sent.
+//!
+//! A node that answers `503` waiting only on raft-store, the store every
+//! region shares ([`once_edge::ops::WAITING_ON_HEADER`]), fails its region's
+//! round only if another region was ready that round: then the region is
+//! cut off from the store and its tenants are better served elsewhere. When
+//! no region is ready and some wait on the store, the store is what failed
+//! (an election after its leader's region died): the waiting regions pass
+//! the round, stay eligible standbys, and the failover of the region that
+//! died waits in its write for the new leader instead of for every region to
+//! come back and settle
+//! (docs/decisions/0056-a-shared-store-outage-is-no-regions-failure.md).
 
 use std::time::Duration;
 
@@ -39,9 +50,15 @@ pub async fn watch_regions(state: SharedState) {
 /// One round: check every region, act on what changed.
 pub async fn check_once(state: &RouterState) {
     let regions: Vec<String> = state.config.nodes.regions().map(str::to_owned).collect();
-    let results = join_all(regions.iter().map(|r| region_answers(state, r))).await;
+    let answers = join_all(regions.iter().map(|r| region_answers(state, r))).await;
+    let store_out = !answers.contains(&Answer::Ready) && answers.contains(&Answer::WaitingOnStore);
     let mut went_down = Vec::new();
-    for (region, ok) in regions.iter().zip(results) {
+    for (region, answer) in regions.iter().zip(answers) {
+        let ok = match answer {
+            Answer::Ready => true,
+            Answer::WaitingOnStore => store_out,
+            Answer::Failed => false,
+        };
         let (verdict, failures) = state.health.record(region, ok);
         let labels = Metrics::region(region);
         state
@@ -113,26 +130,54 @@ pub async fn check_once(state: &RouterState) {
     }
 }
 
-/// Whether any node of `region` answers `/readyz` with a success in time.
-async fn region_answers(state: &RouterState, region: &str) -> bool {
+/// What a region's nodes answered one round's `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Some node is ready.
+    Ready,
+    /// None is, and some node waits only on the shared store.
+    WaitingOnStore,
+    /// No node answered in time, or none could serve for a reason of its own.
+    Failed,
+}
+
+/// The best of what `region`'s nodes answer `/readyz` in time.
+async fn region_answers(state: &RouterState, region: &str) -> Answer {
     if !state.partition.reachable(region) {
-        return false;
+        return Answer::Failed;
     }
     let timeout = state.config.health.interval;
     let checks = state.config.nodes.urls(region).iter().map(|url| {
         let request = state
             .http
             .get(format!("{url}/readyz"))
+            .header(
+                once_edge::ops::ANSWER_WITHIN_HEADER,
+                timeout.as_millis().to_string(),
+            )
             .timeout(timeout)
             .send();
         async move {
             match request.await {
-                Ok(r) => r.status().is_success(),
-                Err(_) => false,
+                Ok(r) if r.status().is_success() => Answer::Ready,
+                Ok(r) if waits_on_store(&r) => Answer::WaitingOnStore,
+                _ => Answer::Failed,
             }
         }
     });
-    join_all(checks).await.into_iter().any(|ok| ok)
+    let answers = join_all(checks).await;
+    [Answer::Ready, Answer::WaitingOnStore]
+        .into_iter()
+        .find(|best| answers.contains(best))
+        .unwrap_or(Answer::Failed)
+}
+
+fn waits_on_store(response: &reqwest::Response) -> bool {
+    response.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
+        && response
+            .headers()
+            .get(once_edge::ops::WAITING_ON_HEADER)
+            .is_some_and(|v| v == once_edge::ops::SHARED_STORE)
 }
 
 /// Writes a region's status to the store; failure is logged, not fatal

@@ -13,13 +13,13 @@ use crate::state::SharedState;
 /// and raft-store answers now.
 pub fn health(state: &SharedState) -> Router<SharedState> {
     let state = state.clone();
-    once_edge::ops::health(move || {
+    once_edge::ops::health(move |_within| {
         let state = state.clone();
         async move {
             if !state.placements.is_loaded() {
-                return Err(ApiError::Unavailable(anyhow::anyhow!(
-                    "placements not loaded yet"
-                )));
+                return Err(
+                    ApiError::Unavailable(anyhow::anyhow!("placements not loaded yet")).into(),
+                );
             }
             tokio::time::timeout(Duration::from_secs(2), state.store.regions())
                 .await

@@ -865,3 +865,108 @@ async fn a_router_serves_its_public_api_over_tls_and_forwards_to_nodes_over_mutu
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("is plaintext"), "{stderr}");
 }
+
+/// A raft-store election is no region's failure (decision 0056): while its
+/// leader is elected every raft-mode node answers `/readyz` with a `503`
+/// waiting on the shared store, for longer than this router's detection
+/// window (2 rounds of 100 ms; an election here takes 500–1000 ms), and no
+/// region is declared down. A region killed together with the store's
+/// leader is failed over once the store has a new one, to the standby that
+/// stayed eligible through the election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_leader_is() {
+    let mut eu_db = TestDb::new(Backend::Raft).await;
+    let us_db = TestDb::new(Backend::Sqlite).await;
+    let store_args = eu_db.node_args();
+    let callers = ["--api-callers", "routers"];
+    let eu = NodeProcess::start_in("eu", &eu_db.url, &store_args, &callers, &[]).await;
+    let us = NodeProcess::start_in("us", &us_db.url, &store_args, &callers, &[]).await;
+    let cluster = eu_db.store.as_mut().expect("raft mode has a store");
+    let store = cluster.client(ClientOptions::default());
+    let Reply::Placement(before) = store
+        .set_placement("acme", 0, "eu", &["us".to_owned()])
+        .await
+        .unwrap()
+    else {
+        panic!("placed")
+    };
+    let mut args = vec![
+        "--region".to_owned(),
+        "us".to_owned(),
+        "--store-endpoints".to_owned(),
+        cluster.endpoints().join(","),
+        "--nodes".to_owned(),
+        format!("eu={},us={}", eu.url, us.url),
+        "--health-check-interval".to_owned(),
+        "100ms".to_owned(),
+        "--health-check-failures".to_owned(),
+        "2".to_owned(),
+        "--health-check-settle".to_owned(),
+        "0s".to_owned(),
+    ];
+    args.extend(cluster.tls_flags("router", once_tls::Role::Router));
+    let router = RouterProcess::start(&args).await;
+    router.wait_ready().await;
+    pay_until_served_by(&router, ACME_KEY, "election-1", "eu").await;
+
+    // The leader dies: every node waits on the store until a new one is
+    // elected, seen from a node's own `/readyz` probed as the router does.
+    let http = reqwest::Client::new();
+    let waiting_on_store = |node: &NodeProcess| {
+        let probe = http
+            .get(format!("{}/readyz", node.admin_url))
+            .header(once_edge::ops::ANSWER_WITHIN_HEADER, "100");
+        async move {
+            let answer = probe.send().await.ok()?;
+            let header = answer.headers().get(once_edge::ops::WAITING_ON_HEADER);
+            Some(answer.status() == 503 && header.is_some_and(|v| v == "shared-store"))
+        }
+    };
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    cluster.kill(leader).await;
+    eventually(WAIT, || async {
+        waiting_on_store(&eu).await?.then_some(())
+    })
+    .await;
+    let survivors: Vec<u64> = cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != leader)
+        .collect();
+    cluster.wait_for_leader(&survivors).await;
+    eventually(WAIT, || async {
+        let ready = |node: &NodeProcess| reqwest::get(format!("{}/readyz", node.admin_url));
+        let (eu_ready, us_ready) = tokio::join!(ready(&eu), ready(&us));
+        (eu_ready.ok()?.status() == 200 && us_ready.ok()?.status() == 200).then_some(())
+    })
+    .await;
+    // Past the next round of checks, which now pass.
+    pay_until_served_by(&router, ACME_KEY, "election-2", "eu").await;
+    assert_eq!(
+        router.metric("router_region_failovers_total", "").await,
+        0.0,
+        "an election is not a region down"
+    );
+    assert_eq!(store.placement("acme").await.unwrap(), Some(before.clone()));
+
+    // The member comes back; then eu's node dies with the store's leader.
+    cluster.spawn(leader, None).await;
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    eu.kill().await;
+    cluster.kill(leader).await;
+    let after = eventually(WAIT, || async {
+        let p = store.placement("acme").await.ok()??;
+        (p.epoch > before.epoch).then_some(p)
+    })
+    .await;
+    assert_eq!((after.home.as_str(), after.epoch), ("us", before.epoch + 1));
+    assert_eq!(
+        router
+            .metric("router_region_failovers_total", "region=\"us\"")
+            .await,
+        0.0,
+        "us stayed up through the election"
+    );
+    pay_until_served_by(&router, ACME_KEY, "election-3", "us").await;
+}

@@ -26,9 +26,9 @@ use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{Payment, cut_page};
 use crate::sql::Materialized;
 use crate::store::{
-    AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
-    PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
-    SealedCount, StoreError, Sweeper, Unsettled, UnsettledPage,
+    AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, NotReady, Operators, Owned,
+    PaymentFilter, PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath,
+    Resolution, SealedCount, StoreError, Sweeper, Unsettled, UnsettledPage,
 };
 
 /// Where raft-store is and who this node is to it.
@@ -685,12 +685,28 @@ impl Health for RaftStore {
         Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
-    async fn ready(&self) -> Result<(), StoreError> {
-        self.client.regions().await.map_err(store_error)?;
-        sqlx::query("SELECT 1")
-            .execute(&self.local.database().pool)
+    /// This region's database first: a region whose own database is down
+    /// is not ready whatever raft-store says.
+    async fn ready(&self, within: Duration) -> Result<(), NotReady> {
+        let started = std::time::Instant::now();
+        tokio::time::timeout(
+            within,
+            sqlx::query("SELECT 1").execute(&self.local.database().pool),
+        )
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(anyhow::anyhow!("the database did not answer in {within:?}"))
+        })?
+        .map_err(|e| StoreError::Unavailable(e.into()))?;
+        let left = within.saturating_sub(started.elapsed());
+        tokio::time::timeout(left, self.client.regions())
             .await
-            .map_err(|e| StoreError::Unavailable(e.into()))?;
+            .map_err(|_| {
+                NotReady::SharedStore(StoreError::Unavailable(anyhow::anyhow!(
+                    "raft-store did not answer in {within:?}"
+                )))
+            })?
+            .map_err(|e| NotReady::SharedStore(store_error(e)))?;
         Ok(())
     }
 }

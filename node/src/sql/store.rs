@@ -21,9 +21,9 @@ use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
 use crate::payments::model::{NewPayment, Payment};
 use crate::store::{
-    AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, Operators, Owned, PaymentFilter,
-    PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath, Resolution,
-    SealedCount, StoreError, Sweeper,
+    AuditEntry, Claim, ClaimOutcome, Finish, Health, ListPosition, NotReady, Operators, Owned,
+    PaymentFilter, PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath,
+    Resolution, SealedCount, StoreError, Sweeper,
 };
 use once_db::GroupCommit;
 use once_db::{Database, Dialect};
@@ -471,10 +471,14 @@ impl Health for SqlStore {
         records::oldest_unfinished(&self.db.pool).await
     }
 
-    async fn ready(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.db.pool)
+    async fn ready(&self, within: Duration) -> Result<(), NotReady> {
+        tokio::time::timeout(within, sqlx::query("SELECT 1").execute(&self.db.pool))
             .await
+            .map_err(|_| {
+                StoreError::Unavailable(anyhow::anyhow!(
+                    "the database did not answer in {within:?}"
+                ))
+            })?
             .map_err(unavailable)?;
         Ok(())
     }
