@@ -391,7 +391,16 @@ impl StoreClient {
         let mut last_error: String;
         let mut target = self.session().leader.unwrap_or(0);
         let mut backoff = Duration::from_millis(20);
+        // Moving on to a member that may take the request — the leader a
+        // member named, or the next one after a member that refused the
+        // connection — is worth doing at once; a round of the members
+        // without one that could is when to back off. (After an election
+        // the first hop to the new leader otherwise waited out a backoff
+        // of up to 500 ms.)
+        let mut hops_since_backoff = 0;
         loop {
+            let tried = target;
+            let mut move_on_at_once = false;
             match self.attempt_raw(target, path, body.clone()).await {
                 Attempt::Done(bytes) => match decode(&bytes) {
                     Ok(Answer::Done(value)) => {
@@ -402,6 +411,7 @@ impl StoreClient {
                         maybe_sent = true;
                         last_error = format!("member {target} is not the leader");
                         target = self.endpoint_for(leader, target).await;
+                        move_on_at_once = leader.is_some() && target != tried;
                     }
                     Ok(Answer::Unavailable(e)) => {
                         maybe_sent = true;
@@ -422,8 +432,17 @@ impl StoreClient {
                 Attempt::NotSent(e) => {
                     last_error = e;
                     target = (target + 1) % self.endpoints.len();
+                    move_on_at_once = true;
                 }
             }
+            if move_on_at_once
+                && hops_since_backoff < self.endpoints.len()
+                && tokio::time::Instant::now() < deadline
+            {
+                hops_since_backoff += 1;
+                continue;
+            }
+            hops_since_backoff = 0;
             if tokio::time::Instant::now() + backoff >= deadline {
                 return Err(if maybe_sent {
                     ClientError::Ambiguous(last_error)
