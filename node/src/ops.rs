@@ -25,19 +25,21 @@ pub fn health(state: &AppState) -> Router<AppState> {
         async move {
             // A little of the prober's time is left for the answer's way back.
             let within = within.map_or(Duration::from_secs(2), |w| w * 3 / 4);
-            let ready = state.store.health.ready(within).await;
-            match ready {
-                Ok(()) => {
-                    Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
-                }
-                Err(NotReady::SharedStore(e)) => Err(once_edge::ops::NotReady {
-                    error: ApiError::Unavailable(e.into()),
-                    waiting_on_shared_store: true,
-                }),
-                Err(NotReady::Here(e)) => Err(ApiError::Unavailable(e.into()).into()),
-            }
+            state.store.health.ready(within).await?;
+            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
         }
     })
+}
+
+impl From<NotReady> for once_edge::ops::NotReady {
+    fn from(not_ready: NotReady) -> Self {
+        let waiting_on_shared_store = matches!(not_ready, NotReady::SharedStore(_));
+        let (NotReady::SharedStore(e) | NotReady::Here(e)) = not_ready;
+        Self {
+            error: ApiError::Unavailable(e.into()),
+            waiting_on_shared_store,
+        }
+    }
 }
 
 /// `/openapi.json`: the API's contract.

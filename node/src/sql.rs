@@ -22,6 +22,20 @@ pub use materialize::Materialized;
 pub use once_db::{Database, Dialect, RoundQuery, group_commit};
 pub use store::SqlStore;
 
+use crate::store::StoreError;
+
+/// Whether the regional database answers a trivial query within `within`:
+/// what readiness asks of it in both store modes.
+pub async fn answers_within(db: &Database, within: std::time::Duration) -> Result<(), StoreError> {
+    tokio::time::timeout(within, sqlx::query("SELECT 1").execute(&db.pool))
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(anyhow::anyhow!("the database did not answer in {within:?}"))
+        })?
+        .map_err(|e| StoreError::Unavailable(e.into()))?;
+    Ok(())
+}
+
 /// Every query a background loop of the store sends each round: the
 /// recovery worker's, the sweeper's, the metrics scrape's, the settling
 /// pass's.

@@ -371,7 +371,6 @@ pub trait Sweeper: Send + Sync + std::fmt::Debug + 'static {
     async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError>;
 }
 
-/// Readiness and the gauges `/metrics` shows.
 /// Why a node's store cannot serve requests.
 #[derive(Debug, thiserror::Error)]
 pub enum NotReady {
@@ -384,6 +383,7 @@ pub enum NotReady {
     Here(#[from] StoreError),
 }
 
+/// Readiness and the gauges `/metrics` shows.
 #[async_trait]
 pub trait Health: Send + Sync + std::fmt::Debug + 'static {
     /// Answers only when the store can serve requests; a store that has

@@ -501,14 +501,9 @@ impl<'txn> Tables<'txn> {
         &mut self,
         tenant: String,
         current: Placement,
-        (home, standbys): (String, Vec<String>),
+        target: (String, Vec<String>),
     ) -> Result<MovedPlacement, ApplyError> {
-        let placement = Placement {
-            home,
-            standbys,
-            epoch: current.epoch + 1,
-            preferred_home: current.preferred_home.clone(),
-        };
+        let placement = current.moved_to(target);
         self.put_placement(&tenant, &placement, false)?;
         Ok(MovedPlacement {
             tenant,

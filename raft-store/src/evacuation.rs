@@ -66,12 +66,7 @@ impl Evacuation {
         }
         let eligible = |r: &str| self.eligible.iter().any(|e| e == r);
         match placement.failover_target(&self.from, eligible) {
-            Some((home, standbys)) => Placement {
-                home,
-                standbys,
-                epoch: placement.epoch + 1,
-                preferred_home: placement.preferred_home,
-            },
+            Some(target) => placement.moved_to(target),
             // No standby it allows: the tenant stays (stranded).
             None => placement,
         }

@@ -34,7 +34,7 @@ use std::time::Instant;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_store_client::client::{ClientError, StoreClient};
-use once_store_client::command::{MovedPlacement, Placement, Reply};
+use once_store_client::command::{MovedPlacement, Reply};
 use serde::Serialize;
 
 use crate::metrics::{Metrics, MoveLabels};
@@ -243,15 +243,10 @@ impl Mover<'_> {
         let (mut moved, mut stranded) = (Vec::new(), Vec::new());
         for (tenant, placement) in self.cache.placements_homed_in(region) {
             match placement.failover_target(region, |r| eligible.iter().any(|e| e == r)) {
-                Some((home, standbys)) => moved.push(MovedPlacement {
+                Some(target) => moved.push(MovedPlacement {
                     tenant,
                     from: region.to_owned(),
-                    placement: Placement {
-                        home,
-                        standbys,
-                        epoch: placement.epoch + 1,
-                        preferred_home: placement.preferred_home,
-                    },
+                    placement: placement.moved_to(target),
                 }),
                 None => stranded.push(tenant),
             }

@@ -335,6 +335,17 @@ impl Placement {
         Some((home, standbys))
     }
 
+    /// This placement moved to `home` and `standbys` (a failover or failback
+    /// target), one epoch on, keeping its preferred home.
+    pub fn moved_to(&self, (home, standbys): (String, Vec<String>)) -> Placement {
+        Placement {
+            home,
+            standbys,
+            epoch: self.epoch + 1,
+            preferred_home: self.preferred_home.clone(),
+        }
+    }
+
     /// The placement a failback proposes: home is the preferred home again;
     /// the region it leaves becomes the first standby, the others keep
     /// their order.

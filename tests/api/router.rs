@@ -40,6 +40,28 @@ fn behind_routers(cluster: &Cluster) -> Vec<String> {
     args
 }
 
+/// Flags of a router in `region` over `cluster`, forwarding to the `eu`
+/// and `us` nodes at `urls`, with its router certificate; `extra` adds or
+/// tunes.
+fn router_args(
+    cluster: &Cluster,
+    region: &str,
+    (eu, us): (&str, &str),
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "--region".to_owned(),
+        region.to_owned(),
+        "--store-endpoints".to_owned(),
+        cluster.endpoints().join(","),
+        "--nodes".to_owned(),
+        format!("eu={eu},us={us}"),
+    ];
+    args.extend(cluster.tls_flags("router", once_tls::Role::Router));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
 /// A real `once router` process.
 #[derive(Debug)]
 struct RouterProcess {
@@ -128,17 +150,12 @@ impl Regions {
 
     /// Flags of a router in `eu` over both regions; `extra` adds or tunes.
     fn router_args(&self, extra: &[&str]) -> Vec<String> {
-        let mut args = vec![
-            "--region".to_owned(),
-            "eu".to_owned(),
-            "--store-endpoints".to_owned(),
-            self.cluster.endpoints().join(","),
-            "--nodes".to_owned(),
-            format!("eu={},us={}", self.eu_url, self.us.url),
-            "--placement-refresh".to_owned(),
-            "200ms".to_owned(),
-        ];
-        args.extend(self.cluster.tls_flags("router", once_tls::Role::Router));
+        let mut args = router_args(
+            &self.cluster,
+            "eu",
+            (&self.eu_url, &self.us.url),
+            &["--placement-refresh", "200ms"],
+        );
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }
@@ -640,18 +657,12 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
         Reply::Placement(p) => p,
         other => panic!("{other:?}"),
     };
-    let mut args = vec![
-        "--region".to_owned(),
-        "eu".to_owned(),
-        "--store-endpoints".to_owned(),
-        cluster.endpoints().join(","),
-        "--nodes".to_owned(),
-        format!("eu={},us={}", eu.url, us.url),
-        "--placement-refresh".to_owned(),
-        "1h".to_owned(),
-        "--auto-failover=false".to_owned(),
-    ];
-    args.extend(cluster.tls_flags("router", once_tls::Role::Router));
+    let args = router_args(
+        cluster,
+        "eu",
+        (&eu.url, &us.url),
+        &["--placement-refresh", "1h", "--auto-failover=false"],
+    );
     let router = RouterProcess::start(&args).await;
     let first = router
         .pay(
@@ -890,21 +901,19 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     else {
         panic!("placed")
     };
-    let mut args = vec![
-        "--region".to_owned(),
-        "us".to_owned(),
-        "--store-endpoints".to_owned(),
-        cluster.endpoints().join(","),
-        "--nodes".to_owned(),
-        format!("eu={},us={}", eu.url, us.url),
-        "--health-check-interval".to_owned(),
-        "100ms".to_owned(),
-        "--health-check-failures".to_owned(),
-        "2".to_owned(),
-        "--health-check-settle".to_owned(),
-        "0s".to_owned(),
-    ];
-    args.extend(cluster.tls_flags("router", once_tls::Role::Router));
+    let args = router_args(
+        cluster,
+        "us",
+        (&eu.url, &us.url),
+        &[
+            "--health-check-interval",
+            "100ms",
+            "--health-check-failures",
+            "2",
+            "--health-check-settle",
+            "0s",
+        ],
+    );
     let router = RouterProcess::start(&args).await;
     router.wait_ready().await;
     pay_until_served_by(&router, ACME_KEY, "election-1", "eu").await;

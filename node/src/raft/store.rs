@@ -689,15 +689,7 @@ impl Health for RaftStore {
     /// is not ready whatever raft-store says.
     async fn ready(&self, within: Duration) -> Result<(), NotReady> {
         let started = std::time::Instant::now();
-        tokio::time::timeout(
-            within,
-            sqlx::query("SELECT 1").execute(&self.local.database().pool),
-        )
-        .await
-        .map_err(|_| {
-            StoreError::Unavailable(anyhow::anyhow!("the database did not answer in {within:?}"))
-        })?
-        .map_err(|e| StoreError::Unavailable(e.into()))?;
+        crate::sql::answers_within(self.local.database(), within).await?;
         let left = within.saturating_sub(started.elapsed());
         tokio::time::timeout(left, self.client.regions())
             .await

@@ -472,15 +472,7 @@ impl Health for SqlStore {
     }
 
     async fn ready(&self, within: Duration) -> Result<(), NotReady> {
-        tokio::time::timeout(within, sqlx::query("SELECT 1").execute(&self.db.pool))
-            .await
-            .map_err(|_| {
-                StoreError::Unavailable(anyhow::anyhow!(
-                    "the database did not answer in {within:?}"
-                ))
-            })?
-            .map_err(unavailable)?;
-        Ok(())
+        Ok(super::answers_within(&self.db, within).await?)
     }
 
     async fn unknown_count(&self) -> Result<i64, StoreError> {
