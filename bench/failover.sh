@@ -40,7 +40,6 @@ up() {
 }
 stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
-now_ms() { python3 -c 'import time; print(int(time.time()*1000))'; }
 
 echo "# $(nproc) cores; once up --regions 3 (default router settings); $TENANTS tenants placed in the killed region; raft-store leader in region $LEADER (0: the killed one); binary $ONCE"
 RESULTS="$DIR/results.txt"
@@ -78,8 +77,12 @@ for run in $(seq 1 "$RUNS"); do
   python3 bench/failover_probe.py "$ROUTER" "$KEY" "$DIR/probe$run.jsonl" &
   PROBE_PID=$!
   sleep 2
-  KILLED_AT=$(now_ms)
-  kill -KILL "$NODE_PID" "$STORE_PID"
+  # The clock read and the SIGKILLs in one process, microseconds apart: a
+  # request the probe sends between them cannot be served by the victims.
+  KILLED_AT=$(python3 -c 'import os, sys, time
+t = int(time.time() * 1000)
+for pid in sys.argv[1:]: os.kill(int(pid), 9)
+print(t)' "$NODE_PID" "$STORE_PID")
   # Wait for the first success of a request sent after the kill (30 s cap),
   # in one process that reads only what the probe appended since its last
   # look: a process started per look would take a third of a core from the

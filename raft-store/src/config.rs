@@ -21,6 +21,12 @@ pub struct Timing {
     /// A follower that hears no leader for a random time in this range
     /// starts an election. Default 1.5–3 s: five heartbeats at least, so a
     /// lost packet or two never triggers an election.
+    ///
+    /// `election_max` is also the leader's lease under openraft 0.9: a
+    /// member that heard a leader grants no vote until it has passed, and
+    /// campaigns only after it plus a random `election_min..election_max`.
+    /// A dead leader is replaced that long after its last heartbeat:
+    /// 4.5–6 s with these defaults (decision 0057).
     pub election_min: Duration,
     pub election_max: Duration,
     /// Timeout of one snapshot chunk. Default 30 s: a chunk of

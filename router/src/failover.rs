@@ -34,7 +34,7 @@ use std::time::Instant;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_store_client::client::{ClientError, StoreClient};
-use once_store_client::command::{MovedPlacement, Reply};
+use once_store_client::command::Reply;
 use serde::Serialize;
 
 use crate::metrics::{Metrics, MoveLabels};
@@ -194,7 +194,10 @@ impl Mover<'_> {
                 again: false,
             } => {
                 tracing::info!(region, number, "region evacuated");
-                self.as_this_cache_sees_it(region, &eligible)
+                let (moved, stranded) = self
+                    .cache
+                    .evacuate(region, |r| eligible.iter().any(|e| e == r));
+                Reply::Moved { moved, stranded }
             }
             Reply::NotAgreed { needs, cluster } => {
                 tracing::info!(
@@ -204,7 +207,7 @@ impl Mover<'_> {
                     "the cluster does not take evacuations yet: moving each tenant"
                 );
                 written_as = WrittenAs::PerTenant;
-                self.store.move_region(region, &eligible).await?
+                self.remembered(self.store.move_region(region, &eligible).await?)
             }
             other => return Err(MoveError::UnexpectedReply(Box::new(other))),
         };
@@ -231,33 +234,25 @@ impl Mover<'_> {
     #[tracing::instrument(name = "fail back to a region", skip(self))]
     pub async fn fail_back(&self, region: &str) -> Result<MoveReport, MoveError> {
         let started = Instant::now();
-        let reply = self.store.return_home(region).await?;
+        let reply = self.remembered(self.store.return_home(region).await?);
         let write_ms = started.elapsed().as_millis() as u64;
         self.record(reply, Trigger::Failback, write_ms, |_| String::new())
     }
 
-    /// What an evacuation of `region` did to the tenants this router's
-    /// cache holds, by the rule raft-store reads placements by
-    /// (`Placement::failover_target`), as a bulk move's answer.
-    fn as_this_cache_sees_it(&self, region: &str, eligible: &[String]) -> Reply {
-        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
-        for (tenant, placement) in self.cache.placements_homed_in(region) {
-            match placement.failover_target(region, |r| eligible.iter().any(|e| e == r)) {
-                Some(target) => moved.push(MovedPlacement {
-                    tenant,
-                    from: region.to_owned(),
-                    placement: placement.moved_to(target),
-                }),
-                None => stranded.push(tenant),
-            }
+    /// A bulk move's reply, its placements recorded in the cache first.
+    fn remembered(&self, reply: Reply) -> Reply {
+        if let Reply::Moved { moved, .. } = &reply {
+            self.cache.remember_all(
+                moved
+                    .iter()
+                    .map(|m| (m.tenant.as_str(), m.placement.clone())),
+            );
         }
-        moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
-        stranded.sort();
-        Reply::Moved { moved, stranded }
+        reply
     }
 
-    /// Turns a bulk move's reply into the report, the cache and the
-    /// counters.
+    /// Turns a bulk move's reply, already in the cache, into the report and
+    /// the counters.
     fn record(
         &self,
         reply: Reply,
@@ -272,11 +267,6 @@ impl Mover<'_> {
         let one_by_one = moved.len() <= LOGGED_ONE_BY_ONE;
         let mut report = MoveReport::default();
         let mut by_route: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-        self.cache.remember_all(
-            moved
-                .iter()
-                .map(|m| (m.tenant.as_str(), m.placement.clone())),
-        );
         for m in moved {
             if one_by_one {
                 tracing::warn!(

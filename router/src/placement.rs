@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use once_store_client::client::{ClientError, StoreClient};
-use once_store_client::command::Placement;
+use once_store_client::command::{MovedPlacement, Placement};
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
@@ -66,13 +66,36 @@ impl PlacementCache {
             .collect()
     }
 
-    /// Tenants whose cached home is `region`, with their placements.
-    pub fn placements_homed_in(&self, region: &str) -> Vec<(String, Placement)> {
-        self.read()
-            .iter()
-            .filter(|(_, p)| p.home == region)
-            .map(|(t, p)| (t.clone(), p.clone()))
-            .collect()
+    /// Applies an evacuation of `region` to the cache, in place and under
+    /// one lock, by the rule raft-store now reads those placements by
+    /// ([`Placement::failover_target`], epoch + 1): the first standby
+    /// `eligible` accepts becomes home. Returns the moves, sorted by
+    /// tenant, and the tenants no eligible standby could take (they stay).
+    /// Requests route by the new homes as soon as this returns.
+    pub fn evacuate(
+        &self,
+        region: &str,
+        eligible: impl Fn(&str) -> bool,
+    ) -> (Vec<MovedPlacement>, Vec<String>) {
+        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        let mut map = self.write();
+        for (tenant, placement) in map.iter_mut().filter(|(_, p)| p.home == region) {
+            match placement.failover_target(region, &eligible) {
+                Some(target) => {
+                    *placement = placement.moved_to(target);
+                    moved.push(MovedPlacement {
+                        tenant: tenant.clone(),
+                        from: region.to_owned(),
+                        placement: placement.clone(),
+                    });
+                }
+                None => stranded.push(tenant.clone()),
+            }
+        }
+        drop(map);
+        moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        stranded.sort();
+        (moved, stranded)
     }
 
     /// Re-reads the whole table from the store.

@@ -73,6 +73,24 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a child may take to exit after SIGTERM (a node drains).
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
+/// Raft timings of store members on one machine (no `--wan-latency`),
+/// chosen for how fast a dead leader is replaced (decision 0057). Under
+/// openraft 0.9 a follower that hears a leader neither grants a vote nor
+/// campaigns until `election-max` has passed since it last heard it (the
+/// leader's lease), and then campaigns after a further random
+/// `election-min..election-max`: a SIGKILLed leader is replaced 500–600 ms
+/// after its last heartbeat with these, 1.5–2 s with 100 ms / 500–1000 ms.
+/// The heartbeat is also the time one append may take; loopback answers in
+/// a millisecond. Members across a WAN keep the defaults (`Timing`).
+const LOCAL_STORE_TIMING: [&str; 6] = [
+    "--heartbeat",
+    "50ms",
+    "--election-min",
+    "200ms",
+    "--election-max",
+    "300ms",
+];
+
 /// Writes `contents` to `path` readable by its owner only (mode 0600): the
 /// files `once up` keeps hold every API key or the admin token. A file left
 /// looser by an older `once up` is tightened before anything is written.
@@ -239,18 +257,7 @@ impl Plan {
         ];
         args.extend(self.pki.flags(&format!("store-{}", region.name)));
         if self.wan_latency == 0 {
-            // Members on one machine: fast elections, fast failover.
-            args.extend(
-                [
-                    "--heartbeat",
-                    "100ms",
-                    "--election-min",
-                    "500ms",
-                    "--election-max",
-                    "1000ms",
-                ]
-                .map(String::from),
-            );
+            args.extend(LOCAL_STORE_TIMING.map(String::from));
         }
         args.extend(self.latency());
         let mut env = vec![("ONCE_ADMIN_TOKEN", self.admin_token.clone())];
