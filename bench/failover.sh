@@ -12,6 +12,8 @@
 # Usage: bench/failover.sh [TENANTS (default 100000)] [RUNS (default 5)]
 # LEADER=0 leaves the raft-store leader in the killed region (its election
 # then comes first); the default, 1, moves it to the second region.
+# UP_ARGS adds flags to `once up`, e.g. UP_ARGS="--wan-latency 70" (members
+# 70 ms apart, the store's default WAN timing).
 # Needs a release build: cargo build --release --bin once (ONCE=path/to/once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,11 +43,12 @@ up() {
 stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 
-echo "# $(nproc) cores; once up --regions 3 (default router settings); $TENANTS tenants placed in the killed region; raft-store leader in region $LEADER (0: the killed one); binary $ONCE"
+echo "# $(nproc) cores; once up --regions 3 ${UP_ARGS:-} (default router settings); $TENANTS tenants placed in the killed region; raft-store leader in region $LEADER (0: the killed one); binary $ONCE"
 RESULTS="$DIR/results.txt"
 : >"$RESULTS"
 for run in $(seq 1 "$RUNS"); do
-  up "$DIR/run$run"
+  # shellcheck disable=SC2086 # UP_ARGS is split into flags on purpose
+  up "$DIR/run$run" ${UP_ARGS:-}
   C="$DIR/run$run/cluster.json"
   VICTIM=$(json "$C" "d['regions'][0]['name']")
   OTHERS=$(json "$C" "','.join(r['name'] for r in d['regions'][1:])")

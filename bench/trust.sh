@@ -12,6 +12,7 @@
 #             no TLS to PostgreSQL, the current one negotiates it by default.
 #   up-1      `once up --regions 1` through its router: router → node and
 #             node → store member over mutual TLS, records sealed, leader time.
+#   up-3      `once up --regions 3` (members on one machine, three voters).
 #   up-3-wan  `once up --regions 3 --wan-latency 70`, a tenant homed in the
 #             router's region: the same across simulated regions.
 #
@@ -86,8 +87,9 @@ start() {
       PID=$!
       wait_line "$WORK/node.out" "^listening"
       URL=http://127.0.0.1:$port; API_KEY=$KEY ;;
-    up-1|up-3-wan)
+    up-1|up-3|up-3-wan)
       local dir="$WORK/up-$RANDOM" flags=(--regions 1)
+      [ "$config" = up-3 ] && flags=(--regions 3)
       [ "$config" = up-3-wan ] && flags=(--regions 3 --wan-latency 70)
       # Its own session: every child's CPU is summed by session id.
       RUST_LOG=error setsid "$bin" up --dir "$dir" --listen "127.0.0.1:$port" "${flags[@]}" > "$dir.out" 2>&1 &

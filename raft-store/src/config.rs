@@ -18,15 +18,14 @@ pub struct Timing {
     /// uses the heartbeat interval for both). Default 300 ms: three WAN
     /// round trips, so a slow link is not mistaken for a dead one.
     pub heartbeat: Duration,
-    /// A follower that hears no leader for a random time in this range
-    /// starts an election. Default 1.5–3 s: five heartbeats at least, so a
-    /// lost packet or two never triggers an election.
-    ///
-    /// `election_max` is also the leader's lease under openraft 0.9: a
-    /// member that heard a leader grants no vote until it has passed, and
-    /// campaigns only after it plus a random `election_min..election_max`.
-    /// A dead leader is replaced that long after its last heartbeat:
-    /// 4.5–6 s with these defaults (decision 0057).
+    /// The election timeout's range. Under openraft 0.9 `election_max` is
+    /// also the leader's lease: a member that heard a leader grants no
+    /// vote until it has passed, and campaigns only after it plus a random
+    /// `election_min..election_max`. So a follower starts an election after
+    /// 1.5–1.8 s of silence with the defaults (600–900 ms): five heartbeats
+    /// at least, so a lost packet or two never triggers one; and a dead
+    /// leader is replaced that long after its last heartbeat (decision
+    /// 0057; 4.5–6 s with the 1.5–3 s of earlier builds).
     pub election_min: Duration,
     pub election_max: Duration,
     /// Timeout of one snapshot chunk. Default 30 s: a chunk of
@@ -40,8 +39,8 @@ impl Default for Timing {
     fn default() -> Self {
         Self {
             heartbeat: Duration::from_millis(300),
-            election_min: Duration::from_millis(1500),
-            election_max: Duration::from_millis(3000),
+            election_min: Duration::from_millis(600),
+            election_max: Duration::from_millis(900),
             snapshot_chunk_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(1),
         }

@@ -91,12 +91,12 @@ struct MemberArgs {
     #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
     heartbeat: Duration,
     /// A dead leader is replaced election-max + [election-min,
-    /// election-max] after its last heartbeat (4.5–6 s with the defaults).
-    #[arg(long, default_value = "1500ms", value_parser = humantime::parse_duration)]
+    /// election-max] after its last heartbeat (1.5–1.8 s with the defaults).
+    #[arg(long, default_value = "600ms", value_parser = humantime::parse_duration)]
     election_min: Duration,
     /// Also the leader's lease: a member that heard a leader votes for no
     /// other until this has passed.
-    #[arg(long, default_value = "3000ms", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "900ms", value_parser = humantime::parse_duration)]
     election_max: Duration,
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     snapshot_chunk_timeout: Duration,

@@ -298,7 +298,7 @@ impl Record {
 
 /// A tenant's home region, its ordered standbys and the epoch that every
 /// placement change bumps (DESIGN §6).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Placement {
     pub home: String,
     pub standbys: Vec<String>,
