@@ -73,11 +73,11 @@ impl PlacementCache {
     /// ([`Placement::failover_target`], epoch + 1): the first standby
     /// `eligible` accepts becomes home. Returns the moves, sorted by
     /// tenant, and the tenants no eligible standby could take (they stay).
-    /// Requests route by the new homes as soon as it returns.
+    /// Requests route by the new homes once the lock is released, before
+    /// the returned list is built.
     ///
     /// Tenants placed alike move alike: each distinct placement is moved
-    /// once and shared, so the lock is held for a hash lookup per tenant
-    /// (100,000 tenants moved in the time a request waits for a node).
+    /// once and shared, so the lock is held for a hash lookup per tenant.
     pub fn evacuate(
         &self,
         region: &str,
