@@ -380,6 +380,11 @@ pub fn status_of(state: &ApiState) -> Status {
     Status {
         wire,
         remembered_clients: state.state_machine.remembered_clients().ok(),
+        leader_heard_ms_ago: state
+            .clock
+            .since_leader_heard(&voters, m.current_leader)
+            .map(|d| d.as_millis() as u64),
+        leader_lease_ms: Some(state.raft.config().election_timeout_max),
         id: state.id,
         raft_addr: state.raft_addr.clone(),
         api_addr: state.api_addr.clone(),

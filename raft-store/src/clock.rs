@@ -257,6 +257,40 @@ impl ClockGuard {
         }
     }
 
+    /// How long ago this member last had word that `leader` holds a quorum
+    /// of `voters`, from the samples every Raft RPC leaves in both
+    /// directions: as the leader, since a majority of the voters (itself
+    /// included) had last answered or called it; as a follower, since its
+    /// last RPC from or to the leader. `None` without a leader, or before
+    /// enough of them were heard. What a member says of the store's reach
+    /// from its region without a round trip through the leader
+    /// (docs/decisions/0058-store-readiness-from-the-nearest-member.md).
+    pub fn since_leader_heard(
+        &self,
+        voters: &BTreeSet<NodeId>,
+        leader: Option<NodeId>,
+    ) -> Option<Duration> {
+        let leader = leader?;
+        let now = Instant::now();
+        let state = self.lock();
+        let age = |peer: &NodeId| {
+            if *peer == self.id {
+                Some(Duration::ZERO)
+            } else {
+                state
+                    .samples
+                    .get(peer)
+                    .map(|s| now.saturating_duration_since(s.at))
+            }
+        };
+        if leader != self.id {
+            return age(&leader);
+        }
+        let mut ages: Vec<Duration> = voters.iter().filter_map(age).collect();
+        ages.sort_unstable();
+        ages.get(voters.len() / 2).copied()
+    }
+
     /// Whether this member knows its clock is the odd one out: a majority
     /// disagrees, or a leader that vouches for its own clock does.
     pub fn is_odd_one_out(&self, voters: &BTreeSet<NodeId>, leader: Option<NodeId>) -> bool {
@@ -438,6 +472,38 @@ mod tests {
 
     fn voters(ids: &[NodeId]) -> BTreeSet<NodeId> {
         ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_follower_hears_the_leader_and_a_leader_its_quorum() {
+        let g = guard();
+        let three = voters(&[1, 2, 3]);
+        assert_eq!(g.since_leader_heard(&three, None), None, "no leader");
+        assert_eq!(g.since_leader_heard(&three, Some(2)), None, "not heard");
+        assert_eq!(
+            g.since_leader_heard(&three, Some(1)),
+            None,
+            "a leader no voter answered"
+        );
+        let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(5)) else {
+            return;
+        };
+        g.record(
+            2,
+            Sample {
+                at: long_ago,
+                ..sample(0)
+            },
+        );
+        let heard = |leader| g.since_leader_heard(&three, Some(leader)).unwrap();
+        assert!(heard(2) >= Duration::from_secs(5), "a follower's leader");
+        assert!(heard(1) >= Duration::from_secs(5), "the leader's quorum");
+        g.record(3, sample(0));
+        assert!(
+            heard(1) < Duration::from_secs(1),
+            "one fresh voter is enough"
+        );
+        assert!(heard(2) >= Duration::from_secs(5), "3 is not the leader");
     }
 
     #[test]

@@ -214,6 +214,38 @@ pub struct Status {
     /// (`null` from a build before versions).
     #[serde(default)]
     pub remembered_clients: Option<u64>,
+    /// Milliseconds since this member last had word that its leader holds
+    /// a quorum: the leader, since a majority of the voters answered it; a
+    /// follower, since its last RPC from the leader. `null`: no leader, or
+    /// not heard yet (and from a build before the field).
+    #[serde(default)]
+    pub leader_heard_ms_ago: Option<u64>,
+    /// This member's leader lease (its `election-timeout-max`): a leader
+    /// not heard from for longer is as good as gone here. `null` from a
+    /// build before the field.
+    #[serde(default)]
+    pub leader_lease_ms: Option<u64>,
+}
+
+impl Status {
+    /// Whether the store can take writes as this member sees it: it has
+    /// heard from a leader holding a quorum within its lease. `Err` says
+    /// why not; `None` when the member predates the fields.
+    pub fn leader_in_reach(&self) -> Option<Result<(), String>> {
+        let lease = self.leader_lease_ms?;
+        Some(match (self.leader, self.leader_heard_ms_ago) {
+            (Some(_), Some(ago)) if ago <= lease => Ok(()),
+            (Some(leader), Some(ago)) => Err(format!(
+                "member {} last heard from leader {leader} {ago} ms ago, past its {lease} ms lease",
+                self.id
+            )),
+            (Some(leader), None) => Err(format!(
+                "member {} has not heard from leader {leader} yet",
+                self.id
+            )),
+            (None, _) => Err(format!("member {} knows no leader", self.id)),
+        })
+    }
 }
 
 /// What a member knows of wire versions (docs/decisions/0041-wire-versions.md).
@@ -241,4 +273,58 @@ pub struct AddLearner {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChangeMembership {
     pub voters: Vec<NodeId>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(leader: Option<NodeId>, heard: Option<u64>, lease: Option<u64>) -> Status {
+        Status {
+            id: 2,
+            raft_addr: String::new(),
+            api_addr: String::new(),
+            state: "Follower".into(),
+            leader,
+            term: 1,
+            last_log_index: None,
+            committed_index: None,
+            applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            voters: vec![1, 2, 3],
+            learners: Vec::new(),
+            follower_lag: BTreeMap::new(),
+            wire: WireStatus::default(),
+            remembered_clients: None,
+            leader_heard_ms_ago: heard,
+            leader_lease_ms: lease,
+        }
+    }
+
+    #[test]
+    fn a_leader_is_in_reach_while_heard_within_the_lease() {
+        assert_eq!(
+            status(Some(1), Some(120), Some(1000)).leader_in_reach(),
+            Some(Ok(()))
+        );
+        assert_eq!(
+            status(Some(1), Some(1000), Some(1000)).leader_in_reach(),
+            Some(Ok(()))
+        );
+        for (leader, heard) in [(Some(1), Some(1001)), (Some(1), None), (None, Some(5))] {
+            assert!(
+                matches!(
+                    status(leader, heard, Some(1000)).leader_in_reach(),
+                    Some(Err(_))
+                ),
+                "{leader:?} heard {heard:?} ms ago"
+            );
+        }
+        assert_eq!(
+            status(Some(1), Some(5), None).leader_in_reach(),
+            None,
+            "a member before the fields: ask the leader"
+        );
+    }
 }

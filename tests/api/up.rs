@@ -18,6 +18,7 @@ use tokio::process::Command;
 use crate::helpers::{Answer, ONCE, eventually, payment_body, post, send};
 
 mod restarts;
+mod wan;
 
 /// A running `once up`, its cluster description read back (also what
 /// `monitoring.rs` scrapes).
@@ -32,6 +33,11 @@ const DATA_DIR: &str = "data";
 impl Up {
     /// `once up --dir data` started in `root`; the cluster is `root/data`.
     pub(crate) async fn start(root: &Path, listen: &str) -> Self {
+        Self::start_with(root, listen, &[]).await
+    }
+
+    /// [`Self::start`] with `extra` flags for `once up`.
+    pub(crate) async fn start_with(root: &Path, listen: &str, extra: &[&str]) -> Self {
         let mut command = process::command(ONCE);
         command
             .args([
@@ -43,6 +49,7 @@ impl Up {
                 "--dir",
                 DATA_DIR,
             ])
+            .args(extra)
             .current_dir(root);
         let (process, ()) = Process::start(command, "once up", Duration::from_secs(120), |line| {
             line.starts_with("once is up:").then_some(())
