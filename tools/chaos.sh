@@ -3,6 +3,8 @@
 # embedded storage) in a temporary directory, `once drill chaos` against it
 # with every nemesis, then the report copied out and the cluster stopped.
 # Usage: tools/chaos.sh SECONDS SEED [OUT (default reliability/chaos-SEED)] [RATE (default 20)]
+# UP_ARGS adds flags to `once up`, e.g. UP_ARGS="--wan-latency 70" (regions a
+# simulated 70 ms round trip apart, the store's WAN timing).
 # Needs a release build: cargo build --release --bin once
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,8 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # UP_LOG sets the processes' log filter, e.g. UP_LOG=warn,openraft=info to see elections.
-RUST_LOG="${UP_LOG:-warn,openraft=error}" "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" >"$DIR/up.out" 2>&1 &
+# shellcheck disable=SC2086 # UP_ARGS is split into flags on purpose
+RUST_LOG="${UP_LOG:-warn,openraft=error}" "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" ${UP_ARGS:-} >"$DIR/up.out" 2>&1 &
 UP_PID=$!
 for _ in $(seq 1 600); do grep -q '^once is up' "$DIR/up.out" 2>/dev/null && break; sleep 0.2; done
 grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
@@ -54,7 +57,7 @@ while True:
 PY
 MONITOR_PID=$!
 
-echo "# $(nproc) cores; once up --regions 3; once drill chaos --duration $SECONDS_TOTAL --seed $SEED --rate $RATE; binary $ONCE"
+echo "# $(nproc) cores; once up --regions 3 ${UP_ARGS:-}; once drill chaos --duration $SECONDS_TOTAL --seed $SEED --rate $RATE; binary $ONCE"
 status=0
 RUST_LOG=warn "$ONCE" drill chaos --cluster "$DIR/up/cluster.json" --duration "$SECONDS_TOTAL" \
   --seed "$SEED" --rate "$RATE" --out "$DIR/report" || status=$?

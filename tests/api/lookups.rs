@@ -385,6 +385,21 @@ async fn after_a_failover_the_new_home_lists_the_same_payments_in_the_same_order
     let paged_at_home = page_through(&client, &east.url, ACME_KEY, "", 2, || {}).await;
     assert_eq!(paged_at_home, ids(&at_home));
 
+    // The home answers before a payment's finish is written (decision
+    // 0054): until it lands, other regions show that payment `pending`.
+    // This test is about what a new home lists once they have landed.
+    eventually(Duration::from_secs(30), || async {
+        let unfinished = store
+            .records(once_store_client::protocol::RecordQuery {
+                unfinished: true,
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        unfinished.is_empty().then_some(())
+    })
+    .await;
+
     // Fail acme over to eu-west, whose database has none of these rows.
     place(&store, "acme", 1, "eu-west", &["us-east"]).await;
     assert_eq!(west_db.count("SELECT COUNT(*) FROM payments").await, 0);
