@@ -33,6 +33,11 @@
 //! Without a majority of agreeing clocks there is no leader that stamps,
 //! and the store refuses writes rather than decide leases by a clock it
 //! cannot check.
+//!
+//! The same samples say when each peer was last heard from, so they also
+//! answer whether this member hears a leader that holds a quorum
+//! ([`ClockGuard::since_leader_heard`], in `/api/status`): what a node's
+//! readiness asks of the nearest member (decision 0058).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
