@@ -292,8 +292,7 @@ mod tests {
             follower_lag: Default::default(),
             wire: Default::default(),
             remembered_clients: None,
-            leader_heard_ms_ago: None,
-            leader_lease_ms: None,
+            ..Default::default()
         }
     }
 

@@ -225,8 +225,7 @@ fn member_status(id: u64, leader: u64, applied: u64) -> Value {
         follower_lag: Default::default(),
         wire: Default::default(),
         remembered_clients: None,
-        leader_heard_ms_ago: None,
-        leader_lease_ms: None,
+        ..Default::default()
     })
     .unwrap()
 }

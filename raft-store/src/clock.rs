@@ -475,6 +475,15 @@ mod tests {
         }
     }
 
+    /// A true-clock sample read `ago` before now; `None` where the
+    /// monotonic clock cannot go back that far.
+    fn sample_taken(ago: Duration) -> Option<Sample> {
+        Some(Sample {
+            at: Instant::now().checked_sub(ago)?,
+            ..sample(0)
+        })
+    }
+
     fn voters(ids: &[NodeId]) -> BTreeSet<NodeId> {
         ids.iter().copied().collect()
     }
@@ -490,16 +499,10 @@ mod tests {
             None,
             "a leader no voter answered"
         );
-        let Some(long_ago) = Instant::now().checked_sub(Duration::from_secs(5)) else {
+        let Some(long_ago) = sample_taken(Duration::from_secs(5)) else {
             return;
         };
-        g.record(
-            2,
-            Sample {
-                at: long_ago,
-                ..sample(0)
-            },
-        );
+        g.record(2, long_ago);
         let heard = |leader| g.since_leader_heard(&three, Some(leader)).unwrap();
         assert!(heard(2) >= Duration::from_secs(5), "a follower's leader");
         assert!(heard(1) >= Duration::from_secs(5), "the leader's quorum");
@@ -548,16 +551,10 @@ mod tests {
     #[test]
     fn stale_samples_say_nothing() {
         let g = guard();
-        let Some(old) = Instant::now().checked_sub(Duration::from_secs(60)) else {
+        let Some(old) = sample_taken(Duration::from_secs(60)) else {
             return;
         };
-        g.record(
-            2,
-            Sample {
-                at: old,
-                ..sample(0)
-            },
-        );
+        g.record(2, old);
         assert_eq!(g.verdict(&voters(&[1, 2])), Verdict::Unknown);
         assert!(g.offsets().is_empty());
     }

@@ -187,7 +187,7 @@ pub type ReadAnswer = Answer<ReadReply>;
 pub type WriteRequest = ClientRequest;
 
 /// `GET /api/status`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
     pub id: NodeId,
     pub raft_addr: String,
@@ -216,7 +216,7 @@ pub struct Status {
     pub remembered_clients: Option<u64>,
     /// Milliseconds since this member last had word that its leader holds
     /// a quorum: the leader, since a majority of the voters answered it; a
-    /// follower, since its last RPC from the leader. `null`: no leader, or
+    /// follower, since its last RPC from or to the leader. `null`: no leader, or
     /// not heard yet (and from a build before the field).
     #[serde(default)]
     pub leader_heard_ms_ago: Option<u64>,
@@ -282,23 +282,10 @@ mod tests {
     fn status(leader: Option<NodeId>, heard: Option<u64>, lease: Option<u64>) -> Status {
         Status {
             id: 2,
-            raft_addr: String::new(),
-            api_addr: String::new(),
-            state: "Follower".into(),
             leader,
-            term: 1,
-            last_log_index: None,
-            committed_index: None,
-            applied_index: None,
-            snapshot_index: None,
-            purged_index: None,
-            voters: vec![1, 2, 3],
-            learners: Vec::new(),
-            follower_lag: BTreeMap::new(),
-            wire: WireStatus::default(),
-            remembered_clients: None,
             leader_heard_ms_ago: heard,
             leader_lease_ms: lease,
+            ..Status::default()
         }
     }
 
