@@ -92,6 +92,9 @@ pub struct Metrics {
     pub unknown_state: Counter,
     pub in_progress_age_max: Gauge<f64, AtomicU64>,
     pub unknown_records: Gauge,
+    /// Seconds since the shared store's leader was last heard, as this
+    /// node last had word of it (raft mode, decision 0059); NaN without.
+    pub shared_store_leader_heard: Gauge<f64, AtomicU64>,
     pub expired_records: Counter,
     pub purged_records: Counter,
     /// Records still sealed under a key older than the newest: 0 means
@@ -139,6 +142,8 @@ impl Metrics {
         let unknown_state = Counter::default();
         let in_progress_age_max = Gauge::<f64, AtomicU64>::default();
         let unknown_records = Gauge::default();
+        let shared_store_leader_heard = Gauge::<f64, AtomicU64>::default();
+        shared_store_leader_heard.set(f64::NAN);
         let expired_records = Counter::default();
         let purged_records = Counter::default();
         let sealed_stale_records = Gauge::default();
@@ -183,6 +188,11 @@ impl Metrics {
             "idempotency_unknown_state_records",
             "Records waiting in UNKNOWN_REQUIRES_RECOVERY",
             unknown_records.clone(),
+        );
+        registry.register(
+            "shared_store_leader_heard_seconds",
+            "Since raft-store's leader was last heard, as the nearest store member last told this node, aged since (raft mode; NaN when it knows no leader, or in sql mode)",
+            shared_store_leader_heard.clone(),
         );
         registry.register(
             "idempotency_expired_records",
@@ -233,6 +243,7 @@ impl Metrics {
             unknown_state,
             in_progress_age_max,
             unknown_records,
+            shared_store_leader_heard,
             expired_records,
             purged_records,
             sealed_stale_records,

@@ -50,8 +50,9 @@ pub fn openapi() -> Router<AppState> {
     )
 }
 
-/// `/metrics`. The in-progress age and the unknown-record count are read at
-/// scrape time so they are never stale.
+/// `/metrics`. The in-progress age, the unknown-record count and the time
+/// since the shared store's leader was heard are read at scrape time so
+/// they are never stale.
 pub fn metrics(state: &AppState) -> Router<AppState> {
     let state = state.clone();
     once_edge::ops::metrics(move || {
@@ -74,6 +75,11 @@ pub fn metrics(state: &AppState) -> Router<AppState> {
             {
                 state.metrics.unknown_records.set(n);
             }
+            let heard = state.store.health.shared_store_leader_heard();
+            state
+                .metrics
+                .shared_store_leader_heard
+                .set(heard.map_or(f64::NAN, |ago| ago.as_secs_f64()));
             state.metrics.render()
         }
     })

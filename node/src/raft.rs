@@ -10,6 +10,8 @@
 //!   facts a record carries so any region can finish it.
 //! - [`placement`]: the placement epoch this node believes per tenant, stated
 //!   in every claim and corrected by the store's `Misdirected` answers.
+//! - [`reach`]: whether raft-store's leader is in reach, watched in the
+//!   background from the nearest member, for `/readyz`.
 //!
 //! Write order: raft-store decides (fenced), the regional database follows.
 //! A claim is claimed in raft-store first and its pending payment upserted
@@ -23,6 +25,7 @@
 
 pub mod convert;
 pub mod placement;
+pub mod reach;
 mod store;
 
 pub use store::{RaftStore, RaftStoreConfig};

@@ -395,6 +395,13 @@ pub trait Health: Send + Sync + std::fmt::Debug + 'static {
 
     /// How many records wait in `UNKNOWN_REQUIRES_RECOVERY`.
     async fn unknown_count(&self) -> Result<i64, StoreError>;
+
+    /// How long ago the shared store's leader was last heard, as this node
+    /// last had word of it, aged since (raft mode, decision 0059). `None`
+    /// without a shared store (sql mode), a known leader, or a word yet.
+    fn shared_store_leader_heard(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// The payments repository's reads.

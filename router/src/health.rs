@@ -77,6 +77,8 @@ pub async fn check_once(state: &RouterState) {
                 tracing::warn!(
                     region,
                     failures,
+                    last_round = ?answer,
+                    store_out,
                     at_ms = now_ms(),
                     "region down: every node failed its health checks"
                 );

@@ -548,19 +548,17 @@ impl StoreClient {
         }
     }
 
-    /// Whether the store can take this caller's writes, as the first member
-    /// to answer sees it ([`Status::leader_in_reach`]), asked in endpoint
-    /// order (this region's members first): no round trip through the
-    /// leader, so the answer costs the same however far away the leader
-    /// is. A member of another region is asked only when none of this
-    /// region's answers, so a region that lost its own member judges the
-    /// store as the others do. `None` when no member answers or the first
-    /// to answer predates the check: ask the leader instead (any
-    /// linearizable read).
-    pub async fn leader_in_reach(&self) -> Option<Result<(), String>> {
+    /// The status of the nearest member that answers, asked in endpoint
+    /// order (this region's members first): what a caller judges the
+    /// store's reach by ([`Status::leader_in_reach`]) without a round trip
+    /// through the leader, so the answer costs the same however far away
+    /// the leader is. A member of another region is asked only when none of
+    /// this region's answers, so a region that lost its own member judges
+    /// the store as the others do. `None` when no member answers.
+    pub async fn nearest_status(&self) -> Option<Status> {
         for i in 0..self.endpoints.len() {
             if let Ok(status) = self.status_of(i).await {
-                return status.leader_in_reach();
+                return Some(status);
             }
         }
         None

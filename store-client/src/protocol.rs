@@ -3,6 +3,7 @@
 //! postcard; status is JSON for humans.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -228,12 +229,15 @@ pub struct Status {
 }
 
 impl Status {
-    /// Whether the store can take writes as this member sees it: it has
-    /// heard from a leader holding a quorum within its lease. `Err` says
-    /// why not; `None` when the member predates the fields.
-    pub fn leader_in_reach(&self) -> Option<Result<(), String>> {
+    /// Whether the store can take writes as this member saw it, `elapsed`
+    /// after it answered: it had heard from a leader holding a quorum, and
+    /// that word plus `elapsed` is still within its lease. `Err` says why
+    /// not; `None` when the member predates the fields.
+    pub fn leader_in_reach(&self, elapsed: Duration) -> Option<Result<(), String>> {
         let lease = self.leader_lease_ms?;
-        Some(match (self.leader, self.leader_heard_ms_ago) {
+        let aged =
+            |ago: u64| ago.saturating_add(elapsed.as_millis().try_into().unwrap_or(u64::MAX));
+        Some(match (self.leader, self.leader_heard_ms_ago.map(aged)) {
             (Some(_), Some(ago)) if ago <= lease => Ok(()),
             (Some(leader), Some(ago)) => Err(format!(
                 "member {} last heard from leader {leader} {ago} ms ago, past its {lease} ms lease",
@@ -291,27 +295,46 @@ mod tests {
 
     #[test]
     fn a_leader_is_in_reach_while_heard_within_the_lease() {
+        let now = Duration::ZERO;
         assert_eq!(
-            status(Some(1), Some(120), Some(1000)).leader_in_reach(),
+            status(Some(1), Some(120), Some(1000)).leader_in_reach(now),
             Some(Ok(()))
         );
         assert_eq!(
-            status(Some(1), Some(1000), Some(1000)).leader_in_reach(),
+            status(Some(1), Some(1000), Some(1000)).leader_in_reach(now),
             Some(Ok(()))
         );
         for (leader, heard) in [(Some(1), Some(1001)), (Some(1), None), (None, Some(5))] {
             assert!(
                 matches!(
-                    status(leader, heard, Some(1000)).leader_in_reach(),
+                    status(leader, heard, Some(1000)).leader_in_reach(now),
                     Some(Err(_))
                 ),
                 "{leader:?} heard {heard:?} ms ago"
             );
         }
         assert_eq!(
-            status(Some(1), Some(5), None).leader_in_reach(),
+            status(Some(1), Some(5), None).leader_in_reach(now),
             None,
             "a member before the fields: ask the leader"
+        );
+    }
+
+    #[test]
+    fn a_word_ages_with_the_time_since_the_member_answered() {
+        let heard = status(Some(1), Some(400), Some(1000));
+        assert_eq!(
+            heard.leader_in_reach(Duration::from_millis(600)),
+            Some(Ok(()))
+        );
+        let stale = heard.leader_in_reach(Duration::from_millis(601));
+        assert!(
+            matches!(&stale, Some(Err(why)) if why.contains("1001 ms ago")),
+            "{stale:?}"
+        );
+        assert!(
+            heard.leader_in_reach(Duration::MAX).unwrap().is_err(),
+            "saturates rather than wraps"
         );
     }
 }

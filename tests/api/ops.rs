@@ -43,6 +43,26 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
     ] {
         assert!(metrics.contains(series), "{series} missing from /metrics");
     }
+    // How long ago raft-store's leader was heard, as this node's background
+    // watch last had word (decision 0059): within the lease in raft mode,
+    // no figure without a shared store.
+    let heard = || {
+        metric_sum(
+            &app.client,
+            &app.admin_url,
+            "shared_store_leader_heard_seconds",
+            "",
+        )
+    };
+    if backend == Backend::Raft {
+        let seconds = eventually(Duration::from_secs(10), || async {
+            Some(heard().await).filter(|s| !s.is_nan())
+        })
+        .await;
+        assert!((0.0..1.0).contains(&seconds), "{seconds} s");
+    } else {
+        assert!(heard().await.is_nan());
+    }
     app.stop().await;
 }
 

@@ -19,6 +19,7 @@ use tracing::{instrument, warn};
 
 use super::convert::{PaymentFacts, fence_to_store, payment_of_record, record_from_store};
 use super::placement::{Belief, PlacementBeliefs};
+use super::reach::StoreReach;
 use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::failpoints::crash_point;
@@ -41,7 +42,8 @@ pub struct RaftStoreConfig {
 
 #[derive(Debug)]
 pub struct RaftStore {
-    client: StoreClient,
+    client: Arc<StoreClient>,
+    reach: StoreReach,
     local: Materialized,
     region: String,
     placements: PlacementBeliefs,
@@ -81,8 +83,10 @@ impl RaftStore {
             !config.endpoints.is_empty(),
             "the raft store mode needs at least one store endpoint"
         );
+        let client = Arc::new(StoreClient::new(&config.endpoints, config.client.clone())?);
         Ok(Self {
-            client: StoreClient::new(&config.endpoints, config.client.clone())?,
+            reach: StoreReach::watch(client.clone()),
+            client,
             local,
             region,
             placements: PlacementBeliefs::default(),
@@ -685,18 +689,23 @@ impl Health for RaftStore {
         Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
+    fn shared_store_leader_heard(&self) -> Option<Duration> {
+        self.reach.leader_heard()
+    }
+
     /// This region's database first: a region whose own database is down
-    /// is not ready whatever raft-store says. Then raft-store as a member
-    /// sees it, this region's first — it has heard from a leader holding a
-    /// quorum within its lease — so the check costs no round trip to a
-    /// leader in another region (decision 0058); only when no member
-    /// answers is the leader asked, by a linearizable read.
+    /// is not ready whatever raft-store says. Then raft-store as the
+    /// nearest member last saw it, this region's first — it had heard from
+    /// a leader holding a quorum, and that word is still within its lease
+    /// (decision 0058) — from the background watch, so the check makes no
+    /// call across regions (decision 0059); only when no member answers is
+    /// the leader asked, by a linearizable read.
     async fn ready(&self, within: Duration) -> Result<(), NotReady> {
         let started = std::time::Instant::now();
         crate::sql::answers_within(self.local.database(), within).await?;
         let left = within.saturating_sub(started.elapsed());
         let store = async {
-            match self.client.leader_in_reach().await {
+            match self.reach.judge() {
                 Some(Ok(())) => Ok(()),
                 Some(Err(why)) => Err(StoreError::Unavailable(anyhow::anyhow!(why))),
                 None => self.client.regions().await.map(drop).map_err(store_error),

@@ -1,0 +1,210 @@
+//! Whether raft-store's leader is in reach, as this node last had word of
+//! it: a watch that asks the nearest member for its status every
+//! [`ASK_EVERY`] in the background ([`StoreClient::nearest_status`]), so
+//! `/readyz` judges the store without a network call of its own.
+//!
+//! A word ages: a member that had heard its leader `ago` ms before it
+//! answered is taken to have heard it `ago` plus the time since the
+//! question was sent, and past its lease the word no longer says the
+//! leader is in reach. So a watch that stops getting answers (its member
+//! blackholed, the node starved) turns the node not ready within a lease,
+//! never ready on an old answer
+//! (docs/decisions/0059-the-node-watches-the-stores-reach.md).
+//!
+//! Why not ask in the probe: a region whose own member died asks a member
+//! of another region, a WAN round trip inside the router's check budget;
+//! on a loaded machine three probes in a row missed it while the other
+//! regions, asking their own members, answered, and the router failed
+//! that region over for a member it did not need.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use once_store_client::client::StoreClient;
+use once_store_client::protocol::Status;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+
+/// How often the watch asks. A tenth of a second: a fraction of any lease,
+/// and of the router's check interval, for one small local request.
+pub const ASK_EVERY: Duration = Duration::from_millis(100);
+
+/// The longest one question may take before the watch gives up on it and
+/// asks again (meanwhile the last word ages).
+const ASK_LIMIT: Duration = Duration::from_secs(2);
+
+/// The latest word from a member, and when the question was sent: the
+/// member's `leader_heard_ms_ago` was measured after that, so aging it from
+/// then never makes it look fresher than it is.
+#[derive(Debug, Clone)]
+struct Word {
+    asked_at: Instant,
+    /// `None`: no member answered.
+    status: Option<Status>,
+}
+
+/// The watch: asks in the background while it lives.
+#[derive(Debug)]
+pub struct StoreReach {
+    latest: watch::Receiver<Option<Word>>,
+    asking: JoinHandle<()>,
+}
+
+impl StoreReach {
+    /// Starts asking `client`'s nearest member, at once and then every
+    /// [`ASK_EVERY`]. Must run inside a Tokio runtime.
+    pub fn watch(client: Arc<StoreClient>) -> Self {
+        let (tell, latest) = watch::channel(None);
+        let asking = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(ASK_EVERY);
+            // A slow answer delays the next question rather than bunching
+            // questions up.
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let asked_at = Instant::now();
+                // No answer in time: the last word stays, and ages.
+                if let Ok(status) = tokio::time::timeout(ASK_LIMIT, client.nearest_status()).await {
+                    tell.send_replace(Some(Word { asked_at, status }));
+                }
+            }
+        });
+        Self { latest, asking }
+    }
+
+    /// `Some(Ok)` while the latest word, aged, says a leader is in reach;
+    /// `Some(Err(why))` when it says not. `None` when there is no word to
+    /// judge by: none yet, no member answered, or the member predates the
+    /// fields — then ask the leader.
+    pub fn judge(&self) -> Option<Result<(), String>> {
+        let word = self.latest.borrow().clone()?;
+        let elapsed = word.asked_at.elapsed();
+        let verdict = word.status?.leader_in_reach(elapsed)?;
+        Some(
+            verdict.map_err(|why| format!("{why} (word asked for {} ms ago)", elapsed.as_millis())),
+        )
+    }
+
+    /// How long ago the nearest member's leader was last heard: what the
+    /// member said, plus the time since the question was sent. `None`
+    /// without a word, or when the member knows no leader or has not heard
+    /// it.
+    pub fn leader_heard(&self) -> Option<Duration> {
+        let word = self.latest.borrow().clone()?;
+        let status = word.status?;
+        status.leader?;
+        let ago = Duration::from_millis(status.leader_heard_ms_ago?);
+        Some(ago + word.asked_at.elapsed())
+    }
+}
+
+impl Drop for StoreReach {
+    fn drop(&mut self) {
+        self.asking.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::Json;
+    use axum::extract::State;
+    use once_store_client::client::ClientOptions;
+    use once_store_client::protocol::STATUS_PATH;
+
+    use super::*;
+
+    /// What the fake member does with a status request.
+    #[derive(Clone)]
+    enum Member {
+        Answers(Box<Status>),
+        /// Takes the question and never answers.
+        Hangs,
+    }
+
+    type Shared = Arc<Mutex<Member>>;
+
+    async fn status(State(member): State<Shared>) -> Json<Status> {
+        let now = member.lock().unwrap().clone();
+        match now {
+            Member::Answers(status) => Json(*status),
+            Member::Hangs => std::future::pending().await,
+        }
+    }
+
+    async fn fake_member(member: Shared) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new()
+            .route(STATUS_PATH, axum::routing::get(status))
+            .with_state(member);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    fn heard(ago_ms: u64, lease_ms: Option<u64>) -> Status {
+        Status {
+            id: 2,
+            leader: Some(1),
+            leader_heard_ms_ago: Some(ago_ms),
+            leader_lease_ms: lease_ms,
+            ..Status::default()
+        }
+    }
+
+    /// Polls `judge` until `done` says it is what the test waits for.
+    async fn until(
+        reach: &StoreReach,
+        done: impl Fn(&Option<Result<(), String>>) -> bool,
+    ) -> Option<Result<(), String>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let verdict = reach.judge();
+            if done(&verdict) {
+                return verdict;
+            }
+            assert!(Instant::now() < deadline, "still {verdict:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn the_last_word_ages_past_the_lease_when_the_member_stops_answering() {
+        let member: Shared = Arc::new(Mutex::new(Member::Answers(Box::new(heard(10, Some(300))))));
+        let url = fake_member(member.clone()).await;
+        let client = Arc::new(StoreClient::new(&[url], ClientOptions::default()).unwrap());
+        let reach = StoreReach::watch(client);
+        assert_eq!(reach.judge(), None, "no word yet: ask the leader");
+
+        until(&reach, |v| *v == Some(Ok(()))).await;
+
+        // The member goes silent: no new word, and the last one, heard
+        // 10 ms before it answered, is past the 300 ms lease soon after.
+        *member.lock().unwrap() = Member::Hangs;
+        let stale = until(&reach, |v| matches!(v, Some(Err(_)))).await;
+        let why = stale.unwrap().unwrap_err();
+        assert!(why.contains("past its 300 ms lease"), "{why}");
+        assert!(why.contains("word asked for"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn a_member_that_predates_the_fields_leaves_it_to_the_leader() {
+        let member: Shared = Arc::new(Mutex::new(Member::Answers(Box::new(heard(10, None)))));
+        let url = fake_member(member.clone()).await;
+        let client = Arc::new(StoreClient::new(&[url], ClientOptions::default()).unwrap());
+        let reach = StoreReach::watch(client);
+        // A word arrives (the question is answered) but judges nothing.
+        reach.latest.clone().changed().await.unwrap();
+        assert_eq!(reach.judge(), None);
+
+        // Then a newer member, which has lost its leader.
+        *member.lock().unwrap() = Member::Answers(Box::new(Status {
+            leader: None,
+            ..heard(10, Some(300))
+        }));
+        let verdict = until(&reach, Option::is_some).await;
+        assert!(verdict.unwrap().unwrap_err().contains("knows no leader"));
+    }
+}
