@@ -12,10 +12,11 @@
 //! (docs/decisions/0059-the-node-watches-the-stores-reach.md).
 //!
 //! Why not ask in the probe: a region whose own member died asks a member
-//! of another region, a WAN round trip inside the router's check budget;
-//! on a loaded machine three probes in a row missed it while the other
-//! regions, asking their own members, answered, and the router failed
-//! that region over for a member it did not need.
+//! of another region, a WAN round trip inside the router's check budget,
+//! while the other regions ask their own members. On a loaded machine three
+//! such probes in a row can miss the budget, and the router fails that
+//! region over for a member it does not need (the likeliest cause of the
+//! one failover a CI run counted, RELIABILITY.md finding 9).
 
 use std::sync::Arc;
 use std::time::Duration;
