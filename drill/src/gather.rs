@@ -289,9 +289,6 @@ mod tests {
             purged_index: None,
             voters: vec![1, 2, 3],
             learners: Vec::new(),
-            follower_lag: Default::default(),
-            wire: Default::default(),
-            remembered_clients: None,
             ..Default::default()
         }
     }

@@ -222,9 +222,6 @@ fn member_status(id: u64, leader: u64, applied: u64) -> Value {
         purged_index: None,
         voters: vec![1, 2],
         learners: Vec::new(),
-        follower_lag: Default::default(),
-        wire: Default::default(),
-        remembered_clients: None,
         ..Default::default()
     })
     .unwrap()

@@ -229,15 +229,22 @@ pub struct Status {
 }
 
 impl Status {
+    /// Milliseconds since this member's leader was last heard, `elapsed`
+    /// after the member answered (saturating). `None` without a leader or
+    /// before it was heard.
+    pub fn leader_heard_ms(&self, elapsed: Duration) -> Option<u64> {
+        self.leader?;
+        let elapsed = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        Some(self.leader_heard_ms_ago?.saturating_add(elapsed))
+    }
+
     /// Whether the store can take writes as this member saw it, `elapsed`
     /// after it answered: it had heard from a leader holding a quorum, and
     /// that word plus `elapsed` is still within its lease. `Err` says why
     /// not; `None` when the member predates the fields.
     pub fn leader_in_reach(&self, elapsed: Duration) -> Option<Result<(), String>> {
         let lease = self.leader_lease_ms?;
-        let aged =
-            |ago: u64| ago.saturating_add(elapsed.as_millis().try_into().unwrap_or(u64::MAX));
-        Some(match (self.leader, self.leader_heard_ms_ago.map(aged)) {
+        Some(match (self.leader, self.leader_heard_ms(elapsed)) {
             (Some(_), Some(ago)) if ago <= lease => Ok(()),
             (Some(leader), Some(ago)) => Err(format!(
                 "member {} last heard from leader {leader} {ago} ms ago, past its {lease} ms lease",

@@ -93,10 +93,8 @@ impl StoreReach {
     /// it.
     pub fn leader_heard(&self) -> Option<Duration> {
         let word = self.latest.borrow().clone()?;
-        let status = word.status?;
-        status.leader?;
-        let ago = Duration::from_millis(status.leader_heard_ms_ago?);
-        Some(ago + word.asked_at.elapsed())
+        let ago = word.status?.leader_heard_ms(word.asked_at.elapsed())?;
+        Some(Duration::from_millis(ago))
     }
 }
 
