@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -12,6 +13,8 @@ use once_edge::server::serve_together;
 use once_edge::tenants::TenantGates;
 use once_edge::{Server, observe, tenants};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::auth::ApiKeys;
@@ -199,9 +202,11 @@ impl Application {
         &self.events
     }
 
-    /// Serves until `shutdown` resolves, then gives in-flight requests up to
-    /// `drain_timeout` to finish. Work cut off by the drain deadline is safe:
-    /// its record stays `IN_PROGRESS` and is taken over after its lease.
+    /// Serves until `shutdown` resolves, then stops within `drain_timeout`:
+    /// in-flight requests drain while the jobs stop, and the finishes
+    /// already answered are written, all by that one deadline. Work cut off
+    /// by it is safe: its record stays `IN_PROGRESS` and is taken over after
+    /// its lease.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -215,22 +220,16 @@ impl Application {
         let drain = state.config.drain_timeout;
         let role = state.config.role;
         let (stop_workers, workers_stopped) = watch::channel(false);
-        let mut workers = Vec::new();
+        let mut workers = JoinSet::new();
         if role.runs_recovery() {
-            workers.push(tokio::spawn(sweeper::run(
-                state.clone(),
-                workers_stopped.clone(),
-            )));
-            workers.push(tokio::spawn(recovery::run(
-                state.clone(),
-                workers_stopped.clone(),
-            )));
+            workers.spawn(sweeper::run(state.clone(), workers_stopped.clone()));
+            workers.spawn(recovery::run(state.clone(), workers_stopped.clone()));
         }
-        workers.push(tokio::spawn(crate::reencryption::run(
+        workers.spawn(crate::reencryption::run(
             state.clone(),
             workers_stopped.clone(),
             role.runs_recovery(),
-        )));
+        ));
         let event_workers = if role.runs_events() {
             events.spawn(workers_stopped).await
         } else {
@@ -242,30 +241,54 @@ impl Application {
             (public, public_router(state.clone())),
             (admin, admin_router(state.clone())),
         ];
+        // One deadline for the whole stop, `drain` after the request: the
+        // jobs stop while requests drain, and nothing after waits past it
+        // (the pod's grace period is sized to it).
+        let deadline = OnceLock::new();
         let shutdown = async {
             shutdown.await;
+            let _ = deadline.set(Instant::now() + drain);
+            let _ = stop_workers.send(true);
             info!("shutdown requested; draining in-flight requests");
         };
         serve_together(listeners, shutdown, drain).await;
-        let _ = stop_workers.send(true);
-        for worker in workers {
-            let _ = worker.await;
+        let deadline = deadline
+            .get()
+            .copied()
+            .unwrap_or_else(|| Instant::now() + drain);
+        // A job mid-pass at the deadline (a recovery waiting on a store
+        // that does not answer) is aborted: the records it held are taken
+        // over after their lease, as after a crash.
+        let joined = tokio::time::timeout_at(deadline, async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await;
+        if joined.is_err() {
+            warn!(
+                jobs = workers.len(),
+                "jobs still running at the drain deadline; aborted"
+            );
+            workers.abort_all();
         }
-        // Answers already given whose finish is still being written (by a
-        // request or by the recovery worker, both stopped now): left
+        // Answers already given whose finish is still being written: left
         // unwritten they are recovered after their lease, but written now
         // nobody waits.
-        let cut_off = state.finishing.close_and_wait(drain).await;
+        let cut_off = state.finishing.close_and_wait(until(deadline)).await;
         if cut_off > 0 {
             warn!(
                 cut_off,
                 "finishes still being written at the drain deadline; their records are recovered after their lease"
             );
         }
-        event_workers.join(drain).await;
+        event_workers.join(until(deadline)).await;
         info!("node stopped");
         Ok(())
     }
+}
+
+/// The time left until `deadline` (none once it has passed).
+fn until(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
 }
 
 /// The public listener: the payments API, its contract and probes. Behind

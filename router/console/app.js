@@ -267,6 +267,8 @@ async function submitResolve(event) {
   sessionStorage.setItem(ACTOR, actor);
   const result = $("resolve-result");
   result.textContent = "resolving …";
+  // An earlier attempt's outcome is not this one's.
+  delete result.dataset.outcome;
   const response = await api("/console/api/resolve", {
     method: "POST",
     headers: { "Content-Type": "application/json" },

@@ -163,7 +163,7 @@ async fn leave_unknown(provider: &str, router: &str, api_key: &str, key: &str, b
 async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die() {
     let root = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
-    let mut up = Up::start(root.path(), &listen).await;
+    let up = Up::start(root.path(), &listen).await;
     let cluster = up.cluster.clone();
     let console = cluster["router"]["console_url"]
         .as_str()
@@ -279,10 +279,15 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
             .ok()?;
         // A recovery pass may hold the record for a moment (409): the
         // operator tries again, as the page says.
+        // The page clears the last attempt's outcome when it sends this one.
         let outcome = eventually(Duration::from_secs(10), || async {
             attribute(&browser, "#resolve-result", "data-outcome").await
         })
         .await;
+        if outcome != "resolved" {
+            let said = text_of(&browser, "#resolve-result", wait).await;
+            eprintln!("the resolve was {outcome}: {said}");
+        }
         (outcome == "resolved").then_some(())
     })
     .await;
@@ -367,5 +372,6 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
 
     browser.close().await.unwrap();
     driver.kill().await;
-    up.process.terminate().await;
+    let status = up.stop().await;
+    assert!(status.success(), "{status:?}");
 }

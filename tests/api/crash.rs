@@ -19,6 +19,9 @@ on_every_backend!(
     crash_after_finish,
 );
 on_backends!(
+    [postgres] a_recovery_stuck_on_a_locked_row_is_cut_off_at_the_drain_deadline
+);
+on_backends!(
     [raft] crash_between_the_record_and_the_row,
     killed_after_answering_before_the_finish,
     stopped_after_answering_it_writes_the_finish_before_it_exits
@@ -151,6 +154,63 @@ async fn crash_then_retry(backend: Backend, point: &str) {
         1,
         "the payment records the provider's one charge"
     );
+    node.kill().await;
+}
+
+/// A node stops within its drain deadline even when its recovery worker is
+/// stuck: here on a row another session holds locked (a long transaction,
+/// an operator's session), a wait with no end of its own. The record the
+/// worker reached is taken over by the next node after its lease, and the
+/// payment ends with one charge. Before the stop had one deadline, the node
+/// waited for the worker forever and a supervisor or a pod's grace period
+/// SIGKILLed it.
+async fn a_recovery_stuck_on_a_locked_row_is_cut_off_at_the_drain_deadline(backend: Backend) {
+    use sqlx::Connection;
+
+    let run = OnePayment::new(backend, "k-stuck", "order-stuck").await;
+    let db = &run.db;
+    let mut doomed = run.node(&[], "after_claim=return").await;
+    doomed
+        .dies_answering(run.post(&doomed), "the node claiming the payment")
+        .await;
+
+    let mut operator = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut lock = operator.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM idempotency_requests FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let stuck = run.node(&["--drain-timeout", "1s"], "").await;
+    until(
+        "the recovery worker waits on the locked row",
+        Duration::from_secs(20),
+        || async {
+            db.count(
+                "SELECT COUNT(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .await
+                > 0
+        },
+    )
+    .await;
+    // `terminate` fails unless the exit comes within 20 s of SIGTERM.
+    let status = stuck.terminate().await;
+    assert!(status.success(), "a clean stop: {status:?}");
+    lock.rollback().await.unwrap();
+
+    let node = run.node(&[], "").await;
+    let answer = answer_once_not_in_progress(Duration::from_secs(20), || run.post(&node)).await;
+    assert_eq!(
+        answer.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    row_settled(db, Duration::from_secs(10)).await;
+    let ledger = run.sim.ledger().await;
+    assert_eq!(ledger.len(), 1, "one charge: {ledger:?}");
+    assert_eq!(ledger[0].idempotency_key, provider_key_of(&answer));
     node.kill().await;
 }
 

@@ -738,7 +738,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
 
     let root = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
-    let mut up = Up::start(root.path(), &listen).await;
+    let up = Up::start(root.path(), &listen).await;
     let cluster = up.cluster.clone();
     // Presents the operator's certificate to the store members.
     let client = crate::up::cluster_http(&cluster);
@@ -970,7 +970,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
         assert!(!exported.contains_key(record));
     }
 
-    let status = up.process.terminate().await;
+    let status = up.stop().await;
     assert!(status.success(), "{status:?}");
     let status = edge_node.terminate().await;
     assert!(status.success(), "{status:?}");

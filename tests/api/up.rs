@@ -8,7 +8,7 @@
 //! drill runs from another directory, so every path in `cluster.json` must
 //! be absolute (or the drill cannot read the evidence, and fails).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use once_test_support::ports::port_outside_ephemeral_range;
@@ -25,6 +25,8 @@ mod wan;
 pub(crate) struct Up {
     pub(crate) process: Process,
     pub(crate) cluster: serde_json::Value,
+    /// The cluster's directory (`root/data`), its logs in `logs/`.
+    dir: PathBuf,
 }
 
 /// Where `once up` keeps its cluster, relative to the directory it runs in.
@@ -59,7 +61,30 @@ impl Up {
             &std::fs::read(root.join(DATA_DIR).join("cluster.json")).unwrap(),
         )
         .expect("cluster.json");
-        Self { process, cluster }
+        Self {
+            process,
+            cluster,
+            dir: root.join(DATA_DIR),
+        }
+    }
+
+    /// SIGTERM, and the clean stop's exit status. A stop slower than a
+    /// clean one may be prints the end of every child's log first, which
+    /// names the process that held it up.
+    pub(crate) async fn stop(mut self) -> std::process::ExitStatus {
+        if let Some(status) = self.process.try_terminate().await {
+            return status;
+        }
+        let logs = self.dir.join("logs");
+        for entry in std::fs::read_dir(&logs).unwrap().flatten() {
+            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!("--- the last lines of {}:", entry.path().display());
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                eprintln!("{line}");
+            }
+        }
+        panic!("once up did not stop within a clean stop's time of SIGTERM");
     }
 }
 
@@ -186,7 +211,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join(DATA_DIR);
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
-    let mut up = Up::start(root.path(), &listen).await;
+    let up = Up::start(root.path(), &listen).await;
     let pids_at_start = pids_now(&dir);
     for secret in ["cluster.json", "admin-token", "demo-keys.txt"] {
         assert_eq!(
@@ -267,7 +292,7 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
         pids, pids_at_start,
         "the kill drill restarted a region: its processes are new ones"
     );
-    let status = up.process.terminate().await;
+    let status = up.stop().await;
     assert!(status.success(), "{status:?}");
     eventually(Duration::from_secs(30), || async {
         pids.iter().all(|p| !alive(*p)).then_some(())

@@ -173,9 +173,17 @@ impl ChildProcess {
         }
     }
 
-    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL.
+    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL; says
+    /// how it ended and how long it took, so a slow stop names its process.
     pub async fn stop(mut self, grace: Duration) {
+        let started = std::time::Instant::now();
         // `Stop::Term` never answers `StillRunning`.
-        let _ = self.end(Stop::Term, grace).await;
+        if let Ok(how) = self.end(Stop::Term, grace).await {
+            println!(
+                "  {}: {how} ({} ms)",
+                self.name,
+                started.elapsed().as_millis()
+            );
+        }
     }
 }
