@@ -41,7 +41,7 @@ impl Materialized {
         created_at: UnixMillis,
     ) -> Result<(), StoreError> {
         let _writer = self.db.writer().await;
-        if payments::insert_pending(&self.db.pool, payment, created_at).await?
+        if payments::insert_unsettled(&self.db.pool, payment, created_at).await?
             || payments::exists(&self.db.pool, &payment.id).await?
         {
             return Ok(());

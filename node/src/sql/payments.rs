@@ -15,16 +15,38 @@ const COLUMNS: &str = "id, tenant_id, account_id, merchant_reference, amount_min
 /// `(tenant, account, merchant reference)` is taken. On PostgreSQL a
 /// concurrent insert of the same business key waits for the other
 /// transaction and then does nothing, so racing keyless duplicates resolve
-/// to exactly one row.
+/// to exactly one row. The sql mode's: its finish settles the row in the
+/// same transaction as the record, so nothing looks for it later.
 pub async fn insert_pending<'e>(
     db: impl Executor<'e, Database = Any>,
     payment: &NewPayment,
     now: UnixMillis,
 ) -> Result<bool, StoreError> {
+    insert(db, payment, now, None).await
+}
+
+/// [`insert_pending`] for the raft mode, whose row is settled after its
+/// record is finished in raft-store: the row is marked unsettled
+/// (`settle_after`), so the settling pass finds it if that write never
+/// comes ([`pending`]).
+pub async fn insert_unsettled<'e>(
+    db: impl Executor<'e, Database = Any>,
+    payment: &NewPayment,
+    now: UnixMillis,
+) -> Result<bool, StoreError> {
+    insert(db, payment, now, Some(now)).await
+}
+
+async fn insert<'e>(
+    db: impl Executor<'e, Database = Any>,
+    payment: &NewPayment,
+    now: UnixMillis,
+    settle_after: Option<UnixMillis>,
+) -> Result<bool, StoreError> {
     let done = sqlx::query(
         "INSERT INTO payments (id, tenant_id, account_id, merchant_reference, amount_minor, currency, channel, \
-         status, provider_key, region, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+         status, provider_key, region, created_at, updated_at, settle_after) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12) \
          ON CONFLICT (tenant_id, account_id, merchant_reference) DO NOTHING",
     )
     .bind(payment.id.as_str())
@@ -38,6 +60,7 @@ pub async fn insert_pending<'e>(
     .bind(payment.id.provider_key())
     .bind(&payment.region)
     .bind(now.0)
+    .bind(settle_after.map(|at| at.0))
     .execute(db)
     .await
     .map_err(unavailable)?;
@@ -97,8 +120,8 @@ pub async fn settle(
     now: UnixMillis,
 ) -> Result<Settled, StoreError> {
     let done = sqlx::query(
-        "UPDATE payments SET status = $2, provider_charge_id = $3, decline_code = $4, updated_at = $5 \
-         WHERE id = $1 AND status = $6",
+        "UPDATE payments SET status = $2, provider_charge_id = $3, decline_code = $4, updated_at = $5, \
+         settle_after = NULL WHERE id = $1 AND status = $6",
     )
     .bind(update.id.as_str())
     .bind(update.status.as_str())
@@ -130,8 +153,8 @@ pub async fn settle(
 
 fn select_pending() -> String {
     format!(
-        "SELECT {COLUMNS} FROM payments WHERE status = 'pending' AND created_at < $1 \
-         AND (created_at, id) > ($2, $3) ORDER BY created_at, id LIMIT $4"
+        "SELECT {COLUMNS} FROM payments WHERE settle_after IS NOT NULL AND settle_after < $1 \
+         AND (settle_after, id) > ($2, $3) AND status = 'pending' ORDER BY settle_after, id LIMIT $4"
     )
 }
 
@@ -140,14 +163,16 @@ pub fn round_queries() -> Vec<once_db::RoundQuery> {
     vec![once_db::RoundQuery::new(
         "settling round",
         select_pending(),
-        "payments_pending",
+        "payments_unsettled",
     )]
 }
 
 /// Pending payments created before `before`, oldest first, strictly after
-/// `after`: a keyset query on `payments_pending` (a partial index, so it
-/// reads only the pending rows however many payments there are; the status
-/// is written into the statement so PostgreSQL's generic plan can use it).
+/// `after`: a keyset query on `payments_unsettled` (a partial index on
+/// `settle_after`, which the raft mode's [`insert_unsettled`] sets to the
+/// creation time and [`settle`] clears, so the query reads only unsettled
+/// rows however many payments there are; the sql mode never sets it, and
+/// its finish changes no indexed column — decision 0060).
 pub async fn pending<'e>(
     db: impl Executor<'e, Database = Any>,
     before: UnixMillis,
