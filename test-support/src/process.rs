@@ -109,10 +109,7 @@ impl Process {
     pub async fn try_terminate(&mut self) -> Option<ExitStatus> {
         let pid = Pid::from_raw(self.pid() as i32);
         kill(pid, Signal::SIGTERM).expect("SIGTERM");
-        tokio::time::timeout(TERMINATE_LIMIT, self.child.wait())
-            .await
-            .ok()
-            .map(|status| status.expect("wait"))
+        self.exit_by(TERMINATE_LIMIT).await
     }
 
     /// SIGKILL: no shutdown, no flush; returns once the process is reaped.
@@ -124,10 +121,17 @@ impl Process {
     /// Waits for the process to exit on its own (a failpoint's abort, a
     /// signal from someone else), failing after `limit`.
     pub async fn exit_within(&mut self, limit: Duration) -> ExitStatus {
+        self.exit_by(limit)
+            .await
+            .unwrap_or_else(|| panic!("the process exits within {limit:?}"))
+    }
+
+    /// The exit status if the process exits within `limit`.
+    async fn exit_by(&mut self, limit: Duration) -> Option<ExitStatus> {
         tokio::time::timeout(limit, self.child.wait())
             .await
-            .unwrap_or_else(|_| panic!("the process exits within {limit:?}"))
-            .expect("wait")
+            .ok()
+            .map(|status| status.expect("wait"))
     }
 }
 
