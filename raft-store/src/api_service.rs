@@ -45,6 +45,7 @@ use once_tls::Role;
 
 use crate::authz::{self, Access, Caller, Require};
 use crate::command::{Record, Reply};
+use crate::election::ElectionMetrics;
 use crate::group_commit::GroupCommit;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::{
@@ -67,6 +68,7 @@ pub struct ApiState {
     pub edge: EdgeMetrics,
     /// What this member's lanes did while it led.
     pub pipeline: PipelineMetrics,
+    pub elections: ElectionMetrics,
     /// Whether callers' identities are checked (always, but with
     /// `--insecure-plaintext`).
     pub access: Access,
@@ -331,7 +333,12 @@ async fn linearizable(
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
-    crate::metrics::render(&status_of(&state), &state.edge, &state.pipeline)
+    crate::metrics::render(
+        &status_of(&state),
+        &state.edge,
+        &state.pipeline,
+        &state.elections,
+    )
 }
 
 pub fn status_of(state: &ApiState) -> Status {

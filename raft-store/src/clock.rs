@@ -18,13 +18,14 @@
 //!   (briefly, bounded); a leader that a majority disagrees with stamps
 //!   nothing, so every write is refused and retried elsewhere.
 //! - **It then steps down** ([`ClockGuard::run`]): it stops its heartbeats
-//!   and its own elections, so the followers' election timers fire and a
-//!   member with a good clock takes over. Its heartbeats tell followers
+//!   and its own campaigns ([`ClockGuard::may_campaign`]), so the
+//!   followers' election timers fire and a member with a good clock takes
+//!   over. Its heartbeats tell followers
 //!   whether it agrees with a quorum ([`QUORUM_HEADER`]).
 //! - **A member that knows it is the odd one out never campaigns**: a
 //!   follower whose clock disagrees with a leader that vouches for its own
-//!   clock, or with a majority of the voters it has samples of, turns its
-//!   elections off until its clock agrees again.
+//!   clock, or with a majority of the voters it has samples of, does not
+//!   campaign until its clock agrees again.
 //! - **Voters refuse a candidate whose clock disagrees with theirs**
 //!   ([`ClockGuard::refuses_vote`]), unless they know themselves to be the
 //!   odd one out; so a member with a wrong clock cannot win an election,
@@ -128,6 +129,10 @@ pub struct ClockGuard {
     confirm_within: Duration,
     state: Mutex<State>,
     sampled: Notify,
+    /// Set by [`ClockGuard::run`] while this member must not campaign: a
+    /// leader stepping down, a follower that is the odd one out. Read by
+    /// the election timer ([`crate::election`]).
+    barred: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +156,7 @@ impl ClockGuard {
             confirm_within: (heartbeat * 4).max(Duration::from_millis(500)),
             state: Mutex::new(State::default()),
             sampled: Notify::new(),
+            barred: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -373,6 +379,18 @@ impl ClockGuard {
             .collect()
     }
 
+    /// Whether this member's clock lets it campaign (module docs): not while
+    /// it steps down as a leader whose clock a majority disagrees with, nor
+    /// while it knows itself to be the odd one out.
+    pub fn may_campaign(&self) -> bool {
+        !self.barred.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn bar_campaigns(&self, barred: bool) {
+        self.barred
+            .store(barred, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Keeps this member's leadership and elections in line with its clock
     /// (module docs), checking every `every` until the Raft core stops.
     pub async fn run(self: std::sync::Arc<Self>, raft: Raft, every: Duration) {
@@ -407,12 +425,14 @@ impl ClockGuard {
                         );
                     }
                     raft.runtime_config().heartbeat(!disagrees);
-                    raft.runtime_config().elect(!disagrees);
+                    self.bar_campaigns(disagrees);
                 }
             } else {
                 if stepping_down {
                     stepping_down = false;
                     raft.runtime_config().heartbeat(true);
+                    // A follower now: only its own clock's standing bars it.
+                    self.bar_campaigns(odd);
                 }
                 let now_odd = self.is_odd_one_out(&voters, leader);
                 if now_odd != odd {
@@ -430,7 +450,7 @@ impl ClockGuard {
                             "this member's clock agrees with the cluster's again"
                         );
                     }
-                    raft.runtime_config().elect(!odd);
+                    self.bar_campaigns(odd);
                 }
             }
         }

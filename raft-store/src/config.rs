@@ -18,14 +18,16 @@ pub struct Timing {
     /// uses the heartbeat interval for both). Default 300 ms: three WAN
     /// round trips, so a slow link is not mistaken for a dead one.
     pub heartbeat: Duration,
-    /// The election timeout's range. Under openraft 0.9 `election_max` is
-    /// also the leader's lease: a member that heard a leader grants no
-    /// vote until it has passed, and campaigns only after it plus a random
-    /// `election_min..election_max`. So a follower starts an election after
-    /// 1.5–1.8 s of silence with the defaults (600–900 ms): five heartbeats
-    /// at least, so a lost packet or two never triggers one; and a dead
-    /// leader is replaced that long after its last heartbeat (decision
-    /// 0057; 4.5–6 s with the 1.5–3 s of earlier builds).
+    /// The election timeout's range. `election_max` is also the leader's
+    /// lease: under openraft 0.9 a member that heard a leader grants no
+    /// vote until it has passed. A member campaigns ([`crate::election`])
+    /// after `election_max` plus a random `0..(election_max -
+    /// election_min)` of silence, and only once a majority answered its
+    /// pre-vote. So with the defaults (600–900 ms) a dead leader is
+    /// replaced 0.9–1.2 s after it was last heard, plus a round trip; one
+    /// member that misses heartbeats (a lost packet, a stall, a cut link)
+    /// starts no election while the others still hear the leader (decision
+    /// 0061; 1.5–1.8 s under openraft's own timer, decision 0057).
     pub election_min: Duration,
     pub election_max: Duration,
     /// Timeout of one snapshot chunk. Default 30 s: a chunk of

@@ -45,7 +45,11 @@
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
 //!   [`group_commit`], [`read_index`], [`metrics`], [`clock`] (leader-stamped
-//!   time and the clock checks between members), [`housekeeping`] (what
+//!   time and the clock checks between members), [`election`] (when a
+//!   member campaigns: its own timer, counting silence past its own stalls,
+//!   and a pre-vote, [`pre_vote`], so a member that cannot win raises no
+//!   term),
+//!   [`housekeeping`] (what
 //!   the leader proposes on its own: a new wire version, forgetting idle
 //!   clients).
 //! - **versions**: [`wire_versions`] — which wire version each member
@@ -195,6 +199,7 @@ pub mod apply;
 pub mod authz;
 pub mod clock;
 pub mod config;
+pub mod election;
 pub mod evacuation;
 pub mod group_commit;
 pub mod housekeeping;
@@ -204,6 +209,7 @@ pub mod metrics;
 pub mod network;
 pub mod pipeline;
 pub mod pipeline_gate;
+pub mod pre_vote;
 pub mod raft_service;
 pub mod read_index;
 pub mod server;

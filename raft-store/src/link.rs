@@ -28,11 +28,25 @@ pub const INITIALIZED_PATH: &str = "/raft/initialized";
 /// Start an election now: how a leader hands the lead to the preferred
 /// member ([`crate::housekeeping`]).
 pub const CAMPAIGN_PATH: &str = "/raft/campaign";
+/// Would you vote for me? ([`crate::election`]).
+pub const PREVOTE_PATH: &str = "/raft/prevote";
 
 /// The lane a pipelined append belongs to ([`crate::pipeline`]).
 pub const LANE_HEADER: &str = "x-once-lane";
 /// Its place in the lane, from 0.
 pub const LANE_SEQ_HEADER: &str = "x-once-lane-seq";
+
+/// A peer that does not serve a path (`404`): a build before it existed.
+#[derive(Debug, thiserror::Error)]
+#[error("{NOT_SERVED} {0}")]
+struct NotServed(String);
+
+const NOT_SERVED: &str = "the peer does not serve";
+
+/// Whether `error` says the peer does not serve the path at all.
+pub(crate) fn is_not_served<E: std::error::Error>(error: &RpcError<E>) -> bool {
+    matches!(error, RpcError::Network(e) if e.to_string().contains(NOT_SERVED))
+}
 
 /// Where and how RPCs to one peer go; shared by a connection, its
 /// background notice sender and its lane.
@@ -228,6 +242,11 @@ impl Link {
             return Err(RpcError::PayloadTooLarge(
                 PayloadTooLarge::new_entries_hint((entries / 2).max(1)),
             ));
+        }
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(RpcError::Network(NetworkError::new(&NotServed(
+                path.to_owned(),
+            ))));
         }
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();

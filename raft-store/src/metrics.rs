@@ -1,6 +1,7 @@
 //! A member's metrics in Prometheus text: Raft leader, term, commit and
 //! applied index, apply lag and each follower's replication lag, wire
-//! versions and remembered clients, what pipelined replication did, plus
+//! versions and remembered clients, what pipelined replication and the
+//! election timer did, plus
 //! the edge's. Rendered from the member's status at scrape time (openraft's own
 //! metrics), so there is nothing to keep in sync; `api_service` serves it.
 
@@ -14,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use once_edge::EdgeMetrics;
 
+use crate::election::ElectionMetrics;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::Status;
 
@@ -32,10 +34,12 @@ pub fn render(
     status: &Status,
     edge: &EdgeMetrics,
     pipeline: &PipelineMetrics,
+    elections: &ElectionMetrics,
 ) -> impl IntoResponse + use<> {
     let mut registry = Registry::default();
     edge.register(&mut registry);
     pipeline.register(&mut registry);
+    elections.register(&mut registry);
     let index = |i: Option<u64>| i64::try_from(i.unwrap_or(0)).unwrap_or(i64::MAX);
     gauge(
         &mut registry,

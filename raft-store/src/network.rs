@@ -61,6 +61,7 @@ use tokio::sync::watch;
 use crate::clock::ClockGuard;
 use crate::link::Link;
 use crate::pipeline::{Lane, LaneAnswer, PIPELINED_SINCE, Pipeline};
+use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, LogId, Node, NodeId, RpcError, TypeConfig, Vote, VoteRequest,
@@ -70,7 +71,9 @@ use crate::wan::{SimulatedWan, WanConfig};
 use crate::wire;
 use crate::wire_versions::WireVersions;
 
-pub use crate::link::{APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
+pub use crate::link::{
+    APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, PREVOTE_PATH, SNAPSHOT_PATH, VOTE_PATH,
+};
 
 /// Builds a connection to each peer from one shared HTTP client.
 #[derive(Debug, Clone)]
@@ -163,6 +166,34 @@ impl Network {
                 None,
             )
             .await
+    }
+
+    /// Asks voter `target` whether it would vote for this member
+    /// ([`crate::election`]).
+    pub async fn pre_vote(
+        &mut self,
+        target: NodeId,
+        node: &Node,
+        request: PreVoteRequest,
+        timeout: Duration,
+    ) -> Result<PreVote, PreVoteError> {
+        let connection = self.new_client(target, node).await;
+        let answer = connection
+            .link
+            .call::<_, PreVote, openraft::error::Infallible>(
+                PREVOTE_PATH,
+                RPCTypes::Vote,
+                &request,
+                0,
+                &RPCOption::new(timeout),
+                None,
+            )
+            .await;
+        match answer {
+            Ok(answer) => Ok(answer),
+            Err(e) if crate::link::is_not_served(&e) => Err(PreVoteError::NotServed),
+            Err(e) => Err(PreVoteError::Failed(Box::new(e))),
+        }
     }
 
     /// Declares this member's version on every RPC and records each peer's

@@ -5,7 +5,8 @@
 //! Every request's clock is read into the member's [`ClockGuard`], and
 //! every answer carries this member's clock ([`crate::clock`]); a vote
 //! request from a candidate whose clock disagrees with this member's is
-//! refused before raft sees it (`409`).
+//! refused before raft sees it (`409`), and so is its pre-vote
+//! ([`crate::pre_vote`]).
 //!
 //! Every answer declares this member's wire version, and the version each
 //! calling member declares is recorded ([`crate::wire_versions`]).
@@ -34,8 +35,12 @@ use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sampl
 use once_tls::Role;
 
 use crate::authz::{self, Access, Require};
-use crate::network::{APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, SNAPSHOT_PATH, VOTE_PATH};
+use crate::log_store::LogStore;
+use crate::network::{
+    APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, PREVOTE_PATH, SNAPSHOT_PATH, VOTE_PATH,
+};
 use crate::pipeline_gate::{LaneGates, Ticket};
+use crate::pre_vote::{self, PreVote, PreVoteRequest, Silence};
 use crate::types::{
     AppendEntriesRequest, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse,
     Raft, RaftError, VoteRequest, VoteResponse,
@@ -46,7 +51,8 @@ use crate::wire_versions::{self, WireVersions};
 
 /// `max_body` bounds one append batch or snapshot chunk; a sender over it
 /// gets 413 and splits the batch. `wan` decides which senders get through;
-/// `clock` reads and judges their clocks; `access` admits members only.
+/// `clock` reads and judges their clocks; `access` admits members only;
+/// `prevotes` is what a pre-vote answer reads.
 pub fn router(
     raft: Raft,
     max_body: usize,
@@ -54,8 +60,11 @@ pub fn router(
     clock: Arc<ClockGuard>,
     versions: Arc<WireVersions>,
     access: Access,
+    prevotes: PreVotes,
 ) -> Router {
     Router::new()
+        .route(PREVOTE_PATH, post(pre_vote))
+        .layer(axum::Extension(prevotes))
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
@@ -118,7 +127,8 @@ async fn exchange_clocks(
     if let (Some(sender), Some(sample)) = (sender, sample) {
         clock.record(sender, sample);
     }
-    let mut response = if request.uri().path() == VOTE_PATH
+    let path = request.uri().path();
+    let mut response = if (path == VOTE_PATH || path == PREVOTE_PATH)
         && sample.is_some_and(|s| clock.refuses_candidate(&s))
     {
         tracing::warn!(
@@ -167,6 +177,30 @@ async fn snapshot(
     Postcard(rpc): Postcard<InstallSnapshotRequest>,
 ) -> Postcard<Result<InstallSnapshotResponse, RaftError<InstallSnapshotError>>> {
     Postcard(raft.install_snapshot(rpc).await)
+}
+
+/// What answering a pre-vote reads besides raft: the log's last id and
+/// this member's count of silence.
+#[derive(Debug, Clone)]
+pub struct PreVotes {
+    pub log: LogStore,
+    pub silence: Arc<Silence>,
+}
+
+async fn pre_vote(
+    State(raft): State<Raft>,
+    axum::Extension(clock): axum::Extension<Arc<ClockGuard>>,
+    axum::Extension(prevotes): axum::Extension<PreVotes>,
+    Postcard(request): Postcard<PreVoteRequest>,
+) -> Postcard<Result<PreVote, RaftError>> {
+    Postcard(Ok(pre_vote::answer(
+        &raft,
+        &prevotes.log,
+        &clock,
+        &prevotes.silence,
+        request,
+    )
+    .await))
 }
 
 /// The leader hands over the lead: campaign now, unless this member's

@@ -17,12 +17,14 @@ use crate::api_service::{self, ApiState};
 use crate::authz::Access;
 use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
+use crate::election::{ElectionMetrics, Elections};
 use crate::group_commit::GroupCommit;
 use crate::housekeeping::Housekeeping;
 use crate::log_store::LogStore;
 use crate::network::{INITIALIZED_PATH, Network};
 use crate::pipeline::Pipeline;
-use crate::raft_service;
+use crate::pre_vote::Silence;
+use crate::raft_service::{self, PreVotes};
 use crate::read_index::ReadIndex;
 use crate::snapshot_policy;
 use crate::state_machine::StateMachine;
@@ -103,6 +105,8 @@ impl StoreServer {
             snapshot_policy: SnapshotPolicy::Never,
             max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
             max_payload_entries: 300,
+            // Ours instead: with a pre-vote (`crate::election`).
+            enable_elect: false,
             ..Default::default()
         }
         .validate()
@@ -184,6 +188,7 @@ impl StoreServer {
         .with_versions(versions.clone())
         .with_pipeline(pipeline.clone());
         let campaigns = network.clone();
+        let electing = network.clone();
         let raft = Raft::new(
             config.id,
             Arc::new(raft_config),
@@ -210,6 +215,24 @@ impl StoreServer {
             settings: config.housekeeping.clone(),
         }
         .start();
+        let silence = Arc::new(Silence::default());
+        let elections = ElectionMetrics::default();
+        Elections {
+            raft: raft.clone(),
+            log: log.clone(),
+            network: electing,
+            clock: clock.clone(),
+            silence: silence.clone(),
+            metrics: elections.clone(),
+            heartbeat: t.heartbeat,
+            election_min: t.election_min,
+            election_max: t.election_max,
+        }
+        .start();
+        let prevotes = PreVotes {
+            log: log.clone(),
+            silence,
+        };
         snapshot_policy::start(
             raft.clone(),
             state_machine.clone(),
@@ -230,6 +253,7 @@ impl StoreServer {
             admin_token: config.admin_token.clone().map(Arc::new),
             edge,
             pipeline: pipeline.metrics(),
+            elections,
             access,
         });
         let (stop, stopping) = watch::channel(false);
@@ -249,6 +273,7 @@ impl StoreServer {
             clock.clone(),
             versions,
             access,
+            prevotes,
         );
         tokio::spawn(raft_server.serve(raft_router, stopped(stopping.clone()), drain));
         let api_router = api_service::client_router(api.clone());

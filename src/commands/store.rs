@@ -90,8 +90,10 @@ struct MemberArgs {
     /// Also the time one append RPC may take.
     #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
     heartbeat: Duration,
-    /// A dead leader is replaced election-max + [election-min,
-    /// election-max] after its last heartbeat (1.5–1.8 s with the defaults).
+    /// A member campaigns after election-max + [0, election-max -
+    /// election-min] of silence, once a majority granted its pre-vote: a
+    /// dead leader is replaced 0.9–1.2 s after its last heartbeat with the
+    /// defaults, plus a round trip.
     #[arg(long, default_value = "600ms", value_parser = humantime::parse_duration)]
     election_min: Duration,
     /// Also the leader's lease: a member that heard a leader votes for no

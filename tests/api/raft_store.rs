@@ -477,6 +477,52 @@ async fn a_minority_cannot_claim_and_the_majority_can() {
     ));
 }
 
+/// A follower cut off from the others starts no election it cannot win:
+/// its pre-votes go unanswered, its term stays, and when it is heard again
+/// the leader keeps the lead (RELIABILITY.md, finding 5). Under openraft's
+/// own timer it raised its term every election timeout and, once healed,
+/// deposed the leader with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_raises_no_term_and_deposes_no_leader_when_it_returns() {
+    let cluster = Cluster::start(3).await;
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
+    let term = cluster.status(leader).await.unwrap().term;
+    let refused_before = metric(&cluster, follower, "raft_prevote_refused_total").await;
+    let campaigns_before = metric(&cluster, follower, "raft_prevote_campaigns_total").await;
+
+    cluster.isolate(follower);
+    // Three refused rounds (each after an election timeout of silence,
+    // when openraft's own timer would have raised the term), or a new term.
+    eventually(Duration::from_secs(30), || async {
+        let refused = metric(&cluster, follower, "raft_prevote_refused_total").await;
+        let status = cluster.status(follower).await?;
+        (refused >= refused_before + 3 || status.term != term).then_some(())
+    })
+    .await;
+    let cut_off = cluster.status(follower).await.unwrap();
+    assert_eq!(
+        cut_off.term, term,
+        "the cut-off follower raised its term: {cut_off:?}"
+    );
+
+    cluster.heal();
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    for id in cluster.ids() {
+        let status = cluster.status(id).await.unwrap();
+        assert_eq!(
+            (status.leader, status.term),
+            (Some(leader), term),
+            "member {id} after the heal: {status:?}"
+        );
+    }
+    assert_eq!(
+        metric(&cluster, follower, "raft_prevote_campaigns_total").await,
+        campaigns_before,
+        "the cut-off follower campaigned"
+    );
+}
+
 pub(crate) const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// True when libfaketime moves a process's clock here; panics under CI if

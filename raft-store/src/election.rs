@@ -1,0 +1,229 @@
+//! Who starts an election, and when: raft-store's own election timer, with
+//! a pre-vote (RELIABILITY.md, findings 4, 5 and 7).
+//!
+//! openraft 0.9 has half of what etcd calls pre-vote and check-quorum: a
+//! member that heard its leader within `election_max` (the leader's lease)
+//! grants no vote. It lacks the other half: a follower that stops hearing
+//! the leader — cut off, paused, starved of CPU — starts elections it cannot
+//! win, raising its term each time, and when it is heard again the leader
+//! meets that term and steps down. So openraft's own timer is off
+//! (`Config::enable_elect = false`) and this one decides instead:
+//!
+//! - **Silence.** A member campaigns only after `election_max` plus a
+//!   random `0..(election_max - election_min)` with no word from a leader:
+//!   openraft's vote time (an append from the leader, or a vote, renews it),
+//!   or the end of this process's last stall, whichever is later. A stall is
+//!   a tick of this timer that came more than a heartbeat late: the process
+//!   did not run, so it cannot tell whether the leader was silent, and the
+//!   silence is counted again from when it runs.
+//! - **Pre-vote.** It then asks every other voter `would you vote for me,
+//!   with this log, if I asked?` ([`crate::pre_vote::PREVOTE_PATH`]). A voter says yes only
+//!   if it leads no one, has not heard a leader within the lease by the same
+//!   count, its clock agrees with the candidate's (the Raft listener refuses
+//!   the request otherwise, as it refuses a vote), and its log is not ahead
+//!   of the candidate's. Only with a majority of every voter configuration
+//!   (itself included) does the member start a real election
+//!   (`Raft::trigger().elect()`); a refused pre-vote raises no term. The
+//!   RPC's messages and the voter's answer are [`crate::pre_vote`]. A
+//!   voter of the build before, which has no pre-vote, answers `404` and
+//!   counts as a yes: its real vote, under the lease, decides as before.
+//! - **Clock.** A member barred by [`ClockGuard::may_campaign`] does not
+//!   campaign at all.
+//!
+//! A leader that dies is replaced about `election_max` after it was last
+//! heard (the lease every voter keeps anyway), plus one round trip for the
+//! pre-vote. An operator's `elect` and the hand-off to the preferred member
+//! ([`crate::housekeeping`]) start an election directly, as before.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use openraft::storage::RaftLogStorage;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::clock::ClockGuard;
+use crate::log_store::LogStore;
+use crate::network::Network;
+use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest, Silence};
+use crate::types::{NodeId, Raft};
+
+/// What this member's election timer did, for `/metrics`. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ElectionMetrics {
+    /// Pre-vote rounds a majority granted: each started an election.
+    pub campaigns: Counter,
+    /// Pre-vote rounds a majority refused: no election, no new term.
+    pub refused: Counter,
+    /// Ticks of the timer that came more than a heartbeat late.
+    pub stalls: Counter,
+}
+
+impl ElectionMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "raft_prevote_campaigns",
+            "Pre-vote rounds a majority granted, each followed by an election",
+            self.campaigns.clone(),
+        );
+        registry.register(
+            "raft_prevote_refused",
+            "Pre-vote rounds a majority refused: no election was started",
+            self.refused.clone(),
+        );
+        registry.register(
+            "raft_election_timer_stalls",
+            "Ticks of the election timer more than a heartbeat late: silence is counted again after each",
+            self.stalls.clone(),
+        );
+    }
+}
+
+/// The election timer of one member; [`Elections::start`] runs it.
+pub struct Elections {
+    pub raft: Raft,
+    pub log: LogStore,
+    pub network: Network,
+    pub clock: Arc<ClockGuard>,
+    pub silence: Arc<Silence>,
+    pub metrics: ElectionMetrics,
+    pub heartbeat: Duration,
+    pub election_min: Duration,
+    pub election_max: Duration,
+}
+
+impl std::fmt::Debug for Elections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elections")
+            .field("election_max", &self.election_max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Elections {
+    /// Runs the timer until the Raft core stops.
+    pub fn start(self) {
+        tokio::spawn(self.run());
+    }
+
+    /// Silence needed before the next campaign: the lease plus a random
+    /// share of the election timeout's range, drawn anew for each attempt
+    /// so two members rarely campaign together.
+    fn next_wait(&self) -> Duration {
+        let spread = self.election_max.saturating_sub(self.election_min);
+        self.election_max + spread.mul_f64(rand::rng().random::<f64>())
+    }
+
+    async fn run(mut self) {
+        let metrics = self.raft.metrics();
+        let every =
+            (self.heartbeat / 4).clamp(Duration::from_millis(10), Duration::from_millis(100));
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_tick = Instant::now();
+        let mut wait = self.next_wait();
+        let mut not_before = Instant::now();
+        loop {
+            ticks.tick().await;
+            let now = Instant::now();
+            if now.duration_since(last_tick) > every + self.heartbeat {
+                self.silence.resumed(now);
+                self.metrics.stalls.inc();
+            }
+            last_tick = now;
+            // The core owns the sending half: gone, the member is stopping.
+            if metrics.has_changed().is_err() {
+                return;
+            }
+            let configs: Vec<BTreeSet<NodeId>> = metrics
+                .borrow()
+                .membership_config
+                .membership()
+                .get_joint_config()
+                .clone();
+            let id = self.raft_id();
+            if !configs.iter().any(|c| c.contains(&id)) || !self.clock.may_campaign() {
+                continue;
+            }
+            let Some(quiet) = self.silence.read(&self.raft).await else {
+                return;
+            };
+            if quiet.state == ServerState::Leader || quiet.silent_for < wait || now < not_before {
+                continue;
+            }
+            wait = self.next_wait();
+            // However the round ends, the next waits a while.
+            not_before = Instant::now()
+                + self
+                    .election_max
+                    .mul_f64(0.25 + rand::rng().random::<f64>() / 4.0);
+            if self.pre_vote(&configs, id).await {
+                self.metrics.campaigns.inc();
+                tracing::info!(
+                    silent_ms = quiet.silent_for.as_millis() as u64,
+                    "no word from a leader and a majority agrees: campaigning"
+                );
+                if self.raft.trigger().elect().await.is_err() {
+                    return;
+                }
+            } else {
+                self.metrics.refused.inc();
+            }
+        }
+    }
+
+    fn raft_id(&self) -> NodeId {
+        self.raft.metrics().borrow().id
+    }
+
+    /// Whether a majority of every voter configuration, this member
+    /// included, would vote for it.
+    async fn pre_vote(&mut self, configs: &[BTreeSet<NodeId>], id: NodeId) -> bool {
+        let last_log_id = match self.log.get_log_state().await {
+            Ok(state) => state.last_log_id,
+            Err(e) => {
+                tracing::error!(error = %e, "pre-vote: reading the log's last id");
+                return false;
+            }
+        };
+        let request = PreVoteRequest { last_log_id };
+        let nodes: Vec<_> = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(peer, _)| **peer != id && configs.iter().any(|c| c.contains(peer)))
+                .map(|(peer, node)| (*peer, node.clone()))
+                .collect()
+        };
+        let mut asks = tokio::task::JoinSet::new();
+        for (peer, node) in nodes {
+            let mut network = self.network.clone();
+            let timeout = self.election_max;
+            asks.spawn(async move {
+                let answer = network.pre_vote(peer, &node, request, timeout).await;
+                (peer, answer)
+            });
+        }
+        let mut yes = BTreeSet::from([id]);
+        while let Some(Ok((peer, answer))) = asks.join_next().await {
+            match answer {
+                Ok(PreVote::Granted) | Err(PreVoteError::NotServed) => {
+                    yes.insert(peer);
+                }
+                Ok(refused) => tracing::debug!(peer, ?refused, "pre-vote refused"),
+                Err(PreVoteError::Failed(e)) => {
+                    tracing::debug!(peer, error = %e, "pre-vote not answered");
+                }
+            }
+        }
+        configs
+            .iter()
+            .all(|c| c.iter().filter(|v| yes.contains(v)).count() > c.len() / 2)
+    }
+}
