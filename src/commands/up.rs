@@ -73,24 +73,21 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a child may take to exit after SIGTERM (a node drains).
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
-/// Raft timings of store members on one machine (no `--wan-latency`). Under
-/// openraft 0.9 a follower that hears a leader neither grants a vote nor
-/// campaigns until `election-max` has passed since it last heard it (the
-/// leader's lease), and then campaigns after a further random
-/// `election-min..election-max`: a SIGKILLed leader is replaced 1.5–2 s
-/// after its last heartbeat with these. 200–300 ms made that 500–600 ms
-/// and met the 1 s failover goal with the leader in the killed region, but
-/// the api tests, debug builds in parallel on two cores, then failed in each
-/// of three runs (decision 0057; RELIABILITY.md, findings 4 and 5): that
-/// much silence is common on a starved machine, and without pre-vote each
-/// member that misses it starts elections.
+/// Raft timings of store members on one machine (no `--wan-latency`). A
+/// member campaigns after `election-max` (the leader's lease: no voter
+/// grants a vote sooner) plus a random `0..(election-max - election-min)`
+/// of silence, once a majority answered its pre-vote (decision 0061): a
+/// SIGKILLed leader is replaced 400–550 ms after its last heartbeat with
+/// these, beside the router's detection, so a region killed with the store
+/// leader is served elsewhere within a second. Before the pre-vote, timings
+/// this short failed the api tests on a starved machine (decision 0057).
 const LOCAL_STORE_TIMING: [&str; 6] = [
     "--heartbeat",
     "100ms",
     "--election-min",
-    "500ms",
+    "250ms",
     "--election-max",
-    "1000ms",
+    "400ms",
 ];
 
 /// Writes `contents` to `path` readable by its owner only (mode 0600): the
