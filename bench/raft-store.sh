@@ -16,6 +16,7 @@
 # client beside each of them (no client-side latency: it asks whichever
 # member leads), at 1, 16, 64 and 256 callers; each claim's commit waits one
 # replication round trip at least.
+# STORE_ARGS adds flags to every member, e.g. STORE_ARGS="--pipeline-from-rtt 0ms".
 # Needs a release build: cargo build --release --bin once
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,8 @@ trap cleanup EXIT
 WAN_FLAGS=()
 [[ $MODE == wan* ]] && WAN_FLAGS=(--wan-latency "$RTT_MS")
 source bench/store-cluster.sh
-store_cluster_start "${WAN_FLAGS[@]}"
+# shellcheck disable=SC2086 # STORE_ARGS is split into flags on purpose
+store_cluster_start "${WAN_FLAGS[@]}" ${STORE_ARGS:-}
 ENDPOINTS=$STORE_ENDPOINTS
 
 if [[ $MODE == wan ]]; then
