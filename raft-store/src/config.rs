@@ -101,9 +101,10 @@ pub struct StoreConfig {
     /// [`crate::clock`]). Members' clocks must be kept well within it
     /// (NTP keeps them within milliseconds).
     pub max_clock_offset: Duration,
-    /// Pipeline appends to a follower whose round trip is at least this
-    /// long (default 5 ms: across regions, not within one;
-    /// [`crate::pipeline`]). `0` pipelines to every follower.
+    /// Up to 32 appends in flight to a follower whose round trip is at
+    /// least this long, one to a nearer one (default 5 ms: across regions,
+    /// not within one; [`crate::pipeline::Pipeline::depth_for`]). `0`: 32 to
+    /// every follower.
     pub pipeline_from: Duration,
     /// The newest wire version this member declares (default: this
     /// build's). Lower keeps the cluster at that version, so the build

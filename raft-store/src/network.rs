@@ -320,12 +320,10 @@ impl Connection {
         };
     }
 
-    /// Whether appends to this peer go down lanes: this member pipelines,
-    /// the peer is far enough for it to pay, and orders lanes.
+    /// Whether appends to this peer go down lanes: this member pipelines
+    /// and the peer orders lanes.
     fn pipelines(&self) -> bool {
-        self.pipeline
-            .as_ref()
-            .is_some_and(|p| p.pays_for(self.link.round_trip_floor()))
+        self.pipeline.is_some()
             && self
                 .link
                 .versions
@@ -333,13 +331,15 @@ impl Connection {
                 .is_some_and(|v| v >= PIPELINED_SINCE)
     }
 
-    /// Opens a lane at what the peer last confirmed, if it pipelines.
+    /// Opens a lane at what the peer last confirmed, if it pipelines; as
+    /// deep as the peer's distance pays for ([`Pipeline::depth_for`]).
     fn open_lane(&mut self) {
         let (Some(pipeline), Some((vote, at))) = (&self.pipeline, self.confirmed) else {
             return;
         };
         if self.pipelines() {
-            self.lane = Some(pipeline.lane(self.link.clone(), vote, at));
+            let depth = pipeline.depth_for(self.link.round_trip_floor());
+            self.lane = Some(pipeline.lane(self.link.clone(), vote, at, depth));
         }
     }
 }

@@ -32,9 +32,12 @@
 //! replication stream ends: a new term, a removed member) and is replaced
 //! whenever the vote changes or the follower's position is not the lane's.
 //! A follower that does not order lanes (wire version below
-//! [`PIPELINED_SINCE`]) is never sent one, and neither is one nearer than
-//! `--pipeline-from-rtt` (5 ms): by the shortest round trip lately, the
-//! leader's one append in flight costs less than a lane within a region.
+//! [`PIPELINED_SINCE`]) is never sent one. One nearer than
+//! `--pipeline-from-rtt` (5 ms, by the shortest round trip lately) gets a
+//! lane one send deep ([`Pipeline::depth_for`]): within a region a request
+//! and a follower log write per batch cost more than the wait behind the
+//! append in flight, but a batch sent while the lane is idle still saves a
+//! lone caller the leader's fsync before replication.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,8 +102,9 @@ impl PipelineMetrics {
 }
 
 impl Pipeline {
-    /// Lanes from `appends`, to followers whose round trip is at least
-    /// `from` ([`Pipeline::pays_for`]).
+    /// Lanes from `appends`: [`MAX_IN_FLIGHT`] deep to followers whose
+    /// round trip is at least `from`, one deep to the others
+    /// ([`Pipeline::depth_for`]).
     pub fn new(appends: broadcast::Sender<AppendedBatch>, from: Duration) -> Self {
         // Start above any id an earlier process of this member used, by
         // its wall clock; were the clock to go back, a follower would
@@ -118,13 +122,20 @@ impl Pipeline {
         }
     }
 
-    /// Whether a follower `round_trip` away gains from a lane. Across
-    /// regions a write would wait a whole round trip behind the append in
-    /// flight; within one, that wait is shorter than what a lane costs
-    /// (a request and a follower log write per batch, where openraft's
-    /// one append carries every batch that queued behind it).
-    pub fn pays_for(&self, round_trip: Option<Duration>) -> bool {
-        round_trip.is_some_and(|rtt| rtt >= self.from)
+    /// How many sends a lane to a follower `round_trip` away keeps in
+    /// flight. Across regions (at least `from`), [`MAX_IN_FLIGHT`]: a write
+    /// would otherwise wait a whole round trip behind the append in flight.
+    /// Within one, a single send: a batch goes out the moment it reaches the
+    /// leader's log when nothing else is on its way, so the follower's fsync
+    /// overlaps the leader's (what a lone caller waits for); under load the
+    /// batches that queue meanwhile go together in openraft's next append,
+    /// as without a lane, rather than a request and a log write each.
+    pub fn depth_for(&self, round_trip: Option<Duration>) -> usize {
+        if round_trip.is_some_and(|rtt| rtt >= self.from) {
+            MAX_IN_FLIGHT
+        } else {
+            1
+        }
     }
 
     pub fn metrics(&self) -> PipelineMetrics {
@@ -133,11 +144,19 @@ impl Pipeline {
 
     /// A lane to `link`'s follower under `vote`, whose log the follower is
     /// known to hold up to `confirmed`.
-    pub(crate) fn lane(&self, link: Arc<Link>, vote: Vote, confirmed: Option<LogId>) -> Lane {
+    /// `depth` sends at most are in flight at once ([`Pipeline::depth_for`]).
+    pub(crate) fn lane(
+        &self,
+        link: Arc<Link>,
+        vote: Vote,
+        confirmed: Option<LogId>,
+        depth: usize,
+    ) -> Lane {
         let shared = Arc::new(Shared {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             vote,
             link,
+            depth,
             state: Mutex::new(State {
                 next_seq: 0,
                 tail: confirmed,
@@ -188,6 +207,8 @@ struct Shared {
     id: u64,
     vote: Vote,
     link: Arc<Link>,
+    /// Most sends in flight: [`MAX_IN_FLIGHT`] across regions, one within.
+    depth: usize,
     state: Mutex<State>,
     /// Bumped whenever `acked` or `broken` changes.
     changed: watch::Sender<u64>,
@@ -278,7 +299,7 @@ impl Lane {
                     leader_commit: rpc.leader_commit,
                     entries: Vec::new(),
                 };
-                if state.in_flight < MAX_IN_FLIGHT {
+                if state.in_flight < self.shared.depth {
                     self.shared.send(&mut state, notice);
                 }
             }
@@ -404,7 +425,7 @@ impl Shared {
         }
         let mut state = self.lock();
         if state.broken.is_some()
-            || state.in_flight >= MAX_IN_FLIGHT
+            || state.in_flight >= self.depth
             || Some(first.log_id.index) != index(&state.tail).map(|i| i + 1)
         {
             return;

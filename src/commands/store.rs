@@ -108,11 +108,12 @@ struct MemberArgs {
     /// not campaign.
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     max_clock_offset: Duration,
-    /// Send a follower several appends at once (pipelined replication)
+    /// Send a follower up to 32 appends at once (pipelined replication)
     /// when its round trip is at least this long: across regions, where
-    /// waiting for the append in flight costs a round trip. Within a
-    /// region the leader batches behind it instead, which costs less. "0s":
-    /// every follower.
+    /// waiting for the append in flight costs a round trip. A nearer
+    /// follower gets one at a time, sent while the leader fsyncs when
+    /// nothing else is on its way; under load the leader batches behind it,
+    /// which costs less. "0s": 32 to every follower.
     #[arg(long, env = "ONCE_STORE_PIPELINE_FROM_RTT", default_value = "5ms", value_parser = humantime::parse_duration)]
     pipeline_from_rtt: Duration,
     /// Never build a snapshot sooner than this many applied entries after
