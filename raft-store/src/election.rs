@@ -127,6 +127,7 @@ impl Elections {
         let mut last_tick = Instant::now();
         let mut wait = self.next_wait();
         let mut not_before = Instant::now();
+        let id = metrics.borrow().id;
         loop {
             ticks.tick().await;
             let now = Instant::now();
@@ -145,7 +146,6 @@ impl Elections {
                 .membership()
                 .get_joint_config()
                 .clone();
-            let id = self.raft_id();
             if !configs.iter().any(|c| c.contains(&id)) || !self.clock.may_campaign() {
                 continue;
             }
@@ -174,10 +174,6 @@ impl Elections {
                 self.metrics.refused.inc();
             }
         }
-    }
-
-    fn raft_id(&self) -> NodeId {
-        self.raft.metrics().borrow().id
     }
 
     /// Whether a majority of every voter configuration, this member

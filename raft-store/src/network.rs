@@ -154,17 +154,7 @@ impl Network {
         node: &Node,
         timeout: Duration,
     ) -> Result<bool, RpcError> {
-        let connection = self.new_client(target, node).await;
-        connection
-            .link
-            .call::<(), bool, openraft::error::Infallible>(
-                CAMPAIGN_PATH,
-                RPCTypes::Vote,
-                &(),
-                0,
-                &RPCOption::new(timeout),
-                None,
-            )
+        self.election_call(target, node, CAMPAIGN_PATH, &(), timeout)
             .await
     }
 
@@ -177,23 +167,37 @@ impl Network {
         request: PreVoteRequest,
         timeout: Duration,
     ) -> Result<PreVote, PreVoteError> {
-        let connection = self.new_client(target, node).await;
-        let answer = connection
-            .link
-            .call::<_, PreVote, openraft::error::Infallible>(
-                PREVOTE_PATH,
-                RPCTypes::Vote,
-                &request,
-                0,
-                &RPCOption::new(timeout),
-                None,
-            )
+        let answer = self
+            .election_call(target, node, PREVOTE_PATH, &request, timeout)
             .await;
         match answer {
             Ok(answer) => Ok(answer),
             Err(e) if crate::link::is_not_served(&e) => Err(PreVoteError::NotServed),
             Err(e) => Err(PreVoteError::Failed(Box::new(e))),
         }
+    }
+
+    /// One election RPC (a campaign request, a pre-vote) to member `target`.
+    async fn election_call<Req: serde::Serialize, Resp: serde::de::DeserializeOwned>(
+        &mut self,
+        target: NodeId,
+        node: &Node,
+        path: &str,
+        request: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, RpcError> {
+        let connection = self.new_client(target, node).await;
+        connection
+            .link
+            .call::<Req, Resp, openraft::error::Infallible>(
+                path,
+                RPCTypes::Vote,
+                request,
+                0,
+                &RPCOption::new(timeout),
+                None,
+            )
+            .await
     }
 
     /// Declares this member's version on every RPC and records each peer's
