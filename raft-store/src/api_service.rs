@@ -309,6 +309,10 @@ async fn serve_read(state: &ApiState, read: Read) -> ReadAnswer {
             })
             .await
         }
+        Read::Assignment { tenant } => match state.state_machine.assignment(&tenant) {
+            Ok(group) => Answer::Done(ReadReply::Assignment(group)),
+            Err(e) => Answer::Unavailable(e.to_string()),
+        },
         Read::Placement { tenant } => {
             linearizable(state, |sm| sm.placement(&tenant).map(ReadReply::Placement)).await
         }

@@ -14,6 +14,7 @@ use crate::command::{
     BusinessKey, ClientRequest, Millis, MovedPlacement, NewClaim, Op, Placement, Record, Reply,
     Scope, Status, Step, TakeOverKind,
 };
+use crate::directory;
 use crate::evacuation::{Evacuation, Evacuations, StoredPlacement};
 use crate::sessions::{self, session_key};
 
@@ -724,6 +725,9 @@ impl<'txn> Tables<'txn> {
                 home,
                 standbys,
             } => {
+                if let Some(other) = self.lives_elsewhere(tenant)? {
+                    return Ok(other);
+                }
                 let current = self.placement(tenant)?;
                 let epoch = current.as_ref().map_or(0, |p| p.epoch);
                 if epoch != *expected_epoch {
@@ -745,6 +749,7 @@ impl<'txn> Tables<'txn> {
             Op::MoveRegion { from, eligible } => self.move_region(from, eligible),
             Op::ReturnHome { to } => self.return_home(to),
             Op::EvacuateRegion { from, eligible } => self.evacuate_region(from, eligible),
+            Op::AssignTenant { tenant, group } => self.assign_tenant(tenant, group),
             Op::RaiseWireVersion { version } => self.raise_wire_version(now, *version),
             Op::ForgetIdleClients { idle_ms, limit } => {
                 self.forget_idle_clients(now, *idle_ms, *limit)
@@ -787,6 +792,39 @@ impl<'txn> Tables<'txn> {
                 Ok(Reply::Updated(record))
             }
         }
+    }
+
+    /// `OtherGroup` when this group's directory rows assign `tenant` to
+    /// another group (docs/decisions/0063-a-raft-group-per-home-region.md).
+    fn lives_elsewhere(&self, tenant: &str) -> Result<Option<Reply>, ApplyError> {
+        Ok(directory::assignment_in(&self.cluster, tenant)?.map(|group| Reply::OtherGroup { group }))
+    }
+
+    /// [`Op::AssignTenant`]: only while this group holds nothing of the
+    /// tenant, or already assigns it to the same group.
+    fn assign_tenant(&mut self, tenant: &str, group: &str) -> Result<Reply, ApplyError> {
+        match directory::assignment_in(&self.cluster, tenant)? {
+            Some(assigned) if assigned == group => {
+                return Ok(Reply::Assigned { group: assigned });
+            }
+            Some(assigned) => {
+                return Ok(Reply::TenantInUse {
+                    assigned: Some(assigned),
+                });
+            }
+            None => {}
+        }
+        let tenant_prefix = encode(&tenant)?;
+        let holds_any = self.placements.get(tenant.as_bytes())?.is_some()
+            || directory::holds_prefix(&self.records, &tenant_prefix)?
+            || directory::holds_prefix(&self.business_keys, &tenant_prefix)?;
+        if holds_any {
+            return Ok(Reply::TenantInUse { assigned: None });
+        }
+        directory::assign(&mut self.cluster, tenant, group)?;
+        Ok(Reply::Assigned {
+            group: group.to_owned(),
+        })
     }
 
     /// The placement check: a claim counts only from the tenant's home at
@@ -838,6 +876,9 @@ impl<'txn> Tables<'txn> {
         // claim that would create a record must come from the home region.
         if let Some(existing) = self.record(&c.scope)? {
             return Ok(Reply::Existing(existing));
+        }
+        if let Some(other) = self.lives_elsewhere(&c.scope.tenant)? {
+            return Ok(other);
         }
         if let Some(reply) = self.misdirected(&c.scope.tenant, &c.region, c.epoch)? {
             return Ok(reply);

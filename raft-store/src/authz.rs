@@ -86,6 +86,9 @@ impl Caller {
             | Op::MoveRegion { .. }
             | Op::EvacuateRegion { .. }
             | Op::ReturnHome { .. } => &[Role::Router, Role::Operator],
+            // Which group a tenant lives in is decided once, as it is
+            // placed: an operator's.
+            Op::AssignTenant { .. } => &[Role::Operator],
             // The leader proposes these itself (`crate::housekeeping`),
             // never through the client API.
             Op::RaiseWireVersion { .. } | Op::ForgetIdleClients { .. } => &[],
@@ -101,7 +104,9 @@ impl Caller {
             | Read::CountRecords(_)
             | Read::RecordOfPayment { .. }
             | Read::TenantPayments(_) => &[Role::Node, Role::Operator],
-            Read::Placement { .. } | Read::Regions => &[Role::Node, Role::Router, Role::Operator],
+            Read::Placement { .. } | Read::Regions | Read::Assignment { .. } => {
+                &[Role::Node, Role::Router, Role::Operator]
+            }
             Read::Placements => &[Role::Router, Role::Operator],
         };
         self.is(roles)

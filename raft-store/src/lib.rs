@@ -34,7 +34,9 @@
 //!   read only the records that are due), [`sessions`] (the dedup table's
 //!   floors, when each client was last seen, forgetting idle clients),
 //!   [`evacuation`] (a region's failover as one row that placements are
-//!   read through, whatever the number of tenants).
+//!   read through, whatever the number of tenants), [`directory`] (which
+//!   group each tenant lives in, in the first group of a deployment that
+//!   runs one per home region).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping;
 //!   one peer's RPC in [`link`]),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
@@ -199,6 +201,7 @@ pub mod apply;
 pub mod authz;
 pub mod clock;
 pub mod config;
+pub mod directory;
 pub mod election;
 pub mod evacuation;
 pub mod group_commit;

@@ -286,6 +286,14 @@ impl StateMachine {
             .transpose()
     }
 
+    /// The group the directory assigned `tenant` to, if this group's copy
+    /// says so (crate::directory).
+    pub fn assignment(&self, tenant: &str) -> Result<Option<String>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(CLUSTER).map_err(io)?;
+        crate::directory::assignment_in(&table, tenant).map_err(io)
+    }
+
     /// Every region's status as last set, by region name.
     pub fn regions(&self) -> Result<Vec<(String, RegionStatus)>, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;

@@ -1242,3 +1242,130 @@ async fn a_repeated_evacuation_is_recorded_only_when_it_could_move_someone() {
     assert_eq!((acme.home.as_str(), acme.epoch), ("us", 4));
     assert_eq!(h.sm.placement("globex").unwrap().unwrap().epoch, 2);
 }
+
+/// `claim` for another tenant: its scope and business key.
+fn claim_of(tenant: &str, key: &str, reference: &str) -> NewClaim {
+    let mut c = claim(key, reference, "eu", 0);
+    c.scope.tenant = tenant.into();
+    if let Some(business_key) = c.business_key.as_mut() {
+        business_key.tenant = tenant.into();
+    }
+    c
+}
+
+fn assign(tenant: &str, group: &str) -> Op {
+    Op::AssignTenant {
+        tenant: tenant.into(),
+        group: group.into(),
+    }
+}
+
+/// The directory (docs/decisions/0063-a-raft-group-per-home-region.md):
+/// a tenant is assigned to another group only while this group holds
+/// nothing of it, for good, and from then on this group refuses its
+/// claims and placements, writing nothing.
+#[tokio::test]
+async fn a_tenant_is_assigned_elsewhere_only_while_this_group_holds_nothing_of_it() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.run(T0, assign("globex", "us-east")).await,
+        Reply::Assigned {
+            group: "us-east".into()
+        }
+    );
+    // Repeatable; never to another group.
+    assert_eq!(
+        h.run(T0, assign("globex", "us-east")).await,
+        Reply::Assigned {
+            group: "us-east".into()
+        }
+    );
+    assert_eq!(
+        h.run(T0, assign("globex", "ap-south")).await,
+        Reply::TenantInUse {
+            assigned: Some("us-east".into())
+        }
+    );
+    assert_eq!(h.sm.assignment("globex").unwrap().as_deref(), Some("us-east"));
+
+    // Its claims and placements are refused here, and nothing is written.
+    let other = Reply::OtherGroup {
+        group: "us-east".into(),
+    };
+    let globex_claim = claim_of("globex", "k1", "order-1");
+    assert_eq!(h.run(T0, Op::Claim(globex_claim.clone())).await, other);
+    assert_eq!(h.sm.record(&globex_claim.scope).unwrap(), None);
+    assert_eq!(h.run(T0, place("globex", "eu", &["us"])).await, other);
+    assert_eq!(h.sm.placement("globex").unwrap(), None);
+
+    // A tenant this group holds a record of stays here.
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k1", "order-1", "eu", 0))).await,
+        Reply::Claimed(_)
+    ));
+    assert_eq!(
+        h.run(T0, assign("acme", "us-east")).await,
+        Reply::TenantInUse { assigned: None }
+    );
+    assert_eq!(h.sm.assignment("acme").unwrap(), None);
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k2", "order-2", "eu", 0))).await,
+        Reply::Claimed(_)
+    ));
+    // So does a tenant it holds only a placement of.
+    h.run(T0, place("initech", "eu", &["us"])).await;
+    assert_eq!(
+        h.run(T0, assign("initech", "us-east")).await,
+        Reply::TenantInUse { assigned: None }
+    );
+    // A tenant whose name only starts like one held here is its own.
+    assert_eq!(
+        h.run(T0, assign("acm", "us-east")).await,
+        Reply::Assigned {
+            group: "us-east".into()
+        }
+    );
+    assert!(matches!(
+        h.run(T0, Op::Claim(claim("k3", "order-3", "eu", 0))).await,
+        Reply::Claimed(_)
+    ));
+}
+
+/// A business key outlives its record (I1): a tenant whose records were
+/// purged but whose keys are still held stays in this group.
+#[tokio::test]
+async fn a_tenant_with_only_a_held_business_key_left_is_not_assigned_elsewhere() {
+    let mut h = Harness::new();
+    let Reply::Claimed(record) = h.run(T0, Op::Claim(claim_of("hooli", "k1", "order-1"))).await
+    else {
+        panic!("claimed");
+    };
+    h.run(
+        T0,
+        Op::Complete {
+            scope: record.scope.clone(),
+            fence: record.fence,
+            response: response(),
+            expires_after_ms: 1,
+        },
+    )
+    .await;
+    // Expired, then purged a retention later: the record is gone.
+    assert_eq!(
+        h.run(
+            T0 + 10,
+            Op::Expire {
+                limit: 10,
+                retention_ms: 1
+            }
+        )
+        .await,
+        Reply::Count(1)
+    );
+    assert_eq!(h.run(T0 + 1_000, Op::Purge { limit: 10 }).await, Reply::Count(1));
+    assert_eq!(h.sm.record(&record.scope).unwrap(), None);
+    assert_eq!(
+        h.run(T0 + 1_000, assign("hooli", "us-east")).await,
+        Reply::TenantInUse { assigned: None }
+    );
+}

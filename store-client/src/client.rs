@@ -602,6 +602,32 @@ impl StoreClient {
         .await
     }
 
+    /// In the directory group: `tenant` lives in `group` from now on
+    /// ([`Op::AssignTenant`], wire version 5): `Assigned`, `TenantInUse`
+    /// when this group already holds some of its state, or `NotAgreed`
+    /// while the cluster is below version 5.
+    pub async fn assign_tenant(&self, tenant: &str, group: &str) -> Result<Reply, ClientError> {
+        self.write(Op::AssignTenant {
+            tenant: tenant.to_owned(),
+            group: group.to_owned(),
+        })
+        .await
+    }
+
+    /// The group `tenant` lives in as the answering member's copy of the
+    /// directory says (`None`: the directory's own); see [`Read::Assignment`].
+    pub async fn assignment(&self, tenant: &str) -> Result<Option<String>, ClientError> {
+        let read = Read::Assignment {
+            tenant: tenant.to_owned(),
+        };
+        match self.read(read).await? {
+            ReadReply::Assignment(group) => Ok(group),
+            other => Err(ClientError::Unavailable(format!(
+                "unexpected answer {other:?}"
+            ))),
+        }
+    }
+
     /// Fails every tenant homed in `from` over to its first standby in
     /// `eligible`, in one write ([`Op::MoveRegion`]): `Moved`.
     pub async fn move_region(&self, from: &str, eligible: &[String]) -> Result<Reply, ClientError> {

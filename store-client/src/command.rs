@@ -545,6 +545,17 @@ pub enum Op {
         from: String,
         eligible: Vec<String>,
     },
+    /// Wire version 5. In the directory group: from now on `tenant` lives
+    /// in `group` (docs/decisions/0063-a-raft-group-per-home-region.md).
+    /// Applies only while this group holds nothing of the tenant (no
+    /// record, business key or placement) or already assigns it to `group`
+    /// (`Assigned`); otherwise `TenantInUse`, and nothing changes. Never
+    /// undone: every later claim of the tenant here is answered
+    /// `OtherGroup`.
+    AssignTenant {
+        tenant: String,
+        group: String,
+    },
 }
 
 impl Op {
@@ -554,6 +565,7 @@ impl Op {
         match self {
             Self::RaiseWireVersion { .. } | Self::ForgetIdleClients { .. } => 2,
             Self::EvacuateRegion { .. } => 4,
+            Self::AssignTenant { .. } => 5,
             _ => 1,
         }
     }
@@ -648,6 +660,23 @@ pub enum Reply {
     NotAgreed {
         needs: u16,
         cluster: u16,
+    },
+    /// [`Op::AssignTenant`] applied: the tenant lives in `group` (now, or
+    /// since an earlier assignment to the same group).
+    Assigned {
+        group: String,
+    },
+    /// [`Op::AssignTenant`] refused: this group already holds some of the
+    /// tenant's state, or assigns it to another group (`assigned`).
+    /// Nothing was written.
+    TenantInUse {
+        assigned: Option<String>,
+    },
+    /// The tenant lives in `group`, not in the group that answered: a
+    /// claim or placement sent here was refused and wrote nothing. Send it
+    /// to `group` (docs/decisions/0063-a-raft-group-per-home-region.md).
+    OtherGroup {
+        group: String,
     },
 }
 
@@ -759,6 +788,20 @@ mod tests {
             .unwrap(),
             [15, 4, 3]
         );
+        let assign = Op::AssignTenant {
+            tenant: "t".into(),
+            group: "g".into(),
+        };
+        assert_eq!(postcard::to_allocvec(&assign).unwrap(), [17, 1, b't', 1, b'g']);
+        assert_eq!(assign.wire_version(), 5);
+        assert!(assign.wire_version() <= crate::wire::WIRE_VERSION);
+        for (reply, index) in [
+            (Reply::Assigned { group: "g".into() }, 16),
+            (Reply::TenantInUse { assigned: None }, 17),
+            (Reply::OtherGroup { group: "g".into() }, 18),
+        ] {
+            assert_eq!(postcard::to_allocvec(&reply).unwrap()[0], index);
+        }
     }
 
     #[test]

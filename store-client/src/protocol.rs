@@ -75,6 +75,15 @@ pub enum Read {
     /// that created them, from the per-tenant payment index
     /// (`Records` answer). What `GET /payments` lists in every region.
     TenantPayments(PaymentListQuery),
+    /// Wire version 5. The group `tenant` lives in, as this member's copy
+    /// of the directory says (`None`: this group's own). Any member
+    /// answers: an assignment never changes, and a claim sent here on a
+    /// `None` read before the assignment applied is refused
+    /// (`Reply::OtherGroup`), so a stale answer costs a round trip, never
+    /// a misplaced record.
+    Assignment {
+        tenant: String,
+    },
 }
 
 /// Which of a tenant's payments a [`Read::TenantPayments`] wants, in
@@ -179,6 +188,8 @@ pub enum ReadReply {
     Records(Vec<Record>),
     Count(u64),
     NotFinalHere,
+    /// [`Read::Assignment`]'s answer.
+    Assignment(Option<String>),
 }
 
 pub type WriteAnswer = Answer<Reply>;

@@ -32,8 +32,9 @@ pub const CONTENT_TYPE: &str = "application/octet-stream";
 /// [`crate::command::Op::ForgetIdleClients`]; 3, pipelined appends on Raft
 /// RPC (a member orders the appends of a leader's lane by their
 /// `x-once-lane` and `x-once-lane-seq` headers; no message changed); 4,
-/// [`crate::command::Op::EvacuateRegion`].
-pub const WIRE_VERSION: u16 = 4;
+/// [`crate::command::Op::EvacuateRegion`]; 5, [`crate::command::Op::AssignTenant`]
+/// and [`crate::protocol::Read::Assignment`].
+pub const WIRE_VERSION: u16 = 5;
 
 /// The header every request and answer declares its sender's version in.
 pub const VERSION_HEADER: &str = "x-once-wire-version";
