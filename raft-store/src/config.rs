@@ -115,6 +115,12 @@ pub struct StoreConfig {
     /// its dedup entries are forgotten (default 24 h), and which member it
     /// hands the lead to (default none).
     pub housekeeping: crate::housekeeping::Settings,
+    /// The groups this member hosts besides the directory, one per home
+    /// region, each named by its region (default none: one group). Each is
+    /// served under `/groups/<name>` on the same listeners, keeps its files
+    /// under `<data_dir>/groups/<name>`, and hands its lead to the region
+    /// where its tenants live (docs/decisions/0063-a-raft-group-per-home-region.md).
+    pub groups: Vec<String>,
 }
 
 impl StoreConfig {
@@ -145,7 +151,9 @@ impl StoreConfig {
                 every: Duration::from_secs(1),
                 forget_clients_after: Some(Duration::from_secs(24 * 3600)),
                 preferred_leader: None,
+                follow_tenants: None,
             },
+            groups: Vec::new(),
         }
     }
 }

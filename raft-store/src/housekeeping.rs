@@ -2,7 +2,9 @@
 //! newest wire version every member speaks, forgetting the dedup entries of
 //! clients gone idle (docs/decisions/0041-wire-versions.md), and handing
 //! the lead back to the preferred member once it has caught up after an
-//! election put the lead elsewhere.
+//! election put the lead elsewhere — for a home region's group, the member
+//! of the region where the group's tenants live now
+//! (docs/decisions/0063-a-raft-group-per-home-region.md).
 //!
 //! Only the leader proposes, through the same group commit as clients, as
 //! a client of its own (a random id per process, as a node's store client
@@ -24,6 +26,7 @@ use crate::network::Network;
 use crate::protocol::WriteAnswer;
 use crate::state_machine::StateMachine;
 use crate::types::{NodeId, Raft};
+use crate::wan::SimulatedWan;
 use crate::wire_versions::WireVersions;
 
 /// Most clients one [`Op::ForgetIdleClients`] forgets.
@@ -41,7 +44,26 @@ pub struct Settings {
     /// traffic comes from). A leader that is not it asks it to campaign
     /// once it holds every entry, at most once per [`HANDOFF_EVERY`].
     pub preferred_leader: Option<NodeId>,
+    /// A home region's group: the lead goes to the member of the region
+    /// where most of the group's tenants live now, instead of a fixed one
+    /// (docs/decisions/0063-a-raft-group-per-home-region.md).
+    pub follow_tenants: Option<FollowTenants>,
 }
+
+/// Where a home region's group wants its lead: with its tenants.
+#[derive(Debug, Clone)]
+pub struct FollowTenants {
+    /// The group's home region: where its lead goes while it has no
+    /// placement to judge by.
+    pub home: String,
+    /// Which region each member is in.
+    pub wan: Arc<SimulatedWan>,
+}
+
+/// How many placements the leader reads to tell where a group's tenants
+/// live: every tenant homed in a region fails over and back together, so
+/// a handful tells as much as all of them.
+const PLACEMENTS_SAMPLED: usize = 64;
 
 /// Least time between two hand-offs of the lead.
 pub const HANDOFF_EVERY: Duration = Duration::from_secs(10);
@@ -163,7 +185,7 @@ impl Rounds {
     /// wins on its up-to-date log; writes in flight meanwhile are answered
     /// `ForwardToLeader` and retried by their clients.
     async fn hand_off_to_preferred(&mut self) {
-        let Some(preferred) = self.parts.settings.preferred_leader else {
+        let Some(preferred) = self.preferred_leader() else {
             return;
         };
         if self
@@ -202,6 +224,38 @@ impl Rounds {
             ),
             Err(e) => tracing::debug!(to = preferred, error = %e, "could not hand the lead over"),
         }
+    }
+
+    /// The member that should lead: the configured one, or, for a home
+    /// region's group, the first voter of the region where most of its
+    /// tenants live now (their home region while it has none).
+    fn preferred_leader(&self) -> Option<NodeId> {
+        let Some(follow) = &self.parts.settings.follow_tenants else {
+            return self.parts.settings.preferred_leader;
+        };
+        let region = match self.parts.state_machine.where_tenants_live(PLACEMENTS_SAMPLED) {
+            Ok(Some(region)) => region,
+            Ok(None) => follow.home.clone(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read where the group's tenants live");
+                return None;
+            }
+        };
+        let m = self.parts.raft.metrics();
+        let m = m.borrow();
+        let region_of = |id: NodeId| {
+            if id == m.id {
+                follow.wan.region().to_owned()
+            } else {
+                follow.wan.region_of(id)
+            }
+        };
+        let voter = m
+            .membership_config
+            .membership()
+            .voter_ids()
+            .find(|id| region_of(*id) == region);
+        voter
     }
 
     async fn propose(&mut self, op: Op) -> Option<Reply> {

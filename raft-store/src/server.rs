@@ -3,6 +3,13 @@
 //! API, admin) on the edge's server — each serving mutual TLS with the
 //! member's certificate unless it runs in plaintext for development — and
 //! bootstraps the cluster when it is a founding member of a new one.
+//!
+//! A member may host several groups, one per home region
+//! (docs/decisions/0063-a-raft-group-per-home-region.md): the directory at
+//! the listeners' root and in the data directory, every other group under
+//! `/groups/<name>` and `<data dir>/groups/<name>`, each its own openraft
+//! instance with its own log, state machine, elections and bootstrap. They
+//! share the listeners and the simulated WAN, as they share the region.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -74,10 +81,61 @@ pub struct StoreServer {
     pub raft_addr: SocketAddr,
     pub api_addr: SocketAddr,
     pub admin_addr: SocketAddr,
-    /// The simulated WAN of this member (to isolate it in-process).
+    /// The simulated WAN of this member (to isolate it in-process): every
+    /// group it hosts shares it, as they share the region.
     pub wan: Arc<SimulatedWan>,
+    /// The other groups this member hosts, by name
+    /// (docs/decisions/0063-a-raft-group-per-home-region.md); the fields
+    /// above are the directory's.
+    pub groups: BTreeMap<String, HostedGroup>,
     /// Stops the three listeners.
     stop: watch::Sender<bool>,
+}
+
+/// One group besides the directory that a member hosts: served under
+/// [`group_prefix`] on the member's listeners, its files under
+/// [`group_data_dir`].
+#[derive(Clone)]
+pub struct HostedGroup {
+    pub raft: Raft,
+    pub state_machine: StateMachine,
+}
+
+impl std::fmt::Debug for HostedGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostedGroup").finish_non_exhaustive()
+    }
+}
+
+/// The path prefix group `name`'s Raft RPC, client API and admin endpoints
+/// are served under on its member's listeners.
+pub fn group_prefix(name: &str) -> String {
+    format!("/groups/{name}")
+}
+
+/// Where group `name`'s log and state machine live under a member's data
+/// directory.
+pub fn group_data_dir(data_dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    data_dir.join("groups").join(name)
+}
+
+/// The routers and parts of one started group.
+struct StartedGroup {
+    raft: Raft,
+    state_machine: StateMachine,
+    raft_router: axum::Router,
+    api_router: axum::Router,
+    admin_router: axum::Router,
+}
+
+/// What a member's groups share: the region's links and the listeners'
+/// identities and metrics.
+struct Shared {
+    wan: Arc<SimulatedWan>,
+    edge: EdgeMetrics,
+    access: Access,
+    raft_addr: SocketAddr,
+    api_addr: SocketAddr,
 }
 
 impl std::fmt::Debug for StoreServer {
@@ -87,46 +145,21 @@ impl std::fmt::Debug for StoreServer {
             .field("raft_addr", &self.raft_addr)
             .field("api_addr", &self.api_addr)
             .field("admin_addr", &self.admin_addr)
+            .field("groups", &self.groups.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl StoreServer {
     pub async fn start(config: StoreConfig) -> Result<Self, StartError> {
-        let t = &config.timing;
-        let raft_config = Config {
-            cluster_name: "once-raft-store".into(),
-            heartbeat_interval: t.heartbeat.as_millis() as u64,
-            election_timeout_min: t.election_min.as_millis() as u64,
-            election_timeout_max: t.election_max.as_millis() as u64,
-            install_snapshot_timeout: t.snapshot_chunk_timeout.as_millis() as u64,
-            snapshot_max_chunk_size: config.snapshot_chunk as u64,
-            // Ours instead: by the log's weight (`crate::snapshot_policy`).
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
-            max_payload_entries: 300,
-            // Ours instead: with a pre-vote (`crate::election`).
-            enable_elect: false,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| StartError::Config(e.to_string()))?;
-
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
-            path: config.data_dir.display().to_string(),
-            source,
-        })?;
-        let log = LogStore::open(&config.data_dir.join("log.redb")).map_err(StartError::Log)?;
-        let state_machine =
-            StateMachine::open_with_cache(&config.data_dir.join("state.redb"), config.state_cache)
-                .map_err(StartError::StateMachine)?;
-
+        let raft_config = Arc::new(raft_config(&config)?);
         let edge = EdgeMetrics::default();
         let access = if config.tls.is_some() {
             Access::Verified
         } else {
             Access::Open
         };
+        let t = &config.timing;
         // A snapshot chunk may take its whole timeout to arrive and apply.
         let raft_limits = ServerLimits {
             body_read_timeout: config
@@ -163,99 +196,37 @@ impl StoreServer {
         let raft_server = bind("raft", config.raft_addr, raft_limits, false).await?;
         let api_server = bind("api", config.api_addr, config.limits, false).await?;
         let admin_server = bind("admin", config.admin_addr, config.limits, true).await?;
-        let raft_addr = raft_server.local_addr();
-        let api_addr = api_server.local_addr();
+        let shared = Shared {
+            wan: Arc::new(SimulatedWan::new(config.wan.clone())),
+            edge,
+            access,
+            raft_addr: raft_server.local_addr(),
+            api_addr: api_server.local_addr(),
+        };
         let admin_addr = admin_server.local_addr();
 
-        let wan = Arc::new(SimulatedWan::new(config.wan.clone()));
-        let clock = Arc::new(ClockGuard::new(
-            config.id,
-            config.max_clock_offset,
-            t.heartbeat,
-        ));
-        let versions = Arc::new(WireVersions::new(config.id, config.wire_version));
-        let pipeline = Pipeline::new(log.appends(), config.pipeline_from);
-        let network = Network::new(
-            config.id,
-            Some(raft_addr.ip()),
-            t.connect_timeout,
-            config.max_body,
-            config.tls.as_ref(),
-        )
-        .map_err(StartError::Client)?
-        .with_wan(wan.clone())
-        .with_clock(clock.clone())
-        .with_versions(versions.clone())
-        .with_pipeline(pipeline.clone());
-        let campaigns = network.clone();
-        let electing = network.clone();
-        let raft = Raft::new(
-            config.id,
-            Arc::new(raft_config),
-            network,
-            log.clone(),
-            state_machine.clone(),
-        )
-        .await
-        .map_err(StartError::Raft)?;
+        let directory = start_group(&config, None, &raft_config, &shared).await?;
+        let (mut raft_router, mut api_router, mut admin_router) = (
+            directory.raft_router,
+            directory.api_router,
+            directory.admin_router,
+        );
+        let mut groups = BTreeMap::new();
+        for name in &config.groups {
+            let group = start_group(&config, Some(name), &raft_config, &shared).await?;
+            let prefix = group_prefix(name);
+            raft_router = raft_router.nest(&prefix, group.raft_router);
+            api_router = api_router.nest(&prefix, group.api_router);
+            admin_router = admin_router.nest(&prefix, group.admin_router);
+            groups.insert(
+                name.clone(),
+                HostedGroup {
+                    raft: group.raft,
+                    state_machine: group.state_machine,
+                },
+            );
+        }
 
-        let group_commit = GroupCommit::start(
-            raft.clone(),
-            clock.clone(),
-            config.max_batch,
-            config.max_inflight_batches,
-        );
-        Housekeeping {
-            raft: raft.clone(),
-            state_machine: state_machine.clone(),
-            group_commit: group_commit.clone(),
-            versions: versions.clone(),
-            clock: clock.clone(),
-            network: campaigns,
-            settings: config.housekeeping.clone(),
-        }
-        .start();
-        let silence = Arc::new(Silence::default());
-        let elections = ElectionMetrics::default();
-        Elections {
-            raft: raft.clone(),
-            log: log.clone(),
-            network: electing,
-            clock: clock.clone(),
-            silence: silence.clone(),
-            metrics: elections.clone(),
-            heartbeat: t.heartbeat,
-            election_min: t.election_min,
-            election_max: t.election_max,
-        }
-        .start();
-        let prevotes = PreVotes {
-            log: log.clone(),
-            silence,
-        };
-        snapshot_policy::start(
-            raft.clone(),
-            state_machine.clone(),
-            log,
-            config.snapshot_every,
-        );
-        let api = Arc::new(ApiState {
-            id: config.id,
-            raft: raft.clone(),
-            state_machine: state_machine.clone(),
-            group_commit,
-            versions: versions.clone(),
-            read_index: ReadIndex::start(raft.clone()),
-            raft_addr: raft_addr.to_string(),
-            api_addr: api_addr.to_string(),
-            wan: wan.clone(),
-            clock: clock.clone(),
-            admin_token: config.admin_token.clone().map(Arc::new),
-            edge,
-            pipeline: pipeline.metrics(),
-            elections,
-            access,
-        });
         let (stop, stopping) = watch::channel(false);
         // Only an explicit stop ends them: a test that drops its handle
         // keeps the member serving, as a process would.
@@ -265,67 +236,239 @@ impl StoreServer {
             }
         };
         let drain = std::time::Duration::from_secs(5);
-        tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
-        let raft_router = raft_service::router(
-            raft.clone(),
-            config.max_body,
-            wan.clone(),
-            clock.clone(),
-            versions,
-            access,
-            prevotes,
-        );
         tokio::spawn(raft_server.serve(raft_router, stopped(stopping.clone()), drain));
-        let api_router = api_service::client_router(api.clone());
         tokio::spawn(api_server.serve(api_router, stopped(stopping.clone()), drain));
-        let admin_router = api_service::admin_router(api);
         tokio::spawn(admin_server.serve(admin_router, stopped(stopping), drain));
-
-        bootstrap(
-            raft.clone(),
-            config.id,
-            config.peers.clone(),
-            raft_addr.ip(),
-            wan.region().to_owned(),
-            config.tls.clone(),
-        );
         Ok(Self {
             id: config.id,
-            raft,
-            state_machine,
-            raft_addr,
-            api_addr,
+            raft: directory.raft,
+            state_machine: directory.state_machine,
+            raft_addr: shared.raft_addr,
+            api_addr: shared.api_addr,
             admin_addr,
-            wan,
+            wan: shared.wan,
+            groups,
             stop,
         })
     }
 
     /// Runs until `signal`, then stops raft and the listeners. If the Raft
-    /// core stops first (a fatal storage error, a panic in openraft), the
-    /// listeners stop too and the error says so: a member whose core is
-    /// gone must not keep answering status from its last metrics (it would
-    /// go on saying it leads), so the process exits and its supervisor
-    /// restarts it from its disk.
+    /// core of any group stops first (a fatal storage error, a panic in
+    /// openraft), the listeners stop too and the error says so: a member
+    /// whose core is gone must not keep answering status from its last
+    /// metrics (it would go on saying it leads), so the process exits and
+    /// its supervisor restarts it from its disk.
     pub async fn run_until(self, signal: impl Future<Output = ()>) -> Result<(), CoreStopped> {
-        let mut metrics = self.raft.metrics();
-        let core_stopped = async move {
-            // The core owns the sending half: it is dropped when the core ends.
-            while metrics.changed().await.is_ok() {}
-        };
+        let rafts: Vec<Raft> = std::iter::once(self.raft.clone())
+            .chain(self.groups.values().map(|g| g.raft.clone()))
+            .collect();
+        let (core_stopped, mut any_core_stopped) = tokio::sync::mpsc::channel::<()>(1);
+        for raft in &rafts {
+            let mut metrics = raft.metrics();
+            let core_stopped = core_stopped.clone();
+            tokio::spawn(async move {
+                // The core owns the sending half: it is dropped when the core ends.
+                while metrics.changed().await.is_ok() {}
+                let _ = core_stopped.send(()).await;
+            });
+        }
         tokio::select! {
             () = signal => {
-                let _ = self.raft.shutdown().await;
+                for raft in rafts {
+                    let _ = raft.shutdown().await;
+                }
                 let _ = self.stop.send(true);
                 Ok(())
             }
-            () = core_stopped => {
-                tracing::error!(id = self.id, "the Raft core stopped; stopping this member");
+            Some(()) = any_core_stopped.recv() => {
+                tracing::error!(id = self.id, "a Raft core stopped; stopping this member");
                 let _ = self.stop.send(true);
                 Err(CoreStopped { id: self.id })
             }
         }
     }
+}
+
+/// openraft's configuration, the same for every group a member hosts.
+fn raft_config(config: &StoreConfig) -> Result<Config, StartError> {
+    let t = &config.timing;
+    Config {
+        cluster_name: "once-raft-store".into(),
+        heartbeat_interval: t.heartbeat.as_millis() as u64,
+        election_timeout_min: t.election_min.as_millis() as u64,
+        election_timeout_max: t.election_max.as_millis() as u64,
+        install_snapshot_timeout: t.snapshot_chunk_timeout.as_millis() as u64,
+        snapshot_max_chunk_size: config.snapshot_chunk as u64,
+        // Ours instead: by the log's weight (`crate::snapshot_policy`).
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
+        max_payload_entries: 300,
+        // Ours instead: with a pre-vote (`crate::election`).
+        enable_elect: false,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| StartError::Config(e.to_string()))
+}
+
+/// Opens and starts one group on this member: the directory (`group`
+/// `None`: the data directory itself, no path prefix) or the group named
+/// `group` ([`group_data_dir`], [`group_prefix`]), bootstrapping it with
+/// the founding peers' addresses under the same prefix. Its routers are
+/// returned for the member's listeners to serve.
+async fn start_group(
+    config: &StoreConfig,
+    group: Option<&str>,
+    raft_config: &Arc<Config>,
+    shared: &Shared,
+) -> Result<StartedGroup, StartError> {
+    let t = &config.timing;
+    let (data_dir, prefix) = match group {
+        None => (config.data_dir.clone(), String::new()),
+        Some(name) => (group_data_dir(&config.data_dir, name), group_prefix(name)),
+    };
+    std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir {
+        path: data_dir.display().to_string(),
+        source,
+    })?;
+    let log = LogStore::open(&data_dir.join("log.redb")).map_err(StartError::Log)?;
+    let state_machine = StateMachine::open_with_cache(&data_dir.join("state.redb"), config.state_cache)
+        .map_err(StartError::StateMachine)?;
+
+    let wan = shared.wan.clone();
+    let clock = Arc::new(ClockGuard::new(
+        config.id,
+        config.max_clock_offset,
+        t.heartbeat,
+    ));
+    let versions = Arc::new(WireVersions::new(config.id, config.wire_version));
+    let pipeline = Pipeline::new(log.appends(), config.pipeline_from);
+    let network = Network::new(
+        config.id,
+        Some(shared.raft_addr.ip()),
+        t.connect_timeout,
+        config.max_body,
+        config.tls.as_ref(),
+    )
+    .map_err(StartError::Client)?
+    .with_wan(wan.clone())
+    .with_clock(clock.clone())
+    .with_versions(versions.clone())
+    .with_pipeline(pipeline.clone());
+    let campaigns = network.clone();
+    let electing = network.clone();
+    let raft = Raft::new(
+        config.id,
+        raft_config.clone(),
+        network,
+        log.clone(),
+        state_machine.clone(),
+    )
+    .await
+    .map_err(StartError::Raft)?;
+
+    let group_commit = GroupCommit::start(
+        raft.clone(),
+        clock.clone(),
+        config.max_batch,
+        config.max_inflight_batches,
+    );
+    let settings = match group {
+        None => config.housekeeping.clone(),
+        // A home region's group: its lead goes where its tenants live.
+        Some(name) => crate::housekeeping::Settings {
+            preferred_leader: None,
+            follow_tenants: Some(crate::housekeeping::FollowTenants {
+                home: name.to_owned(),
+                wan: wan.clone(),
+            }),
+            ..config.housekeeping.clone()
+        },
+    };
+    Housekeeping {
+        raft: raft.clone(),
+        state_machine: state_machine.clone(),
+        group_commit: group_commit.clone(),
+        versions: versions.clone(),
+        clock: clock.clone(),
+        network: campaigns,
+        settings,
+    }
+    .start();
+    let silence = Arc::new(Silence::default());
+    let elections = ElectionMetrics::default();
+    Elections {
+        raft: raft.clone(),
+        log: log.clone(),
+        network: electing,
+        clock: clock.clone(),
+        silence: silence.clone(),
+        metrics: elections.clone(),
+        heartbeat: t.heartbeat,
+        election_min: t.election_min,
+        election_max: t.election_max,
+    }
+    .start();
+    let prevotes = PreVotes {
+        log: log.clone(),
+        silence,
+    };
+    snapshot_policy::start(
+        raft.clone(),
+        state_machine.clone(),
+        log,
+        config.snapshot_every,
+    );
+    let api = Arc::new(ApiState {
+        id: config.id,
+        raft: raft.clone(),
+        state_machine: state_machine.clone(),
+        group_commit,
+        versions: versions.clone(),
+        read_index: ReadIndex::start(raft.clone()),
+        raft_addr: format!("{}{prefix}", shared.raft_addr),
+        api_addr: format!("{}{prefix}", shared.api_addr),
+        wan: wan.clone(),
+        clock: clock.clone(),
+        admin_token: config.admin_token.clone().map(Arc::new),
+        edge: shared.edge.clone(),
+        pipeline: pipeline.metrics(),
+        elections,
+        access: shared.access,
+    });
+    tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
+    let raft_router = raft_service::router(
+        raft.clone(),
+        config.max_body,
+        wan.clone(),
+        clock,
+        versions,
+        shared.access,
+        prevotes,
+    );
+    let api_router = api_service::client_router(api.clone());
+    let admin_router = api_service::admin_router(api);
+
+    let peers = config
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, format!("{addr}{prefix}")))
+        .collect();
+    bootstrap(
+        raft.clone(),
+        config.id,
+        peers,
+        shared.raft_addr.ip(),
+        wan.region().to_owned(),
+        config.tls.clone(),
+    );
+    Ok(StartedGroup {
+        raft,
+        state_machine,
+        raft_router,
+        api_router,
+        admin_router,
+    })
 }
 
 async fn bind(

@@ -29,6 +29,7 @@
 //! only after a quorum's logs hold the entry, so nothing acknowledged
 //! depends on the state machine's own fsync.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -292,6 +293,27 @@ impl StateMachine {
         let txn = self.db.begin_read().map_err(io)?;
         let table = txn.open_table(CLUSTER).map_err(io)?;
         crate::directory::assignment_in(&table, tenant).map_err(io)
+    }
+
+    /// The region most of the first `sample` placements are home in now
+    /// (read through the evacuations; ties to the first region by name),
+    /// or `None` without placements: where a home region's group wants
+    /// its lead ([`crate::housekeeping`]).
+    pub fn where_tenants_live(&self, sample: usize) -> Result<Option<String>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let evacuations = evacuations_in(&txn)?;
+        let table = txn.open_table(PLACEMENTS).map_err(io)?;
+        let mut homes: BTreeMap<String, usize> = BTreeMap::new();
+        for item in table.iter().map_err(io)?.take(sample) {
+            let (_, v) = item.map_err(io)?;
+            let placement = evacuations.read(v.value()).map_err(io)?;
+            *homes.entry(placement.home).or_default() += 1;
+        }
+        let most = homes.values().copied().max();
+        Ok(homes
+            .into_iter()
+            .find(|(_, n)| Some(*n) == most)
+            .map(|(home, _)| home))
     }
 
     /// Every region's status as last set, by region name.

@@ -148,6 +148,14 @@ struct MemberArgs {
     /// the leader hands it back once this member holds every entry.
     #[arg(long, env = "ONCE_STORE_PREFERRED_LEADER", value_name = "ID")]
     preferred_leader: Option<u64>,
+    /// The groups this member hosts besides the directory, one per home
+    /// region other than the directory's, each named by its region
+    /// (`us-east,ap-south`); every member of a deployment hosts the same.
+    /// Each is served under /groups/<name> on the same listeners, keeps its
+    /// files under <data-dir>/groups/<name>, and hands its lead to the
+    /// region its tenants live in (docs/decisions/0063).
+    #[arg(long, env = "ONCE_STORE_GROUPS", value_delimiter = ',', value_parser = parse_group_name)]
+    groups: Vec<String>,
     /// This member's region label [default: its --peer-regions entry, else
     /// member-<id>]. Simulated WAN latency and partitions apply between
     /// members of different regions.
@@ -352,6 +360,18 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     }
     config.housekeeping.forget_clients_after = args.forget_clients_after.0;
     config.housekeeping.preferred_leader = args.preferred_leader;
+    config.groups = args.groups.clone();
+    if let Some(twice) = config
+        .groups
+        .iter()
+        .enumerate()
+        .find(|(i, g)| config.groups[..*i].contains(g))
+    {
+        return Err(config_error(anyhow::anyhow!(
+            "--groups names {} twice",
+            twice.1
+        )));
+    }
     let timing = &config.timing;
     if !(timing.heartbeat < timing.election_min && timing.election_min < timing.election_max) {
         return Err(config_error(anyhow::anyhow!(
@@ -386,6 +406,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
                 "wanLatencyMs": args.wan_latency,
                 "wireVersion": config.wire_version,
                 "preferredLeader": args.preferred_leader,
+                "groups": config.groups,
                 "forgetClientsAfter": config.housekeeping.forget_clients_after.map(|d| humantime::format_duration(d).to_string()),
             })
         );
@@ -400,6 +421,21 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     );
     server.run_until(once_edge::shutdown_signal()).await?;
     Ok(())
+}
+
+/// A group's name is a region's, and a path segment and a directory name:
+/// letters, digits and `-` only.
+fn parse_group_name(name: &str) -> Result<String, String> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if valid {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "{name:?} is not a group name: 1-63 letters, digits or '-' (a region's name)"
+        ))
+    }
 }
 
 async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::Result<()> {
