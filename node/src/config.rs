@@ -241,6 +241,7 @@ mod tests {
         let mut raft = NodeConfig::new(listen, "eu", "data/node.db");
         raft.idempotency_store = StoreMode::Raft(crate::raft::RaftStoreConfig {
             endpoints: vec!["127.0.0.1:1".into()],
+            groups: Vec::new(),
             client: Default::default(),
         });
         assert!(raft.validate().is_err());

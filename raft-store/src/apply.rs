@@ -797,7 +797,8 @@ impl<'txn> Tables<'txn> {
     /// `OtherGroup` when this group's directory rows assign `tenant` to
     /// another group (docs/decisions/0063-a-raft-group-per-home-region.md).
     fn lives_elsewhere(&self, tenant: &str) -> Result<Option<Reply>, ApplyError> {
-        Ok(directory::assignment_in(&self.cluster, tenant)?.map(|group| Reply::OtherGroup { group }))
+        Ok(directory::assignment_in(&self.cluster, tenant)?
+            .map(|group| Reply::OtherGroup { group }))
     }
 
     /// [`Op::AssignTenant`]: only while this group holds nothing of the

@@ -41,7 +41,7 @@
 //! readiness asks of the nearest member (decision 0058).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::ServerState;
@@ -120,8 +120,10 @@ pub struct ClockGuard {
     id: NodeId,
     /// Added to the wall clock: zero, except in test builds, where the
     /// scenario tests move every member's clock forward together
-    /// (`/admin/clock/advance`, `failpoints` feature only).
-    shift_ms: std::sync::atomic::AtomicI64,
+    /// (`/admin/clock/advance`, `failpoints` feature only). One per
+    /// process: every group a member hosts reads the same clock
+    /// ([`ClockGuard::sharing_clock_with`]).
+    shift_ms: Arc<std::sync::atomic::AtomicI64>,
     max_offset: Duration,
     /// Samples older than this say nothing.
     fresh_for: Duration,
@@ -150,7 +152,7 @@ impl ClockGuard {
     pub fn new(id: NodeId, max_offset: Duration, heartbeat: Duration) -> Self {
         Self {
             id,
-            shift_ms: std::sync::atomic::AtomicI64::new(0),
+            shift_ms: Arc::default(),
             max_offset,
             fresh_for: (heartbeat * 10).max(Duration::from_secs(2)),
             confirm_within: (heartbeat * 4).max(Duration::from_millis(500)),
@@ -158,6 +160,13 @@ impl ClockGuard {
             sampled: Notify::new(),
             barred: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This guard reading the same clock as `other`: the guards of the
+    /// groups one member hosts, whose process has one clock.
+    pub fn sharing_clock_with(mut self, other: &ClockGuard) -> Self {
+        self.shift_ms = other.shift_ms.clone();
+        self
     }
 
     pub fn max_offset(&self) -> Duration {

@@ -121,6 +121,10 @@ pub struct StoreConfig {
     /// under `<data_dir>/groups/<name>`, and hands its lead to the region
     /// where its tenants live (docs/decisions/0063-a-raft-group-per-home-region.md).
     pub groups: Vec<String>,
+    /// The region whose tenants the directory keeps: set, the directory's
+    /// lead follows them as every other group's follows its own (instead
+    /// of `housekeeping.preferred_leader`).
+    pub directory_home: Option<String>,
 }
 
 impl StoreConfig {
@@ -154,6 +158,7 @@ impl StoreConfig {
                 follow_tenants: None,
             },
             groups: Vec::new(),
+            directory_home: None,
         }
     }
 }

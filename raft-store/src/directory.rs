@@ -85,7 +85,9 @@ mod tests {
                 Some("us-east")
             );
             assert_eq!(assignment_in(&table, "acm").unwrap(), None);
-            table.insert(b"records/abc".as_slice(), b"".as_slice()).unwrap();
+            table
+                .insert(b"records/abc".as_slice(), b"".as_slice())
+                .unwrap();
             assert!(holds_prefix(&table, b"records/ab").unwrap());
             assert!(!holds_prefix(&table, b"records/abd").unwrap());
             assert!(!holds_prefix(&table, b"zzz").unwrap());

@@ -233,7 +233,11 @@ impl Rounds {
         let Some(follow) = &self.parts.settings.follow_tenants else {
             return self.parts.settings.preferred_leader;
         };
-        let region = match self.parts.state_machine.where_tenants_live(PLACEMENTS_SAMPLED) {
+        let region = match self
+            .parts
+            .state_machine
+            .where_tenants_live(PLACEMENTS_SAMPLED)
+        {
             Ok(Some(region)) => region,
             Ok(None) => follow.home.clone(),
             Err(e) => {

@@ -136,6 +136,8 @@ struct Shared {
     access: Access,
     raft_addr: SocketAddr,
     api_addr: SocketAddr,
+    /// The process's clock, which every group's guard reads.
+    clock: ClockGuard,
 }
 
 impl std::fmt::Debug for StoreServer {
@@ -202,6 +204,7 @@ impl StoreServer {
             access,
             raft_addr: raft_server.local_addr(),
             api_addr: api_server.local_addr(),
+            clock: ClockGuard::new(config.id, config.max_clock_offset, t.heartbeat),
         };
         let admin_addr = admin_server.local_addr();
 
@@ -332,15 +335,15 @@ async fn start_group(
         source,
     })?;
     let log = LogStore::open(&data_dir.join("log.redb")).map_err(StartError::Log)?;
-    let state_machine = StateMachine::open_with_cache(&data_dir.join("state.redb"), config.state_cache)
-        .map_err(StartError::StateMachine)?;
+    let state_machine =
+        StateMachine::open_with_cache(&data_dir.join("state.redb"), config.state_cache)
+            .map_err(StartError::StateMachine)?;
 
     let wan = shared.wan.clone();
-    let clock = Arc::new(ClockGuard::new(
-        config.id,
-        config.max_clock_offset,
-        t.heartbeat,
-    ));
+    let clock = Arc::new(
+        ClockGuard::new(config.id, config.max_clock_offset, t.heartbeat)
+            .sharing_clock_with(&shared.clock),
+    );
     let versions = Arc::new(WireVersions::new(config.id, config.wire_version));
     let pipeline = Pipeline::new(log.appends(), config.pipeline_from);
     let network = Network::new(
@@ -373,13 +376,13 @@ async fn start_group(
         config.max_batch,
         config.max_inflight_batches,
     );
-    let settings = match group {
+    // A home region's group: its lead goes where its tenants live.
+    let settings = match group.or(config.directory_home.as_deref()) {
         None => config.housekeeping.clone(),
-        // A home region's group: its lead goes where its tenants live.
-        Some(name) => crate::housekeeping::Settings {
+        Some(home) => crate::housekeeping::Settings {
             preferred_leader: None,
             follow_tenants: Some(crate::housekeeping::FollowTenants {
-                home: name.to_owned(),
+                home: home.to_owned(),
                 wan: wan.clone(),
             }),
             ..config.housekeeping.clone()

@@ -1286,7 +1286,10 @@ async fn a_tenant_is_assigned_elsewhere_only_while_this_group_holds_nothing_of_i
             assigned: Some("us-east".into())
         }
     );
-    assert_eq!(h.sm.assignment("globex").unwrap().as_deref(), Some("us-east"));
+    assert_eq!(
+        h.sm.assignment("globex").unwrap().as_deref(),
+        Some("us-east")
+    );
 
     // Its claims and placements are refused here, and nothing is written.
     let other = Reply::OtherGroup {
@@ -1336,7 +1339,9 @@ async fn a_tenant_is_assigned_elsewhere_only_while_this_group_holds_nothing_of_i
 #[tokio::test]
 async fn a_tenant_with_only_a_held_business_key_left_is_not_assigned_elsewhere() {
     let mut h = Harness::new();
-    let Reply::Claimed(record) = h.run(T0, Op::Claim(claim_of("hooli", "k1", "order-1"))).await
+    let Reply::Claimed(record) = h
+        .run(T0, Op::Claim(claim_of("hooli", "k1", "order-1")))
+        .await
     else {
         panic!("claimed");
     };
@@ -1362,7 +1367,10 @@ async fn a_tenant_with_only_a_held_business_key_left_is_not_assigned_elsewhere()
         .await,
         Reply::Count(1)
     );
-    assert_eq!(h.run(T0 + 1_000, Op::Purge { limit: 10 }).await, Reply::Count(1));
+    assert_eq!(
+        h.run(T0 + 1_000, Op::Purge { limit: 10 }).await,
+        Reply::Count(1)
+    );
     assert_eq!(h.sm.record(&record.scope).unwrap(), None);
     assert_eq!(
         h.run(T0 + 1_000, assign("hooli", "us-east")).await,

@@ -75,6 +75,7 @@ async fn failover(
     tracing::warn!(region = %body.region, "operator failover requested");
     state
         .store
+        .directory()
         .set_region_status(&body.region, RegionStatus::Down)
         .await
         .map_err(|e| ApiError::Unavailable(e.into()))?;
@@ -101,6 +102,7 @@ async fn failback(
     tracing::warn!(region = %body.region, "operator failback requested");
     state
         .store
+        .directory()
         .set_region_status(&body.region, RegionStatus::Healthy)
         .await
         .map_err(|e| ApiError::Unavailable(e.into()))?;

@@ -13,7 +13,8 @@ use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
 use once_edge::server::serve_together;
 use once_edge::tenants::{self, TenantGates};
 use once_edge::{ApiKeys, Server};
-use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::client::ClientOptions;
+use once_store_client::groups::StoreGroups;
 
 use crate::config::RouterConfig;
 use crate::metrics::Metrics;
@@ -37,8 +38,9 @@ impl RouterApp {
     /// store is electing, and `/readyz` says when it can route.
     pub async fn build(config: RouterConfig, api_keys: ApiKeys) -> anyhow::Result<Self> {
         config.validate()?;
-        let store = StoreClient::new(
+        let store = StoreGroups::new(
             &config.store_endpoints,
+            &config.store_groups,
             // Short: a placement read sits on a request's path after a 421.
             ClientOptions {
                 attempt_timeout: Duration::from_secs(2),

@@ -47,6 +47,8 @@ pub struct RouterConfig {
     /// served here, and forwarding elsewhere pays `wan_latency`.
     pub region: String,
     pub store_endpoints: Vec<String>,
+    /// raft-store's groups besides the directory (empty: one group).
+    pub store_groups: Vec<String>,
     /// The router's CA and certificate (a router identity): mutual TLS
     /// to raft-store and to every node, whose URLs must then be `https://`.
     /// `None`: plaintext to both (development).
@@ -127,6 +129,7 @@ impl RouterConfig {
             tenant_limits: TenantLimits::default(),
             region: region.to_owned(),
             store_endpoints,
+            store_groups: Vec::new(),
             tls: None,
             public_tls: once_edge::PublicTls::Plain,
             nodes,

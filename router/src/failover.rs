@@ -35,6 +35,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use once_store_client::client::{ClientError, StoreClient};
 use once_store_client::command::Reply;
+use once_store_client::groups::StoreGroups;
 use serde::Serialize;
 
 use crate::metrics::{Metrics, MoveLabels};
@@ -124,7 +125,8 @@ pub enum MoveError {
 /// region health and the counters.
 #[derive(Debug, Clone, Copy)]
 pub struct Mover<'a> {
-    pub store: &'a StoreClient,
+    /// Every group: a region's tenants may live in any of them.
+    pub store: &'a StoreGroups,
     pub cache: &'a PlacementCache,
     pub health: &'a RegionHealth,
     pub metrics: &'a Metrics,
@@ -175,8 +177,60 @@ impl Mover<'_> {
             });
         }
         let started = Instant::now();
+        // One write per group, together: each fences its own tenants.
+        let writes = self
+            .store
+            .all()
+            .map(|(_, group)| self.evacuate_in(group, region, &eligible));
         let mut written_as = WrittenAs::Evacuation;
-        let reply = match self.store.evacuate_region(region, &eligible).await? {
+        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        for written in futures::future::join_all(writes).await {
+            let (reply, how) = written?;
+            if how == WrittenAs::PerTenant {
+                written_as = how;
+            }
+            if let Reply::Moved {
+                moved: m,
+                stranded: s,
+            } = reply
+            {
+                moved.extend(m);
+                stranded.extend(s);
+            }
+        }
+        moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        moved.dedup_by(|a, b| a.tenant == b.tenant);
+        stranded.sort();
+        stranded.dedup();
+        let reply = Reply::Moved { moved, stranded };
+        let write_ms = started.elapsed().as_millis() as u64;
+        let mut report = self.record(reply, trigger, write_ms, |_| reason())?;
+        report.written_as = written_as;
+        // Another router moved the tenants first (this write found none
+        // homed there): this router's cache still sends them to the dead
+        // region until it re-reads the table, so it does now.
+        let stranded: HashSet<&str> = report.skipped.iter().map(|s| s.tenant.as_str()).collect();
+        let stale = self
+            .cache
+            .homed_in(region)
+            .iter()
+            .any(|t| !stranded.contains(t.as_str()));
+        if stale && let Err(e) = self.cache.refresh_all(self.metrics).await {
+            tracing::warn!(region, error = %e, "re-reading placements after a failover failed; the periodic refresh retries");
+        }
+        Ok(report)
+    }
+
+    /// One group's share of a failover: its evacuation of `region`, as the
+    /// tenants it moved (the cache's, moved in place), or each tenant moved
+    /// by the older bulk move while the group does not take evacuations.
+    async fn evacuate_in(
+        &self,
+        group: &StoreClient,
+        region: &str,
+        eligible: &[String],
+    ) -> Result<(Reply, WrittenAs), MoveError> {
+        let reply = match group.evacuate_region(region, eligible).await? {
             // Another router's evacuation of the region won: nothing moved
             // (the check below re-reads the table if the cache lags).
             Reply::Evacuated {
@@ -204,29 +258,14 @@ impl Mover<'_> {
                     region,
                     needs,
                     cluster,
-                    "the cluster does not take evacuations yet: moving each tenant"
+                    "the group does not take evacuations yet: moving each tenant"
                 );
-                written_as = WrittenAs::PerTenant;
-                self.remembered(self.store.move_region(region, &eligible).await?)
+                let moved = self.remembered(group.move_region(region, eligible).await?);
+                return Ok((moved, WrittenAs::PerTenant));
             }
             other => return Err(MoveError::UnexpectedReply(Box::new(other))),
         };
-        let write_ms = started.elapsed().as_millis() as u64;
-        let mut report = self.record(reply, trigger, write_ms, |_| reason())?;
-        report.written_as = written_as;
-        // Another router moved the tenants first (this write found none
-        // homed there): this router's cache still sends them to the dead
-        // region until it re-reads the table, so it does now.
-        let stranded: HashSet<&str> = report.skipped.iter().map(|s| s.tenant.as_str()).collect();
-        let stale = self
-            .cache
-            .homed_in(region)
-            .iter()
-            .any(|t| !stranded.contains(t.as_str()));
-        if stale && let Err(e) = self.cache.refresh_all(self.metrics).await {
-            tracing::warn!(region, error = %e, "re-reading placements after a failover failed; the periodic refresh retries");
-        }
-        Ok(report)
+        Ok((reply, WrittenAs::Evacuation))
     }
 
     /// Moves every tenant whose preferred home is `region`, and which lives
@@ -234,7 +273,21 @@ impl Mover<'_> {
     #[tracing::instrument(name = "fail back to a region", skip(self))]
     pub async fn fail_back(&self, region: &str) -> Result<MoveReport, MoveError> {
         let started = Instant::now();
-        let reply = self.remembered(self.store.return_home(region).await?);
+        let writes = self.store.all().map(|(_, group)| group.return_home(region));
+        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        for written in futures::future::join_all(writes).await {
+            match self.remembered(written?) {
+                Reply::Moved {
+                    moved: m,
+                    stranded: s,
+                } => {
+                    moved.extend(m);
+                    stranded.extend(s);
+                }
+                other => return Err(MoveError::UnexpectedReply(Box::new(other))),
+            }
+        }
+        let reply = Reply::Moved { moved, stranded };
         let write_ms = started.elapsed().as_millis() as u64;
         self.record(reply, Trigger::Failback, write_ms, |_| String::new())
     }

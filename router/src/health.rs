@@ -185,7 +185,7 @@ fn waits_on_store(response: &reqwest::Response) -> bool {
 /// Writes a region's status to the store; failure is logged, not fatal
 /// (other routers publish the same verdict, and the status is advisory).
 async fn publish(state: &RouterState, region: &str, status: RegionStatus) {
-    let write = state.store.set_region_status(region, status);
+    let write = state.store.directory().set_region_status(region, status);
     match tokio::time::timeout(Duration::from_secs(5), write).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {

@@ -21,7 +21,7 @@ pub fn health(state: &SharedState) -> Router<SharedState> {
                     ApiError::Unavailable(anyhow::anyhow!("placements not loaded yet")).into(),
                 );
             }
-            tokio::time::timeout(Duration::from_secs(2), state.store.regions())
+            tokio::time::timeout(Duration::from_secs(2), state.store.directory().regions())
                 .await
                 .map_err(|_| {
                     ApiError::Unavailable(anyhow::anyhow!("raft-store readiness check timed out"))

@@ -10,15 +10,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use once_store_client::client::{ClientError, StoreClient};
+use once_store_client::client::ClientError;
 use once_store_client::command::{MovedPlacement, Placement};
+use once_store_client::groups::StoreGroups;
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
 #[derive(Debug)]
 pub struct PlacementCache {
-    store: Arc<StoreClient>,
+    store: Arc<StoreGroups>,
     /// A std lock: held only to copy in or out, never across an await.
     /// Shared placements: tenants moved together by an evacuation point at
     /// one.
@@ -30,7 +31,7 @@ pub struct PlacementCache {
 }
 
 impl PlacementCache {
-    pub fn new(store: Arc<StoreClient>) -> Self {
+    pub fn new(store: Arc<StoreGroups>) -> Self {
         Self {
             store,
             by_tenant: RwLock::new(HashMap::new()),
@@ -119,15 +120,20 @@ impl PlacementCache {
         (moved, stranded)
     }
 
-    /// Re-reads the whole table from the store.
+    /// Re-reads the whole table from the store: every group's placements
+    /// (a tenant's is in the group it lives in, and only there).
     pub async fn refresh_all(&self, metrics: &Metrics) -> Result<(), ClientError> {
-        let placements = match self.store.placements().await {
-            Ok(p) => p,
-            Err(e) => {
-                metrics.refresh_failures.inc();
-                return Err(e);
+        let reads = self.store.all().map(|(_, group)| group.placements());
+        let mut placements = Vec::new();
+        for read in futures::future::join_all(reads).await {
+            match read {
+                Ok(p) => placements.extend(p),
+                Err(e) => {
+                    metrics.refresh_failures.inc();
+                    return Err(e);
+                }
             }
-        };
+        }
         metrics.placements.set(placements.len() as i64);
         let mut fresh: HashMap<String, Arc<Placement>> = placements
             .into_iter()
@@ -152,7 +158,12 @@ impl PlacementCache {
     /// Re-reads one tenant (after a 421) and asks for a full refresh soon.
     pub async fn refresh_tenant(&self, tenant: &str) -> Result<Option<Placement>, ClientError> {
         self.refresh_now.notify_one();
-        let placement = self.store.placement(tenant).await?;
+        let placement = self
+            .store
+            .of_tenant(tenant)
+            .await?
+            .placement(tenant)
+            .await?;
         self.remember(tenant, placement.clone());
         Ok(placement)
     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use once_edge::ApiKeys;
-use once_store_client::client::StoreClient;
+use once_store_client::groups::StoreGroups;
 
 use crate::config::RouterConfig;
 use crate::failover::Mover;
@@ -21,8 +21,9 @@ pub struct RouterState {
     /// The node's keys, the node's check: a request the router lets through
     /// is one the node would authenticate too (it checks again).
     pub api_keys: Arc<ApiKeys>,
-    /// raft-store: placements and region status.
-    pub store: Arc<StoreClient>,
+    /// raft-store's groups: placements in each, region status in the
+    /// directory.
+    pub store: Arc<StoreGroups>,
     pub placements: Arc<PlacementCache>,
     /// This router's health-check view of each region.
     pub health: RegionHealth,

@@ -135,6 +135,11 @@ pub struct NodeArgs {
     /// region's member first (`--idempotency-store raft`).
     #[arg(long, env = "ONCE_STORE_ENDPOINTS", value_delimiter = ',')]
     pub store_endpoints: Vec<String>,
+    /// raft-store's groups besides the directory, one per home region
+    /// (`once store --groups`): a tenant's commands go to the group the
+    /// directory assigned it to (docs/decisions/0063).
+    #[arg(long, env = "ONCE_STORE_GROUPS", value_delimiter = ',')]
+    pub store_groups: Vec<String>,
     /// Simulated round trip in milliseconds before every call to a store
     /// member outside this region (all but the first endpoint): lets one
     /// machine behave like several regions (`once up --wan-latency`).
@@ -241,6 +246,7 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
         StoreKind::Sql => StoreMode::Sql,
         StoreKind::Raft => StoreMode::Raft(RaftStoreConfig {
             endpoints: args.store_endpoints.clone(),
+            groups: args.store_groups.clone(),
             client: ClientOptions {
                 wan_latency: Duration::from_millis(args.wan_latency),
                 local_endpoints: 1,

@@ -41,6 +41,11 @@ pub struct RouterArgs {
         required = true
     )]
     pub store_endpoints: Vec<String>,
+    /// raft-store's groups besides the directory, one per home region
+    /// (`once store --groups`): placements are read from every group, and a
+    /// failover or failback is written to each (docs/decisions/0063).
+    #[arg(long, env = "ONCE_STORE_GROUPS", value_delimiter = ',')]
+    pub store_groups: Vec<String>,
     /// Key file of `tenant:principal:sha256hex` lines (the node's format).
     /// Plaintext development keys come from `ONCE_API_KEYS`.
     #[arg(long, env = "ONCE_API_KEYS_FILE")]
@@ -116,6 +121,7 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
             .collect(),
         nodes,
     );
+    config.store_groups = args.store_groups.clone();
     config.health = HealthConfig {
         interval: args.health_check_interval,
         failures: args.health_check_failures,

@@ -156,6 +156,15 @@ struct MemberArgs {
     /// region its tenants live in (docs/decisions/0063).
     #[arg(long, env = "ONCE_STORE_GROUPS", value_delimiter = ',', value_parser = parse_group_name)]
     groups: Vec<String>,
+    /// The region whose tenants the directory (the first group) keeps:
+    /// its lead then follows them, to the region most of them live in
+    /// now, instead of --preferred-leader's fixed member.
+    #[arg(
+        long,
+        env = "ONCE_STORE_DIRECTORY_HOME",
+        conflicts_with = "preferred_leader"
+    )]
+    directory_home: Option<String>,
     /// This member's region label [default: its --peer-regions entry, else
     /// member-<id>]. Simulated WAN latency and partitions apply between
     /// members of different regions.
@@ -243,9 +252,14 @@ enum AdminCommand {
     /// Seed many first placements: tenants PREFIX-0000000 … homed in
     /// --home with --standbys, --concurrency writes in flight (a large
     /// placement table for failover benchmarks). Existing ones are kept.
+    /// With --groups, each tenant goes to --home's group (assigned there
+    /// by the directory first) when --home names one.
     Place {
         #[arg(long, value_delimiter = ',', required = true)]
         endpoints: Vec<String>,
+        /// The cluster's groups besides the directory (`once store --groups`).
+        #[arg(long, env = "ONCE_STORE_GROUPS", value_delimiter = ',')]
+        groups: Vec<String>,
         #[arg(long, default_value = "bulk")]
         prefix: String,
         #[arg(long)]
@@ -361,6 +375,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     config.housekeeping.forget_clients_after = args.forget_clients_after.0;
     config.housekeeping.preferred_leader = args.preferred_leader;
     config.groups = args.groups.clone();
+    config.directory_home = args.directory_home.clone();
     if let Some(twice) = config
         .groups
         .iter()
@@ -407,6 +422,7 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
                 "wireVersion": config.wire_version,
                 "preferredLeader": args.preferred_leader,
                 "groups": config.groups,
+                "directoryHome": config.directory_home,
                 "forgetClientsAfter": config.housekeeping.forget_clients_after.map(|d| humantime::format_duration(d).to_string()),
             })
         );
@@ -489,6 +505,7 @@ async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::
         }
         AdminCommand::Place {
             endpoints,
+            groups,
             prefix,
             count,
             home,
@@ -497,6 +514,7 @@ async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::
         } => {
             let report = place::place(
                 &endpoints,
+                &groups,
                 tls,
                 &prefix,
                 count,

@@ -36,8 +36,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::client::ClientOptions;
 use once_store_client::command::Reply;
+use once_store_client::groups::StoreGroups;
 use serde_json::json;
 
 use self::children::ChildProcess;
@@ -218,6 +219,26 @@ impl Plan {
         vec!["--wan-latency".into(), self.wan_latency.to_string()]
     }
 
+    /// raft-store's groups besides the directory: one per region after
+    /// the first, whose tenants the directory keeps
+    /// (docs/decisions/0063-a-raft-group-per-home-region.md).
+    fn store_groups(&self) -> Vec<String> {
+        self.layout.regions[1..]
+            .iter()
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// The flag that names the groups to a node or a router (none with
+    /// one region).
+    fn store_groups_flag(&self) -> Vec<String> {
+        let groups = self.store_groups();
+        if groups.is_empty() {
+            return Vec::new();
+        }
+        vec!["--store-groups".into(), groups.join(",")]
+    }
+
     fn database_url(&self, region: &RegionLayout) -> String {
         self.dir
             .join(format!("region-{}.db", region.name))
@@ -253,7 +274,15 @@ impl Plan {
             region.name.clone(),
             "--peer-regions".into(),
             self.layout.peer_regions(),
+            // The directory keeps the first region's tenants: its lead
+            // follows them, as every other group's follows its own.
+            "--directory-home".into(),
+            self.layout.regions[0].name.clone(),
         ];
+        let groups = self.store_groups();
+        if !groups.is_empty() {
+            args.extend(["--groups".into(), groups.join(",")]);
+        }
         args.extend(self.pki.flags(&format!("store-{}", region.name)));
         if self.wan_latency == 0 {
             args.extend(LOCAL_STORE_TIMING.map(String::from));
@@ -288,6 +317,7 @@ impl Plan {
             "--data-keys".into(),
             self.data_keys.display().to_string(),
         ];
+        args.extend(self.store_groups_flag());
         args.extend(self.pki.flags(&format!("node-{}", region.name)));
         // Clients reach nodes through the router only: mutual TLS, routers
         // (and the operator) answered.
@@ -322,6 +352,7 @@ impl Plan {
             "--drill-reports".into(),
             self.dir.display().to_string(),
         ];
+        args.extend(self.store_groups_flag());
         args.extend(self.pki.flags("router"));
         args.extend(self.latency());
         let mut env = vec![
@@ -345,13 +376,14 @@ async fn place_tenants(
         tls: Some(plan.pki.operator().clone()),
         ..ClientOptions::default()
     };
-    let store = StoreClient::new(&endpoints, options)?;
+    let store = StoreGroups::new(&endpoints, &plan.store_groups(), options)?;
     let names: Vec<String> = layout.regions.iter().map(|r| r.name.clone()).collect();
     let mut homes = Vec::new();
     for (i, (tenant, _)) in keys.iter().enumerate() {
         let home = names[i % names.len()].clone();
         let standbys: Vec<String> = names.iter().filter(|n| **n != home).cloned().collect();
-        let placed = match store.set_placement(tenant, 0, &home, &standbys).await? {
+        // In its home's group: the directory assigns it there first.
+        let placed = match store.place_first(tenant, &home, &standbys).await? {
             Reply::Placement(p) => p.home,
             Reply::PlacementConflict { current: Some(p) } => p.home,
             other => anyhow::bail!("placing {tenant}: unexpected answer {other:?}"),

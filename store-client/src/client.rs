@@ -157,6 +157,11 @@ impl Drop for Outstanding<'_> {
 }
 
 impl StoreClient {
+    /// The options this client was built with.
+    pub fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
     /// `endpoints`: client API addresses (`host:port` or URLs) of the
     /// members; the first is preferred for reads of final records (put the
     /// local region's member first).

@@ -792,7 +792,10 @@ mod tests {
             tenant: "t".into(),
             group: "g".into(),
         };
-        assert_eq!(postcard::to_allocvec(&assign).unwrap(), [17, 1, b't', 1, b'g']);
+        assert_eq!(
+            postcard::to_allocvec(&assign).unwrap(),
+            [17, 1, b't', 1, b'g']
+        );
         assert_eq!(assign.wire_version(), 5);
         assert!(assign.wire_version() <= crate::wire::WIRE_VERSION);
         for (reply, index) in [

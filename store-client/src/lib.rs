@@ -27,6 +27,8 @@
 //! - **store client**: [`client`] — [`client::StoreClient`] with
 //!   [`client::ClientOptions`]: leader hint, retries with the same
 //!   `(client, seq)`, ambiguity reported rather than guessed.
+//! - **groups**: [`groups`] — a deployment with one Raft group per home
+//!   region: a client per group, and which group each tenant lives in.
 //! - **operator client**: [`admin`] — [`admin::Operator`] and the actions
 //!   behind `once store status | add-learner | change-membership |
 //!   snapshot | partition`, over each member's admin listener.
@@ -39,6 +41,7 @@
 pub mod admin;
 pub mod client;
 pub mod command;
+pub mod groups;
 pub mod protocol;
 pub mod wan;
 pub mod wire;

@@ -297,18 +297,21 @@ async fn raft_stores_log_state_machine_and_snapshots_hold_no_plaintext() {
     let listed: serde_json::Value = listed.json().await.unwrap();
     assert_eq!(listed["data"].as_array().map(Vec::len), Some(1), "{listed}");
 
+    // Every group's snapshot: the directory's and the one acme lives in.
     let cluster = db.store.as_ref().unwrap();
     for id in cluster.ids() {
-        once_store_client::admin::snapshot(
-            &cluster.operator(),
-            &cluster.members[&id].admin_endpoint(),
-        )
-        .await
-        .expect("snapshot");
+        let admin = cluster.members[&id].admin_endpoint();
+        for endpoint in [admin.clone(), format!("{admin}/groups/{RAFT_TEST_GROUP}")] {
+            once_store_client::admin::snapshot(&cluster.operator(), &endpoint)
+                .await
+                .expect("snapshot");
+        }
     }
-    for id in cluster.ids() {
+    let group = cluster.group_client(RAFT_TEST_GROUP);
+    for (i, id) in cluster.ids().into_iter().enumerate() {
         eventually(Duration::from_secs(20), || async {
-            cluster.status(id).await?.snapshot_index.map(|_| ())
+            cluster.status(id).await?.snapshot_index?;
+            group.status_of(i).await.ok()?.snapshot_index.map(|_| ())
         })
         .await;
     }
@@ -340,8 +343,7 @@ async fn raft_stores_log_state_machine_and_snapshots_hold_no_plaintext() {
     // Expiry drops the payload as well as the answer.
     app.advance(Duration::from_secs(24 * 3600 + 1)).await;
     once_node::sweeper::sweep_once(&app.state).await.unwrap();
-    let records = cluster
-        .client(Default::default())
+    let records = group
         .records(RecordQuery {
             limit: u32::MAX,
             ..RecordQuery::default()

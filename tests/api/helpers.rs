@@ -136,6 +136,39 @@ macro_rules! backend_test {
 }
 
 /// A database of the test's own: a SQLite file in a temp dir, or a fresh
+/// The group besides the directory that every raft-mode scenario's
+/// cluster hosts (docs/decisions/0063-a-raft-group-per-home-region.md).
+pub const RAFT_TEST_GROUP: &str = "elsewhere";
+
+/// The raft mode's cluster: three members hosting the directory and
+/// [`RAFT_TEST_GROUP`], with tenant `acme` assigned to that group and
+/// `globex` left in the directory, so every scenario runs through both and
+/// a node that routes each tenant to its group.
+async fn split_cluster() -> Cluster {
+    let cluster = Cluster::start_with(
+        3,
+        &[
+            "--max-clock-offset",
+            "1000days",
+            "--groups",
+            RAFT_TEST_GROUP,
+        ],
+        |_| vec![],
+    )
+    .await;
+    let directory = cluster.client(cluster.client_options());
+    eventually(Duration::from_secs(30), || async {
+        // Refused until the cluster has moved to the wire version that
+        // carries assignments (its leader does within a second).
+        match directory.assign_tenant("acme", RAFT_TEST_GROUP).await {
+            Ok(once_store_client::command::Reply::Assigned { .. }) => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    cluster
+}
+
 /// PostgreSQL database dropped when the test ends.
 #[derive(Debug)]
 pub struct TestDb {
@@ -157,10 +190,7 @@ impl TestDb {
                 // wider than any move keeps the moment in between from
                 // looking like a skewed member.
                 let store = match backend {
-                    Backend::Raft => Some(
-                        Cluster::start_with(3, &["--max-clock-offset", "1000days"], |_| vec![])
-                            .await,
-                    ),
+                    Backend::Raft => Some(split_cluster().await),
                     _ => None,
                 };
                 Self {
@@ -200,6 +230,7 @@ impl TestDb {
                 cluster.endpoints().join(","),
             ]
             .into_iter()
+            .chain(cluster.store_groups_flags())
             .chain(cluster.tls_flags("node", once_tls::Role::Node))
             .collect(),
         }
@@ -208,26 +239,32 @@ impl TestDb {
     /// Every idempotency record, from whichever store holds them.
     pub async fn records(&self) -> Vec<RecordRow> {
         match &self.store {
-            Some(cluster) => cluster
-                .client(Default::default())
-                .records(RecordQuery {
-                    limit: u32::MAX,
-                    ..RecordQuery::default()
-                })
-                .await
-                .expect("raft-store records")
-                .into_iter()
-                .map(|r| RecordRow {
-                    status: r.status.as_str().to_owned(),
-                    fence: r.fence as i64,
-                    has_response: r.response.is_some(),
-                    schema_version: r.response.as_ref().map(|x| {
-                        x.open_answer(&test_key_ring(), &r.scope)
-                            .expect("a stored answer opens")
-                            .schema_version
-                    }),
-                })
-                .collect(),
+            Some(cluster) => {
+                let mut records = Vec::new();
+                for client in [
+                    cluster.client(Default::default()),
+                    cluster.group_client(RAFT_TEST_GROUP),
+                ] {
+                    let query = RecordQuery {
+                        limit: u32::MAX,
+                        ..RecordQuery::default()
+                    };
+                    records.extend(client.records(query).await.expect("raft-store records"));
+                }
+                records
+                    .into_iter()
+                    .map(|r| RecordRow {
+                        status: r.status.as_str().to_owned(),
+                        fence: r.fence as i64,
+                        has_response: r.response.is_some(),
+                        schema_version: r.response.as_ref().map(|x| {
+                            x.open_answer(&test_key_ring(), &r.scope)
+                                .expect("a stored answer opens")
+                                .schema_version
+                        }),
+                    })
+                    .collect()
+            }
             None => {
                 let db = self.pool().await;
                 let rows = sqlx::query(
@@ -324,6 +361,7 @@ pub fn test_config(db: &TestDb) -> NodeConfig {
     if let Some(cluster) = &db.store {
         config.idempotency_store = StoreMode::Raft(RaftStoreConfig {
             endpoints: cluster.endpoints(),
+            groups: vec![RAFT_TEST_GROUP.to_owned()],
             client: once_store_client::client::ClientOptions {
                 tls: Some(cluster.identity("node", once_tls::Role::Node)),
                 ..Default::default()

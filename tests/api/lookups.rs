@@ -342,16 +342,21 @@ async fn bad_input_is_refused_with_a_stable_code_and_changes_nothing(backend: Ba
 
 /// Until no record in raft-store is unfinished: every payment answered has
 /// its finish written, so every region lists it in its final state.
-async fn finishes_landed(store: &once_store_client::client::StoreClient) {
+async fn finishes_landed(store: &once_store_client::groups::StoreGroups) {
     eventually(Duration::from_secs(30), || async {
-        let unfinished = store
-            .records(once_store_client::protocol::RecordQuery {
-                unfinished: true,
-                ..Default::default()
-            })
-            .await
-            .ok()?;
-        unfinished.is_empty().then_some(())
+        for (_, group) in store.all() {
+            let unfinished = group
+                .records(once_store_client::protocol::RecordQuery {
+                    unfinished: true,
+                    ..Default::default()
+                })
+                .await
+                .ok()?;
+            if !unfinished.is_empty() {
+                return None;
+            }
+        }
+        Some(())
     })
     .await;
 }
@@ -363,7 +368,7 @@ async fn finishes_landed(store: &once_store_client::client::StoreClient) {
 async fn after_a_failover_the_new_home_lists_the_same_payments_in_the_same_order_byte_for_byte() {
     let east_db = TestDb::new(Backend::Raft).await;
     let west_db = TestDb::new(Backend::Sqlite).await;
-    let store = east_db.store.as_ref().unwrap().client(Default::default());
+    let store = east_db.store.as_ref().unwrap().store_groups();
     let store_args = east_db.node_args();
     let east = NodeProcess::start_in("us-east", &east_db.url, &store_args, &[], &[]).await;
     let west = NodeProcess::start_in("eu-west", &west_db.url, &store_args, &[], &[]).await;

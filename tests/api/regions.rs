@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use once_store_client::client::StoreClient;
 use once_store_client::command::{Placement, Reply};
+use once_store_client::groups::StoreGroups;
 
 use crate::helpers::*;
 
 /// Places `tenant` at `home` (compare-and-set on `expected`); the placement.
 pub(crate) async fn place(
-    store: &StoreClient,
+    store: &StoreGroups,
     tenant: &str,
     expected: u64,
     home: &str,
@@ -19,6 +19,9 @@ pub(crate) async fn place(
 ) -> Placement {
     let standbys: Vec<String> = standbys.iter().map(|s| (*s).to_owned()).collect();
     match store
+        .of_tenant(tenant)
+        .await
+        .unwrap()
         .set_placement(tenant, expected, home, &standbys)
         .await
         .unwrap()
@@ -34,7 +37,7 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_and_r
     let east_db = TestDb::new(Backend::Raft).await;
     let west_db = TestDb::new(Backend::Sqlite).await;
     let cluster = east_db.store.as_ref().unwrap();
-    let store = cluster.client(Default::default());
+    let store = cluster.store_groups();
     let store_args = east_db.node_args();
     let east = NodeProcess::start_in("us-east", &east_db.url, &store_args, &[], &[]).await;
     let west = NodeProcess::start_in("eu-west", &west_db.url, &store_args, &[], &[]).await;
@@ -139,7 +142,7 @@ async fn a_claim_at_a_former_home_gets_421_naming_the_new_home_and_replays_and_r
 async fn the_new_home_finishes_what_the_dead_region_left_in_progress() {
     let east_db = TestDb::new(Backend::Raft).await;
     let west_db = TestDb::new(Backend::Sqlite).await;
-    let store = east_db.store.as_ref().unwrap().client(Default::default());
+    let store = east_db.store.as_ref().unwrap().store_groups();
     let store_args = east_db.node_args();
     let sim = ProviderSim::start().await;
     let args = [

@@ -57,6 +57,7 @@ fn router_args(
         "--nodes".to_owned(),
         format!("eu={eu},us={us}"),
     ];
+    args.extend(cluster.store_groups_flags());
     args.extend(cluster.tls_flags("router", once_tls::Role::Router));
     args.extend(extra.iter().map(|s| s.to_string()));
     args
@@ -644,7 +645,8 @@ async fn a_stale_router_gets_421_from_the_former_home_and_converges() {
     let eu_db = TestDb::new(Backend::Raft).await;
     let us_db = TestDb::new(Backend::Sqlite).await;
     let cluster = eu_db.store.as_ref().unwrap();
-    let store = cluster.client(ClientOptions::default());
+    let groups = cluster.store_groups();
+    let store = groups.of_tenant("acme").await.unwrap();
     let store_args = eu_db.node_args();
     let callers = ["--api-callers", "routers"];
     let eu = NodeProcess::start_in("eu", &eu_db.url, &store_args, &callers, &[]).await;
@@ -893,7 +895,8 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     let eu = NodeProcess::start_in("eu", &eu_db.url, &store_args, &callers, &[]).await;
     let us = NodeProcess::start_in("us", &us_db.url, &store_args, &callers, &[]).await;
     let cluster = eu_db.store.as_mut().expect("raft mode has a store");
-    let store = cluster.client(ClientOptions::default());
+    let groups = cluster.store_groups();
+    let store = groups.of_tenant("acme").await.unwrap();
     let Reply::Placement(before) = store
         .set_placement("acme", 0, "eu", &["us".to_owned()])
         .await

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use once_store_client::client::{ClientError, ClientOptions, StoreClient};
 use once_store_client::command::{self as rs, Op, Reply, TakeOverKind};
+use once_store_client::groups::StoreGroups;
 use once_store_client::protocol::{PaymentListQuery, RecordQuery};
 use tracing::{instrument, warn};
 
@@ -37,12 +38,19 @@ use crate::store::{
 pub struct RaftStoreConfig {
     /// Client API addresses of the members, this region's member first.
     pub endpoints: Vec<String>,
+    /// The groups besides the directory, one per home region
+    /// (docs/decisions/0063-a-raft-group-per-home-region.md); empty: one
+    /// group.
+    pub groups: Vec<String>,
     pub client: ClientOptions,
 }
 
 #[derive(Debug)]
 pub struct RaftStore {
-    client: Arc<StoreClient>,
+    /// A client per group, and which group each tenant lives in: a
+    /// tenant's commands and reads go to its group; sweeps, scans and
+    /// gauges to every group.
+    groups: Arc<StoreGroups>,
     reach: StoreReach,
     local: Materialized,
     region: String,
@@ -83,10 +91,14 @@ impl RaftStore {
             !config.endpoints.is_empty(),
             "the raft store mode needs at least one store endpoint"
         );
-        let client = Arc::new(StoreClient::new(&config.endpoints, config.client.clone())?);
+        let groups = Arc::new(StoreGroups::new(
+            &config.endpoints,
+            &config.groups,
+            config.client.clone(),
+        )?);
         Ok(Self {
-            reach: StoreReach::watch(client.clone()),
-            client,
+            reach: StoreReach::watch(groups.directory().clone()),
+            groups,
             local,
             region,
             placements: PlacementBeliefs::default(),
@@ -99,12 +111,44 @@ impl RaftStore {
         record_from_store(r, &self.keys)
     }
 
+    /// The directory's client (the only group of a deployment with one).
     pub fn client(&self) -> &StoreClient {
-        &self.client
+        self.groups.directory()
     }
 
-    async fn write(&self, op: Op, now: UnixMillis) -> Result<Reply, StoreError> {
-        self.client.write_at(op, now.0).await.map_err(store_error)
+    /// The client of the group `tenant` lives in.
+    async fn tenant_client(&self, tenant: &str) -> Result<&Arc<StoreClient>, StoreError> {
+        self.groups.of_tenant(tenant).await.map_err(store_error)
+    }
+
+    /// Proposes `op` in `tenant`'s group; once more in the group a refusal
+    /// names (the directory assigned the tenant after this node last
+    /// looked).
+    async fn write(&self, tenant: &str, op: Op, now: UnixMillis) -> Result<Reply, StoreError> {
+        let client = self.tenant_client(tenant).await?;
+        match client.write_at(op.clone(), now.0).await {
+            Ok(Reply::OtherGroup { group }) => {
+                let client = self.groups.learn(tenant, &group).map_err(store_error)?;
+                client.write_at(op, now.0).await.map_err(store_error)
+            }
+            answer => answer.map_err(store_error),
+        }
+    }
+
+    /// Proposes `op` in every group, summing their counts.
+    async fn count_in_every_group(&self, op: Op, now: UnixMillis) -> Result<u64, StoreError> {
+        let mut total = 0;
+        for (_, client) in self.groups.all() {
+            match client
+                .write_at(op.clone(), now.0)
+                .await
+                .map_err(store_error)?
+            {
+                Reply::Count(n) => total += n,
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(total)
     }
 
     /// The epoch to state for `tenant`, read from the store the first time.
@@ -112,7 +156,12 @@ impl RaftStore {
         if let Belief::Epoch(epoch) = self.placements.belief(tenant) {
             return Ok(epoch);
         }
-        let placement = self.client.placement(tenant).await.map_err(store_error)?;
+        let placement = self
+            .tenant_client(tenant)
+            .await?
+            .placement(tenant)
+            .await
+            .map_err(store_error)?;
         let epoch = placement.as_ref().map_or(0, |p| p.epoch);
         self.placements.learn(tenant, placement);
         Ok(epoch)
@@ -128,7 +177,7 @@ impl RaftStore {
     ) -> Result<Reply, StoreError> {
         let mut epoch = self.epoch(tenant).await?;
         for _ in 0..EPOCH_RETRIES {
-            match self.write(build(epoch), now).await? {
+            match self.write(tenant, build(epoch), now).await? {
                 Reply::Misdirected { placement } => {
                     self.placements.learn(tenant, Some(placement.clone()));
                     if placement.home != self.region {
@@ -245,13 +294,15 @@ impl RaftStore {
         now: UnixMillis,
         applied: impl Fn(&rs::Record) -> bool,
     ) -> Result<(), StoreError> {
-        match self.client.write_at(op, now.0).await {
+        let tenant = owner.scope.tenant.as_str();
+        match self.tenant_client(tenant).await?.write_at(op, now.0).await {
             Ok(Reply::Updated(_)) => Ok(()),
             Ok(Reply::Fenced { .. } | Reply::NotFound) => Err(StoreError::Fenced),
             Ok(other) => Err(unexpected(other)),
             Err(ClientError::Ambiguous(why)) => {
                 let scope = owner.scope.to_store();
-                match self.client.record(&scope).await.map_err(store_error)? {
+                let client = self.tenant_client(tenant).await?;
+                match client.record(&scope).await.map_err(store_error)? {
                     Some(r) if r.fence == fence_to_store(owner.fence) && applied(&r) => Ok(()),
                     Some(r) if r.fence != fence_to_store(owner.fence) => Err(StoreError::Fenced),
                     _ => Err(StoreError::Unavailable(anyhow::anyhow!(
@@ -320,14 +371,34 @@ impl RaftStore {
         unreachable!("the loop returns")
     }
 
+    /// The records `query` matches in every group (in one tenant's group
+    /// when it names a tenant), at most its limit from each.
     async fn query(&self, query: RecordQuery) -> Result<Vec<Record>, StoreError> {
-        self.client
-            .records(query)
-            .await
-            .map_err(store_error)?
-            .into_iter()
-            .map(|r| self.record(r))
-            .collect()
+        let mut found = Vec::new();
+        match &query.tenant {
+            Some(tenant) => {
+                let client = self.tenant_client(tenant).await?;
+                found.extend(client.records(query.clone()).await.map_err(store_error)?);
+            }
+            None => {
+                for (_, client) in self.groups.all() {
+                    found.extend(client.records(query.clone()).await.map_err(store_error)?);
+                }
+            }
+        }
+        found.into_iter().map(|r| self.record(r)).collect()
+    }
+
+    /// How many records `query` matches across every group.
+    async fn count(&self, query: RecordQuery) -> Result<u64, StoreError> {
+        let mut total = 0;
+        for (_, client) in self.groups.all() {
+            total += client
+                .count_records(query.clone())
+                .await
+                .map_err(store_error)?;
+        }
+        Ok(total)
     }
 }
 
@@ -411,7 +482,8 @@ impl RequestPath for RaftStore {
 
     #[instrument(name = "load the record", skip_all, fields(db.system = "raft-store"))]
     async fn load(&self, scope: &Scope) -> Result<Option<Record>, StoreError> {
-        self.client
+        self.tenant_client(scope.tenant.as_str())
+            .await?
             .record_for_replay(&scope.to_store())
             .await
             .map_err(store_error)?
@@ -485,7 +557,7 @@ impl Recovery for RaftStore {
         lease: Duration,
     ) -> Result<Option<Owned>, StoreError> {
         let op = self.take_over_op(seen, TakeOverKind::LeaseExpired, lease, None);
-        match self.write(op, now).await? {
+        match self.write(seen.scope.tenant.as_str(), op, now).await? {
             Reply::Claimed(record) => Ok(Some(
                 self.owned(record, now, lease, Owned::taken_over).await?,
             )),
@@ -517,7 +589,8 @@ impl Recovery for RaftStore {
         // regions from a follower's region): a page's reads go out together.
         let read = |payment: Payment| async move {
             let record = self
-                .client
+                .tenant_client(payment.tenant.as_str())
+                .await?
                 .record_of_payment(payment.tenant.as_str(), payment.id.as_str())
                 .await
                 .map_err(store_error)?;
@@ -647,20 +720,14 @@ impl Sweeper for RaftStore {
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             retention_ms: retention.as_millis() as i64,
         };
-        match self.write(op, now).await? {
-            Reply::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.count_in_every_group(op, now).await
     }
 
     async fn purge_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
         let op = Op::Purge {
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
         };
-        match self.write(op, now).await? {
-            Reply::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
+        self.count_in_every_group(op, now).await
     }
 }
 
@@ -674,18 +741,16 @@ impl Health for RaftStore {
                 ..RecordQuery::default()
             })
             .await?;
-        Ok(oldest.first().map(|r| r.created_at))
+        Ok(oldest.iter().map(|r| r.created_at).min())
     }
 
     async fn unknown_count(&self) -> Result<i64, StoreError> {
         let n = self
-            .client
-            .count_records(RecordQuery {
+            .count(RecordQuery {
                 status: Some(rs::Status::UnknownRequiresRecovery),
                 ..RecordQuery::default()
             })
-            .await
-            .map_err(store_error)?;
+            .await?;
         Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
@@ -708,7 +773,13 @@ impl Health for RaftStore {
             match self.reach.judge() {
                 Some(Ok(())) => Ok(()),
                 Some(Err(why)) => Err(StoreError::Unavailable(anyhow::anyhow!(why))),
-                None => self.client.regions().await.map(drop).map_err(store_error),
+                None => self
+                    .groups
+                    .directory()
+                    .regions()
+                    .await
+                    .map(drop)
+                    .map_err(store_error),
             }
         };
         tokio::time::timeout(left, store)
@@ -740,7 +811,8 @@ impl PaymentReads for RaftStore {
             return Ok(Some(payment));
         }
         let record = self
-            .client
+            .tenant_client(tenant.as_str())
+            .await?
             .record_of_payment(tenant.as_str(), id.as_str())
             .await
             .map_err(store_error)?;
@@ -787,7 +859,8 @@ impl PaymentReads for RaftStore {
             limit: limit.saturating_add(1),
         };
         let mut records = self
-            .client
+            .tenant_client(tenant.as_str())
+            .await?
             .tenant_payments(query)
             .await
             .map_err(store_error)?;
@@ -819,9 +892,37 @@ impl Reencryption for RaftStore {
     /// read: an owner's write in between makes it `Fenced`, and it is
     /// skipped.
     async fn reseal_batch(&self, now: UnixMillis, limit: i64) -> Result<u64, StoreError> {
-        let newest = self.keys.ring().sealing_key_id().to_owned();
+        let mut resealed = 0;
+        for (_, group) in self.groups.all() {
+            resealed += self.reseal_in(group, now, limit).await?;
+        }
+        Ok(resealed)
+    }
+
+    async fn sealed_count(&self) -> Result<SealedCount, StoreError> {
         let stale = self
-            .client
+            .count(RecordQuery {
+                sealed_not_under: Some(self.keys.ring().sealing_key_id().to_owned()),
+                ..RecordQuery::default()
+            })
+            .await?;
+        Ok(SealedCount {
+            stale,
+            by_key: None,
+        })
+    }
+}
+
+impl RaftStore {
+    /// One group's share of [`Reencryption::reseal_batch`].
+    async fn reseal_in(
+        &self,
+        group: &StoreClient,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<u64, StoreError> {
+        let newest = self.keys.ring().sealing_key_id().to_owned();
+        let stale = group
             .records(RecordQuery {
                 sealed_not_under: Some(newest.clone()),
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
@@ -848,27 +949,12 @@ impl Reencryption for RaftStore {
                 seen_payload: record.payload.clone(),
                 seen_response: record.response.clone(),
             };
-            match self.write(op, now).await? {
+            match group.write_at(op, now.0).await.map_err(store_error)? {
                 Reply::Updated(_) => resealed += 1,
                 Reply::Fenced { .. } | Reply::NotFound => {}
                 other => return Err(unexpected(other)),
             }
         }
         Ok(resealed)
-    }
-
-    async fn sealed_count(&self) -> Result<SealedCount, StoreError> {
-        let stale = self
-            .client
-            .count_records(RecordQuery {
-                sealed_not_under: Some(self.keys.ring().sealing_key_id().to_owned()),
-                ..RecordQuery::default()
-            })
-            .await
-            .map_err(store_error)?;
-        Ok(SealedCount {
-            stale,
-            by_key: None,
-        })
     }
 }

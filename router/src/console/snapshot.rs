@@ -84,7 +84,7 @@ async fn members(state: &RouterState) -> Vec<MemberView> {
         .iter()
         .enumerate()
         .map(|(i, endpoint)| async move {
-            let (status, error) = match store_read(state.store.status_of(i)).await {
+            let (status, error) = match store_read(state.store.directory().status_of(i)).await {
                 Ok(status) => (Some(status), None),
                 Err(e) => (None, Some(e)),
             };
@@ -114,7 +114,7 @@ async fn store_read<T, E: std::fmt::Display>(
 }
 
 async fn published(state: &RouterState) -> (BTreeMap<String, RegionStatus>, Option<String>) {
-    match store_read(state.store.regions()).await {
+    match store_read(state.store.directory().regions()).await {
         Ok(regions) => (regions.into_iter().collect(), None),
         Err(e) => (BTreeMap::new(), Some(e)),
     }

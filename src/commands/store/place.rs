@@ -2,14 +2,16 @@
 //! … homed in one region), `concurrency` compare-and-sets in flight through
 //! one operator client. What `bench/failover.sh` uses to home 100,000
 //! tenants in the region it kills. A tenant that already has a placement
-//! keeps it.
+//! keeps it. In a deployment with a group per home region each tenant goes
+//! to its home's group (`StoreGroups::place_first`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use once_store_client::client::{ClientOptions, StoreClient};
+use once_store_client::client::ClientOptions;
 use once_store_client::command::Reply;
+use once_store_client::groups::StoreGroups;
 use serde::Serialize;
 
 /// What one seeding did.
@@ -24,6 +26,7 @@ pub struct PlaceReport {
 /// Places `count` tenants named `{prefix}-{i:07}` in `home` with `standbys`.
 pub async fn place(
     endpoints: &[String],
+    groups: &[String],
     tls: Option<once_tls::Tls>,
     prefix: &str,
     count: usize,
@@ -35,7 +38,7 @@ pub async fn place(
         tls,
         ..ClientOptions::default()
     };
-    let client = Arc::new(StoreClient::new(endpoints, options)?);
+    let client = Arc::new(StoreGroups::new(endpoints, groups, options)?);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency.max(1))
@@ -50,7 +53,7 @@ pub async fn place(
                         return Ok::<_, anyhow::Error>((placed, existing));
                     }
                     let tenant = format!("{prefix}-{i:07}");
-                    match client.set_placement(&tenant, 0, &home, &standbys).await? {
+                    match client.place_first(&tenant, &home, &standbys).await? {
                         Reply::Placement(_) => placed += 1,
                         Reply::PlacementConflict { .. } => existing += 1,
                         other => anyhow::bail!("placing {tenant}: unexpected answer {other:?}"),

@@ -14,6 +14,7 @@ use std::time::Duration;
 use once_store_client::admin;
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::Record;
+use once_store_client::groups::StoreGroups;
 use once_store_client::protocol::{RECORDS_PATH, Status};
 use once_test_support::fixtures::STORE_ADMIN_TOKEN as ADMIN_TOKEN;
 use once_test_support::pki::TestPki;
@@ -247,6 +248,39 @@ impl Cluster {
     /// A store client; an operator's unless `options` holds another identity.
     pub fn client(&self, options: ClientOptions) -> StoreClient {
         StoreClient::new(&self.endpoints(), self.with_tls(options)).expect("client")
+    }
+
+    /// The groups its members host besides the directory (their
+    /// `--groups`).
+    pub fn groups(&self) -> Vec<String> {
+        self.extra_args
+            .iter()
+            .position(|a| a == "--groups")
+            .and_then(|i| self.extra_args.get(i + 1))
+            .map(|g| g.split(',').map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// An operator's client of every group, routing each tenant to its own.
+    pub fn store_groups(&self) -> StoreGroups {
+        StoreGroups::new(&self.endpoints(), &self.groups(), self.client_options()).expect("clients")
+    }
+
+    /// The flags that name its groups to a node or a router (none for a
+    /// cluster of one group).
+    pub fn store_groups_flags(&self) -> Vec<String> {
+        let groups = self.groups();
+        if groups.is_empty() {
+            return Vec::new();
+        }
+        vec!["--store-groups".into(), groups.join(",")]
+    }
+
+    /// An operator's store client of group `group` (`once store --groups`):
+    /// the members' client API under `/groups/<group>`.
+    pub fn group_client(&self, group: &str) -> StoreClient {
+        let endpoints = once_store_client::groups::group_endpoints(&self.endpoints(), group);
+        StoreClient::new(&endpoints, self.client_options()).expect("client")
     }
 
     /// `options` with the operator's certificate, unless they hold one.

@@ -25,18 +25,9 @@ fn claim_of(tenant: &str, key: &str) -> NewClaim {
     c
 }
 
-fn group_client(cluster: &Cluster, group: &str) -> StoreClient {
-    let endpoints: Vec<String> = cluster
-        .endpoints()
-        .iter()
-        .map(|e| format!("{e}/groups/{group}"))
-        .collect();
-    StoreClient::new(&endpoints, cluster.client_options()).expect("client")
-}
-
 /// Waits until every member of `group` names `wanted` as its leader.
 async fn group_led_by(cluster: &Cluster, group: &str, wanted: u64) {
-    let client = group_client(cluster, group);
+    let client = cluster.group_client(group);
     eventually(Duration::from_secs(45), || async {
         for i in 0..cluster.members.len() {
             if client.status_of(i).await.ok()?.leader != Some(wanted) {
@@ -80,7 +71,7 @@ async fn each_home_regions_group_is_led_where_its_tenants_live_and_a_tenant_live
     group_led_by(&cluster, "region-2", 2).await;
     group_led_by(&cluster, "region-3", 3).await;
     let directory = cluster.client(cluster.client_options());
-    let region_2 = group_client(&cluster, "region-2");
+    let region_2 = cluster.group_client("region-2");
 
     // globex is assigned to region-2's group: the directory refuses its
     // claims, its group takes them, and no other group holds them.
