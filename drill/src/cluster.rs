@@ -31,6 +31,11 @@ pub struct Cluster {
     /// the store members (mutual TLS); absent for a cluster in plaintext.
     #[serde(default)]
     pub tls: Option<ClusterTls>,
+    /// raft-store's groups besides the directory, one per home region
+    /// (docs/decisions/0063-a-raft-group-per-home-region.md): each member
+    /// serves group `g` under `/groups/g`. Empty: one group.
+    #[serde(default)]
+    pub store_groups: Vec<String>,
 }
 
 /// Where `once up` keeps the CA and the operator's certificate.

@@ -39,7 +39,6 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
         Ok(ledger) => evidence.ledger = ledger,
         Err(e) => evidence.gaps.push(format!("the provider's ledger: {e:#}")),
     }
-    let mut statuses = Vec::new();
     let operator = match cluster.observer() {
         Ok(operator) => Some(operator),
         Err(e) => {
@@ -47,14 +46,6 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
             None
         }
     };
-    for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {
-        let status = match &operator {
-            Some(operator) => operator.status(member.admin()).await.ok(),
-            None => None,
-        };
-        statuses.push((member.admin().to_owned(), status));
-    }
-    let mut store_errors = Vec::new();
     // raft-store holds answers sealed: without the nodes' key file they
     // cannot be compared (and say so).
     let keys = match &cluster.data_keys {
@@ -69,14 +60,48 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
         },
         None => None,
     };
-    for (api_url, why) in members_by_what_they_applied(statuses) {
-        match store_records(&api_url, &cluster.admin_token, http, keys.as_ref()).await {
-            Ok(records) => {
-                evidence.store_records = Some(records);
-                evidence.store_member = Some(format!("{api_url} ({why})"));
+    let mut store_errors = Vec::new();
+    // The directory's records, then every other group's (each member
+    // serves group `g` under `/groups/g`), each from its best copy.
+    let groups = std::iter::once(String::new())
+        .chain(cluster.store_groups.iter().map(|g| format!("/groups/{g}")));
+    for (n, path) in groups.enumerate() {
+        let mut statuses = Vec::new();
+        for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {
+            let url = format!("{}{path}", member.admin().trim_end_matches('/'));
+            let status = match &operator {
+                Some(operator) => operator.status(&url).await.ok(),
+                None => None,
+            };
+            statuses.push((url, status));
+        }
+        let mut read = None;
+        for (url, why) in members_by_what_they_applied(statuses) {
+            match store_records(&url, &cluster.admin_token, http, keys.as_ref()).await {
+                Ok(records) => {
+                    read = Some((records, format!("{url} ({why})")));
+                    break;
+                }
+                Err(e) => store_errors.push(format!("{url} ({why}): {e:#}")),
+            }
+        }
+        match read {
+            Some((records, member)) => {
+                if n == 0 {
+                    evidence.store_member = Some(member);
+                }
+                evidence
+                    .store_records
+                    .get_or_insert_with(Vec::new)
+                    .extend(records);
+            }
+            // A group unread: the records are not all there, so none are
+            // compared.
+            None => {
+                evidence.store_records = None;
+                store_errors.push(format!("group at {path:?}: no member answered"));
                 break;
             }
-            Err(e) => store_errors.push(format!("{api_url} ({why}): {e:#}")),
         }
     }
     if !store_errors.is_empty() {

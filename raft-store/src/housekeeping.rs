@@ -254,12 +254,10 @@ impl Rounds {
                 follow.wan.region_of(id)
             }
         };
-        let voter = m
-            .membership_config
+        m.membership_config
             .membership()
             .voter_ids()
-            .find(|id| region_of(*id) == region);
-        voter
+            .find(|id| region_of(*id) == region)
     }
 
     async fn propose(&mut self, op: Op) -> Option<Reply> {

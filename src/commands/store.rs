@@ -512,17 +512,13 @@ async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::
             standbys,
             concurrency,
         } => {
-            let report = place::place(
-                &endpoints,
-                &groups,
+            let options = once_store_client::client::ClientOptions {
                 tls,
-                &prefix,
-                count,
-                &home,
-                &standbys,
-                concurrency,
-            )
-            .await?;
+                ..Default::default()
+            };
+            let client = once_store_client::groups::StoreGroups::new(&endpoints, &groups, options)?;
+            let report =
+                place::place(client, &prefix, count, &home, &standbys, concurrency).await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         AdminCommand::Partition {

@@ -543,6 +543,8 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         "data_keys": data_keys.display().to_string(),
         "tls": plan.pki.describe(),
         "wan_latency_ms": args.wan_latency,
+        // raft-store's groups besides the directory (`once store --groups`).
+        "store_groups": plan.store_groups(),
         "tenants": keys.iter().zip(&homes).map(|((t, k), (_, home))| json!({
             "id": t, "api_key": k, "home_region": home,
         })).collect::<Vec<_>>(),

@@ -103,6 +103,12 @@ impl Ctx {
         Ok((leader, followers))
     }
 
+    /// raft-store's groups besides the directory (`cluster.json`'s
+    /// `store_groups`): each member serves group `g` under `/groups/g`.
+    pub fn store_groups(&self) -> anyhow::Result<Vec<String>> {
+        Ok(self.cluster()?.store_groups)
+    }
+
     /// The store admin URLs of every member (the operator calls follow the
     /// leader among them).
     pub fn admin_urls(&self) -> anyhow::Result<Vec<String>> {

@@ -404,6 +404,24 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
     {
         return;
     }
+    // Every other group the member votes in: out of each too, before its
+    // disk is wiped (a voter that lost its log and vote must never count).
+    for group in ctx.store_groups().unwrap_or_default() {
+        let urls: Vec<String> = urls.iter().map(|u| format!("{u}/groups/{group}")).collect();
+        let Some(voters) = record.check(group_voters(ctx, &urls).await) else {
+            return;
+        };
+        let voters: Vec<u64> = voters.into_iter().filter(|v| *v != id).collect();
+        record.did(format!(
+            "group {group}: change membership: voters {voters:?}"
+        ));
+        if record
+            .check(admin::change_membership(&ctx.operator, &urls, voters).await)
+            .is_none()
+        {
+            return;
+        }
+    }
     applied.removed_member = Some((id, raft_addr.clone(), member.region.clone()));
     if let Ok((now, _)) = ctx.leader_and_followers().await {
         record.saw(format!("voters now {:?}", now.status.voters));
@@ -434,12 +452,43 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
     }
 }
 
+/// The voters of the group whose admin endpoints are `urls`, as the first
+/// member that answers says.
+async fn group_voters(ctx: &Ctx, urls: &[String]) -> anyhow::Result<Vec<u64>> {
+    for url in urls {
+        if let Ok(status) = ctx.operator.status(url).await {
+            return Ok(status.voters);
+        }
+    }
+    anyhow::bail!("no member of {urls:?} answers")
+}
+
 /// Adds the member back as a learner (the leader streams it a snapshot,
-/// blocking until it caught up) and makes every member a voter again.
+/// blocking until it caught up) and makes every member a voter again: in
+/// every other group first, then in the directory.
 async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record: &mut FaultRecord) {
     let Some(urls) = record.check(ctx.admin_urls()) else {
         return;
     };
+    for group in ctx.store_groups().unwrap_or_default() {
+        let urls: Vec<String> = urls.iter().map(|u| format!("{u}/groups/{group}")).collect();
+        let addr = format!("{raft_addr}/groups/{group}");
+        record.did(format!(
+            "group {group}: add store-{region} (id {id}) back as a learner"
+        ));
+        record.check(admin::add_learner(&ctx.operator, &urls, id, &addr).await);
+        let Some(mut voters) = record.check(group_voters(ctx, &urls).await) else {
+            return;
+        };
+        if !voters.contains(&id) {
+            voters.push(id);
+            voters.sort_unstable();
+        }
+        record.did(format!(
+            "group {group}: change membership: voters {voters:?}"
+        ));
+        record.check(admin::change_membership(&ctx.operator, &urls, voters).await);
+    }
     record.did(format!("add store-{region} (id {id}) back as a learner"));
     record.check(admin::add_learner(&ctx.operator, &urls, id, raft_addr).await);
     let Some((leader, _)) = record.check(ctx.leader_and_followers().await) else {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use once_store_client::client::ClientOptions;
 use once_store_client::command::Reply;
 use once_store_client::groups::StoreGroups;
 use serde::Serialize;
@@ -23,22 +22,17 @@ pub struct PlaceReport {
     pub seconds: f64,
 }
 
-/// Places `count` tenants named `{prefix}-{i:07}` in `home` with `standbys`.
+/// Places `count` tenants named `{prefix}-{i:07}` in `home` with `standbys`,
+/// through `client` (an operator's).
 pub async fn place(
-    endpoints: &[String],
-    groups: &[String],
-    tls: Option<once_tls::Tls>,
+    client: StoreGroups,
     prefix: &str,
     count: usize,
     home: &str,
     standbys: &[String],
     concurrency: usize,
 ) -> anyhow::Result<PlaceReport> {
-    let options = ClientOptions {
-        tls,
-        ..ClientOptions::default()
-    };
-    let client = Arc::new(StoreGroups::new(endpoints, groups, options)?);
+    let client = Arc::new(client);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let workers: Vec<_> = (0..concurrency.max(1))
