@@ -70,8 +70,11 @@ for run in $(seq 1 "$RUNS"); do
   for _ in $(seq 1 100); do
     [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$LEADER_ID"* ]] && break; sleep 0.2
   done
-  SEEDED=$("$ONCE" store place --endpoints "$ENDPOINTS" --prefix bulk --count "$TENANTS" \
-    --home "$VICTIM" --standbys "$OTHERS" --concurrency 64)
+  # Each tenant in its home's Raft group (decision 0063; the first region's
+  # tenants live in the directory).
+  GROUPS=$(json "$C" "','.join(d.get('store_groups', []))")
+  SEEDED=$(env ${GROUPS:+ONCE_STORE_GROUPS=$GROUPS} "$ONCE" store place --endpoints "$ENDPOINTS" --prefix bulk \
+    --count "$TENANTS" --home "$VICTIM" --standbys "$OTHERS" --concurrency 64)
   # The router's cache holds them all (it re-reads the table every 2 s).
   for _ in $(seq 1 300); do
     CACHED=$(curl -s -H "Authorization: Bearer $TOKEN" "$ROUTER_ADMIN/metrics" | awk '/^router_placements /{print int($2)}')

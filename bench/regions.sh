@@ -3,8 +3,10 @@
 #  1. POST /payments latency for a tenant in its home region, through the
 #     router, with a simulated WAN round trip of RTT_MS between regions
 #     (`once up --wan-latency RTT_MS`), stated as a multiple of the RTT.
-#     The raft-store leader is first moved to the tenant's home region
-#     (`POST /admin/elect` on its member), the placement DESIGN §6 assumes.
+#     `homes`: every region's tenant as once up starts (a Raft group per home
+#     region, nothing moved), each through a router in its home region.
+#     `wan`: the first region's tenant after its directory's leader is moved
+#     there by hand (`POST /admin/elect`; with groups it already is).
 #  2. Failover time with default settings: `once drill failover --mode kill`
 #     on a cluster without simulated latency (SIGKILL of the home region's
 #     node and store member → first success of its tenants elsewhere).
@@ -26,9 +28,9 @@ PHASES="${PHASES:-homes wan provider failover}"
 HOME_CLIENTS="${HOME_CLIENTS:-1 64}"
 FINISH_MODES="${FINISH_MODES:-answer-first finish-first}"
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
-DIR=$(mktemp -d)
+DIR=${KEEP_DIR:-$(mktemp -d)}
 UP_PID=
-cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; rm -rf "$DIR"; }
+cleanup() { [[ -n $UP_PID ]] && kill -TERM "$UP_PID" 2>/dev/null && wait "$UP_PID" 2>/dev/null; [[ -n ${KEEP_DIR:-} ]] || rm -rf "$DIR"; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -43,6 +45,40 @@ up() {
 }
 stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
+
+# Starts a second router in region $1, logging to $2: `once up`'s router's own
+# command line and environment (read from /proc), with its region, its
+# listeners and its store endpoints (that region's member first) changed, so a
+# tenant homed there meets a router at home, as with a router per region. A
+# python process supervises it as `once up` does (the router stops when its
+# stdin closes). Prints "SUPERVISOR_PID URL ADMIN_URL".
+router_in() {
+local info="$2.info"
+python3 - "$(json "$C" "d['router']['pid']")" "$1" "$2" \
+  "$(json "$C" "' '.join(r['name']+'='+r['store']['api_url'] for r in d['regions'])")" "$info" <<'PY' &
+import os, socket, subprocess, sys
+pid, region, log, info = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5]
+members = dict(m.split('=', 1) for m in sys.argv[4].split())
+args = [a.decode() for a in open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\0')[:-1]]
+env = dict(kv.decode().split('=', 1) for kv in open(f'/proc/{pid}/environ', 'rb').read().split(b'\0') if b'=' in kv)
+def free():
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close(); return port
+def set_flag(name, value):
+    args[args.index(name) + 1] = value
+listen, admin = f'127.0.0.1:{free()}', f'127.0.0.1:{free()}'
+set_flag('--region', region)
+set_flag('--listen', listen)
+set_flag('--admin-listen', admin)
+set_flag('--store-endpoints', ','.join([members[region]] + [u for r, u in members.items() if r != region]))
+child = subprocess.Popen(args, env=env, stdin=subprocess.PIPE, stdout=open(log, 'w'), stderr=subprocess.STDOUT)
+with open(info + '.tmp', 'w') as f:
+    f.write(f'{os.getpid()} http://{listen} http://{admin}\n')
+os.rename(info + '.tmp', info)
+child.wait()
+PY
+for _ in $(seq 1 100); do [[ -s $info ]] && break; sleep 0.1; done
+cat "$info"
+}
 
 # Part 1 on a fresh `once up`, in one finish mode (decision 0054): answer-first
 # (the raft mode's default) or finish-first (`--finish-before-answer`).
@@ -63,15 +99,21 @@ ENDPOINTS=$(json "$C" "','.join(r['store']['api_url'] for r in d['regions'])")
 export ONCE_TLS_CA=$(json "$C" "d['tls']['ca']") ONCE_TLS_CERT=$(json "$C" "d['tls']['operator']['cert']") \
   ONCE_TLS_KEY=$(json "$C" "d['tls']['operator']['key']")
 # As a newcomer starts it, before any leader is moved: the tenant of every
-# region, through the one router (in the first region, so a tenant homed
-# elsewhere pays the router's hop to its home too).
+# region, each through a router in its home region (`once up`'s own for the
+# first region, a second one for each other region: `router_in`). With a
+# Raft group per home region (decision 0063) every group's leader is at its
+# home; the store's groups as once up started them are printed first.
 if has_phase homes && [[ $mode == answer-first ]]; then
-LEADER=$("$ONCE" store status --endpoints "$ENDPOINTS" | grep -o '"leader":[0-9]*' | head -1 | cut -d: -f2)
-echo "# as started: leader member $LEADER; router in $HOME_REGION"
+echo "# as started: store groups [$(json "$C" "','.join(d.get('store_groups', []))")] besides the directory"
 for region in $(json "$C" "' '.join(r['name'] for r in d['regions'])"); do
   key=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$region'][0]")
+  url=$ROUTER; extra=
+  if [[ $region != "$HOME_REGION" ]]; then
+    read -r extra url admin < <(router_in "$region" "$DIR/router-$region.log")
+    for _ in $(seq 1 150); do curl -sf "$admin/readyz" >/dev/null && break; sleep 0.2; done
+  fi
   for c in $HOME_CLIENTS; do
-    "$ONCE" bench --url "$ROUTER" --api-key "$key" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
+    "$ONCE" bench --url "$url" --api-key "$key" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
       --label "tenant of $region rtt=${RTT_MS}ms $mode" > "$DIR/home-$region-$c.txt"
     python3 - "$DIR/home-$region-$c.txt" "$RTT_MS" "$region" "$c" <<'PY'
 import json, sys
@@ -79,6 +121,7 @@ r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); rtt = float(s
 print(f"#   tenant homed in {sys.argv[3]}, {sys.argv[4]} clients: {r['throughput']:.0f} payments/s, p50 = {r['p50_ms']/rtt:.2f} x RTT, p99 = {r['p99_ms']/rtt:.2f} x RTT")
 PY
   done
+  [[ -n $extra ]] && kill -TERM "$extra" 2>/dev/null
 done
 fi
 curl -sf --cacert "$ONCE_TLS_CA" --cert "$ONCE_TLS_CERT" --key "$ONCE_TLS_KEY" -X POST \

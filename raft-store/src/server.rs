@@ -292,6 +292,26 @@ impl StoreServer {
     }
 }
 
+/// The founding peer that should lead a new group first: the configured
+/// preferred member, or the member of the group's home region.
+fn first_leader(
+    config: &StoreConfig,
+    settings: &crate::housekeeping::Settings,
+    wan: &SimulatedWan,
+) -> Option<NodeId> {
+    match &settings.follow_tenants {
+        None => settings.preferred_leader,
+        Some(follow) => config.peers.keys().copied().find(|id| {
+            let region = if *id == config.id {
+                wan.region().to_owned()
+            } else {
+                wan.region_of(*id)
+            };
+            region == follow.home
+        }),
+    }
+}
+
 /// openraft's configuration, the same for every group a member hosts.
 fn raft_config(config: &StoreConfig) -> Result<Config, StartError> {
     let t = &config.timing;
@@ -388,6 +408,7 @@ async fn start_group(
             ..config.housekeeping.clone()
         },
     };
+    let founder = first_leader(config, &settings, &wan);
     Housekeeping {
         raft: raft.clone(),
         state_machine: state_machine.clone(),
@@ -464,6 +485,7 @@ async fn start_group(
         shared.raft_addr.ip(),
         wan.region().to_owned(),
         config.tls.clone(),
+        founder,
     );
     Ok(StartedGroup {
         raft,
@@ -486,7 +508,13 @@ async fn bind(
 }
 
 /// Initialises a new cluster, idempotently and only at birth:
-/// - only a member started with founding peers, and only the lowest id;
+/// - only a member started with founding peers, and only the founder: the
+///   member that should lead (`founder`: the group's home member or the
+///   preferred one), else the lowest id. openraft has the member that
+///   initialises campaign at once, so a new group's first leader is the
+///   one it should have. (Two members initialising with the same peers
+///   write the same first entry, at the same default log id: still one
+///   cluster.)
 /// - only while it has never been part of a cluster (no vote, no log —
 ///   openraft's `is_initialized`), so a restarted member never does;
 /// - only once *every* other founding peer has answered that it, too, has
@@ -503,8 +531,12 @@ fn bootstrap(
     local: std::net::IpAddr,
     region: String,
     tls: Option<once_tls::Tls>,
+    founder: Option<NodeId>,
 ) {
-    if peers.keys().next() != Some(&id) {
+    let founder = founder
+        .filter(|f| peers.contains_key(f))
+        .or_else(|| peers.keys().next().copied());
+    if founder != Some(id) {
         return;
     }
     tokio::spawn(async move {
