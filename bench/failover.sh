@@ -72,8 +72,8 @@ for run in $(seq 1 "$RUNS"); do
   done
   # Each tenant in its home's Raft group (decision 0063; the first region's
   # tenants live in the directory).
-  GROUPS=$(json "$C" "','.join(d.get('store_groups', []))")
-  SEEDED=$(env ${GROUPS:+ONCE_STORE_GROUPS=$GROUPS} "$ONCE" store place --endpoints "$ENDPOINTS" --prefix bulk \
+  STORE_GROUPS=$(json "$C" "','.join(d.get('store_groups', []))")
+  SEEDED=$(env ${STORE_GROUPS:+ONCE_STORE_GROUPS=$STORE_GROUPS} "$ONCE" store place --endpoints "$ENDPOINTS" --prefix bulk \
     --count "$TENANTS" --home "$VICTIM" --standbys "$OTHERS" --concurrency 64)
   # The router's cache holds them all (it re-reads the table every 2 s).
   for _ in $(seq 1 300); do
