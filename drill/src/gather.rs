@@ -63,8 +63,12 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
     let mut store_errors = Vec::new();
     // The directory's records, then every other group's (each member
     // serves group `g` under `/groups/g`), each from its best copy.
-    let groups = std::iter::once(String::new())
-        .chain(cluster.store_groups.iter().map(|g| format!("/groups/{g}")));
+    let groups = std::iter::once(String::new()).chain(
+        cluster
+            .store_groups
+            .iter()
+            .map(|g| once_store_client::protocol::group_path(g)),
+    );
     for (n, path) in groups.enumerate() {
         let mut statuses = Vec::new();
         for member in cluster.regions.iter().filter_map(|r| r.store.as_ref()) {

@@ -185,15 +185,17 @@ impl Rounds {
     /// wins on its up-to-date log; writes in flight meanwhile are answered
     /// `ForwardToLeader` and retried by their clients.
     async fn hand_off_to_preferred(&mut self) {
-        let Some(preferred) = self.preferred_leader() else {
-            return;
-        };
+        // Before reading where the tenants live: no read while a hand-off
+        // may not be tried anyway.
         if self
             .last_handoff
             .is_some_and(|at| at.elapsed() < HANDOFF_EVERY)
         {
             return;
         }
+        let Some(preferred) = self.preferred_leader() else {
+            return;
+        };
         let (node, caught_up) = {
             let m = self.parts.raft.metrics();
             let m = m.borrow();
@@ -247,17 +249,9 @@ impl Rounds {
         };
         let m = self.parts.raft.metrics();
         let m = m.borrow();
-        let region_of = |id: NodeId| {
-            if id == m.id {
-                follow.wan.region().to_owned()
-            } else {
-                follow.wan.region_of(id)
-            }
-        };
-        m.membership_config
-            .membership()
-            .voter_ids()
-            .find(|id| region_of(*id) == region)
+        follow
+            .wan
+            .member_in(&region, m.id, m.membership_config.membership().voter_ids())
     }
 
     async fn propose(&mut self, op: Op) -> Option<Reply> {

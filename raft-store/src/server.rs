@@ -93,7 +93,7 @@ pub struct StoreServer {
 }
 
 /// One group besides the directory that a member hosts: served under
-/// [`group_prefix`] on the member's listeners, its files under
+/// [`crate::protocol::group_path`] on the member's listeners, its files under
 /// [`group_data_dir`].
 #[derive(Clone)]
 pub struct HostedGroup {
@@ -105,12 +105,6 @@ impl std::fmt::Debug for HostedGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostedGroup").finish_non_exhaustive()
     }
-}
-
-/// The path prefix group `name`'s Raft RPC, client API and admin endpoints
-/// are served under on its member's listeners.
-pub fn group_prefix(name: &str) -> String {
-    format!("/groups/{name}")
 }
 
 /// Where group `name`'s log and state machine live under a member's data
@@ -217,7 +211,7 @@ impl StoreServer {
         let mut groups = BTreeMap::new();
         for name in &config.groups {
             let group = start_group(&config, Some(name), &raft_config, &shared).await?;
-            let prefix = group_prefix(name);
+            let prefix = crate::protocol::group_path(name);
             raft_router = raft_router.nest(&prefix, group.raft_router);
             api_router = api_router.nest(&prefix, group.api_router);
             admin_router = admin_router.nest(&prefix, group.admin_router);
@@ -301,14 +295,7 @@ fn first_leader(
 ) -> Option<NodeId> {
     match &settings.follow_tenants {
         None => settings.preferred_leader,
-        Some(follow) => config.peers.keys().copied().find(|id| {
-            let region = if *id == config.id {
-                wan.region().to_owned()
-            } else {
-                wan.region_of(*id)
-            };
-            region == follow.home
-        }),
+        Some(follow) => wan.member_in(&follow.home, config.id, config.peers.keys().copied()),
     }
 }
 
@@ -336,7 +323,7 @@ fn raft_config(config: &StoreConfig) -> Result<Config, StartError> {
 
 /// Opens and starts one group on this member: the directory (`group`
 /// `None`: the data directory itself, no path prefix) or the group named
-/// `group` ([`group_data_dir`], [`group_prefix`]), bootstrapping it with
+/// `group` ([`group_data_dir`], [`crate::protocol::group_path`]), bootstrapping it with
 /// the founding peers' addresses under the same prefix. Its routers are
 /// returned for the member's listeners to serve.
 async fn start_group(
@@ -348,7 +335,10 @@ async fn start_group(
     let t = &config.timing;
     let (data_dir, prefix) = match group {
         None => (config.data_dir.clone(), String::new()),
-        Some(name) => (group_data_dir(&config.data_dir, name), group_prefix(name)),
+        Some(name) => (
+            group_data_dir(&config.data_dir, name),
+            crate::protocol::group_path(name),
+        ),
     };
     std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir {
         path: data_dir.display().to_string(),

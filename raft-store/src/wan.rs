@@ -127,6 +127,23 @@ impl SimulatedWan {
         &self.config.region
     }
 
+    /// The first of `members` in `region`, this member (`me`) by its own
+    /// region and the others by [`Self::region_of`].
+    pub fn member_in(
+        &self,
+        region: &str,
+        me: NodeId,
+        mut members: impl Iterator<Item = NodeId>,
+    ) -> Option<NodeId> {
+        members.find(|id| {
+            if *id == me {
+                self.region() == region
+            } else {
+                self.region_of(*id) == region
+            }
+        })
+    }
+
     /// Whether `peer` is in another region than this member.
     pub fn is_remote(&self, peer: NodeId) -> bool {
         self.config

@@ -132,6 +132,30 @@ pub struct Mover<'a> {
     pub metrics: &'a Metrics,
 }
 
+/// The groups' bulk-move replies as one: every tenant moved (once: the
+/// cache moves a region's tenants in place on the first group's
+/// evacuation, whichever group holds them) and every one stranded.
+fn merged(replies: Vec<Reply>) -> Result<Reply, MoveError> {
+    let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+    for reply in replies {
+        match reply {
+            Reply::Moved {
+                moved: m,
+                stranded: s,
+            } => {
+                moved.extend(m);
+                stranded.extend(s);
+            }
+            other => return Err(MoveError::UnexpectedReply(Box::new(other))),
+        }
+    }
+    moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+    moved.dedup_by(|a, b| a.tenant == b.tenant);
+    stranded.sort();
+    stranded.dedup();
+    Ok(Reply::Moved { moved, stranded })
+}
+
 /// Wall-clock epoch milliseconds, stamped on every failover decision.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -183,26 +207,15 @@ impl Mover<'_> {
             .all()
             .map(|(_, group)| self.evacuate_in(group, region, &eligible));
         let mut written_as = WrittenAs::Evacuation;
-        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        let mut replies = Vec::new();
         for written in futures::future::join_all(writes).await {
             let (reply, how) = written?;
             if how == WrittenAs::PerTenant {
                 written_as = how;
             }
-            if let Reply::Moved {
-                moved: m,
-                stranded: s,
-            } = reply
-            {
-                moved.extend(m);
-                stranded.extend(s);
-            }
+            replies.push(reply);
         }
-        moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
-        moved.dedup_by(|a, b| a.tenant == b.tenant);
-        stranded.sort();
-        stranded.dedup();
-        let reply = Reply::Moved { moved, stranded };
+        let reply = merged(replies)?;
         let write_ms = started.elapsed().as_millis() as u64;
         let mut report = self.record(reply, trigger, write_ms, |_| reason())?;
         report.written_as = written_as;
@@ -274,20 +287,11 @@ impl Mover<'_> {
     pub async fn fail_back(&self, region: &str) -> Result<MoveReport, MoveError> {
         let started = Instant::now();
         let writes = self.store.all().map(|(_, group)| group.return_home(region));
-        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+        let mut replies = Vec::new();
         for written in futures::future::join_all(writes).await {
-            match self.remembered(written?) {
-                Reply::Moved {
-                    moved: m,
-                    stranded: s,
-                } => {
-                    moved.extend(m);
-                    stranded.extend(s);
-                }
-                other => return Err(MoveError::UnexpectedReply(Box::new(other))),
-            }
+            replies.push(self.remembered(written?));
         }
-        let reply = Reply::Moved { moved, stranded };
+        let reply = merged(replies)?;
         let write_ms = started.elapsed().as_millis() as u64;
         self.record(reply, Trigger::Failback, write_ms, |_| String::new())
     }

@@ -44,7 +44,13 @@ enum Assignment {
 pub fn group_endpoints(endpoints: &[String], group: &str) -> Vec<String> {
     endpoints
         .iter()
-        .map(|e| format!("{}/groups/{group}", e.trim_end_matches('/')))
+        .map(|e| {
+            format!(
+                "{}{}",
+                e.trim_end_matches('/'),
+                crate::protocol::group_path(group)
+            )
+        })
         .collect()
 }
 

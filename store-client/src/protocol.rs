@@ -10,6 +10,13 @@ use serde::{Deserialize, Serialize};
 use crate::NodeId;
 use crate::command::{self, ClientRequest, Millis, Placement, Record, RegionStatus, Reply, Scope};
 
+/// The path prefix a member serves group `name`'s Raft RPC, client API and
+/// admin endpoints under (docs/decisions/0063-a-raft-group-per-home-region.md);
+/// the directory is at the root.
+pub fn group_path(name: &str) -> String {
+    format!("/groups/{name}")
+}
+
 pub const WRITE_PATH: &str = "/api/write";
 pub const READ_PATH: &str = "/api/read";
 pub const STATUS_PATH: &str = "/api/status";

@@ -407,7 +407,7 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
     // Every other group the member votes in: out of each too, before its
     // disk is wiped (a voter that lost its log and vote must never count).
     for group in ctx.store_groups().unwrap_or_default() {
-        let urls: Vec<String> = urls.iter().map(|u| format!("{u}/groups/{group}")).collect();
+        let urls = once_store_client::groups::group_endpoints(&urls, &group);
         let Some(voters) = record.check(group_voters(ctx, &urls).await) else {
             return;
         };
@@ -471,8 +471,11 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
         return;
     };
     for group in ctx.store_groups().unwrap_or_default() {
-        let urls: Vec<String> = urls.iter().map(|u| format!("{u}/groups/{group}")).collect();
-        let addr = format!("{raft_addr}/groups/{group}");
+        let urls = once_store_client::groups::group_endpoints(&urls, &group);
+        let addr = format!(
+            "{raft_addr}{}",
+            once_store_client::protocol::group_path(&group)
+        );
         record.did(format!(
             "group {group}: add store-{region} (id {id}) back as a learner"
         ));

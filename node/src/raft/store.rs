@@ -126,6 +126,11 @@ impl RaftStore {
     /// looked).
     async fn write(&self, tenant: &str, op: Op, now: UnixMillis) -> Result<Reply, StoreError> {
         let client = self.tenant_client(tenant).await?;
+        // Only the directory of a split deployment refuses a tenant it
+        // assigned elsewhere: the copy for a second try is made only then.
+        if !(self.groups.is_split() && Arc::ptr_eq(client, self.groups.directory())) {
+            return client.write_at(op, now.0).await.map_err(store_error);
+        }
         match client.write_at(op.clone(), now.0).await {
             Ok(Reply::OtherGroup { group }) => {
                 let client = self.groups.learn(tenant, &group).map_err(store_error)?;
