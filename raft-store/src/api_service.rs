@@ -42,11 +42,13 @@ use axum::{Json, Router};
 
 use once_edge::{AdminToken, EdgeMetrics};
 use once_tls::Role;
+use openraft::ServerState;
 
 use crate::authz::{self, Access, Caller, Require};
 use crate::command::{Record, Reply};
 use crate::election::ElectionMetrics;
 use crate::group_commit::GroupCommit;
+use crate::metrics::GroupReport;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::{
     ADD_LEARNER_PATH, AddLearner, Answer, CHANGE_MEMBERSHIP_PATH, ChangeMembership, Consistency,
@@ -62,6 +64,10 @@ use crate::wire_versions::{self, WireVersions};
 
 /// What every handler shares.
 pub struct ApiState {
+    /// The group this state serves: `None` for the directory (the first).
+    pub group: Option<String>,
+    /// Every group of this member, for the member's `/metrics`.
+    pub hosted: HostedGroups,
     /// The operator endpoints' token; `None` turns them off (404).
     pub admin_token: Option<Arc<AdminToken>>,
     /// The edge's metrics of this member's three listeners.
@@ -88,6 +94,38 @@ pub struct ApiState {
     pub clock: Arc<crate::clock::ClockGuard>,
     /// The wire version each member speaks, this one's included.
     pub versions: Arc<WireVersions>,
+}
+
+/// The states of every group a member hosts, each added as its group
+/// starts. Weak, so that no group's state keeps its siblings alive.
+#[derive(Debug, Clone, Default)]
+pub struct HostedGroups(Arc<std::sync::RwLock<Vec<std::sync::Weak<ApiState>>>>);
+
+impl HostedGroups {
+    pub fn add(&self, state: &Arc<ApiState>) {
+        self.0
+            .write()
+            .expect("the hosted groups' lock is never poisoned")
+            .push(Arc::downgrade(state));
+    }
+
+    fn all(&self) -> Vec<Arc<ApiState>> {
+        self.0
+            .read()
+            .expect("the hosted groups' lock is never poisoned")
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect()
+    }
+}
+
+impl ApiState {
+    /// The `group` label of this state's metrics.
+    fn group_label(&self) -> String {
+        self.group
+            .clone()
+            .unwrap_or_else(|| crate::metrics::DIRECTORY_LABEL.to_owned())
+    }
 }
 
 impl std::fmt::Debug for ApiState {
@@ -336,13 +374,23 @@ async fn linearizable(
     }
 }
 
+/// The directory's `/metrics` is the member's: every group it hosts. A
+/// group's own (`/groups/<name>/metrics`) is that group's.
 async fn metrics(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
-    crate::metrics::render(
-        &status_of(&state),
-        &state.edge,
-        &state.pipeline,
-        &state.elections,
-    )
+    let states = match state.group {
+        None => state.hosted.all(),
+        Some(_) => vec![state.clone()],
+    };
+    let reports: Vec<GroupReport<'_>> = states
+        .iter()
+        .map(|s| GroupReport {
+            group: s.group_label(),
+            status: status_of(s),
+            pipeline: &s.pipeline,
+            elections: &s.elections,
+        })
+        .collect();
+    crate::metrics::render(&state.edge, &reports)
 }
 
 pub fn status_of(state: &ApiState) -> Status {
@@ -480,7 +528,37 @@ async fn change_membership(
     Json(req): Json<ChangeMembership>,
 ) -> Response {
     let voters: BTreeSet<NodeId> = req.voters.into_iter().collect();
+    let m = state.raft.metrics().borrow().clone();
+    if m.state == ServerState::Leader {
+        let current: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        if let Some(refusal) = too_wide(&current, &voters) {
+            return (
+                StatusCode::CONFLICT,
+                Json(serde_json::json!({
+                    "ok": false,
+                    "code": "membership_change_too_wide",
+                    "error": refusal,
+                })),
+            )
+                .into_response();
+        }
+    }
     admin_answer(state.raft.change_membership(voters, false).await)
+}
+
+/// Why a change from `current` to `next` voters is refused, if it is: the
+/// new voters must keep a majority of the current ones. A set that keeps
+/// fewer would let members that may not hold every committed entry (a
+/// learner that just caught up, a member wiped and re-added) decide alone;
+/// an operator who means it goes there one member at a time.
+fn too_wide(current: &BTreeSet<NodeId>, next: &BTreeSet<NodeId>) -> Option<String> {
+    let kept = current.intersection(next).count();
+    (kept * 2 <= current.len()).then(|| {
+        format!(
+            "voters {next:?} keep {kept} of the current {current:?}: a change must keep a \
+             majority of them (change one member at a time)"
+        )
+    })
 }
 
 /// Builds a snapshot now (and purges the log behind it per configuration).
@@ -507,5 +585,26 @@ async fn elect(State(state): State<Arc<ApiState>>) -> Response {
     match state.raft.trigger().elect().await {
         Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(ids: &[NodeId]) -> BTreeSet<NodeId> {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_membership_change_keeps_a_majority_of_the_current_voters() {
+        // One member out, one in, one replaced: allowed.
+        assert_eq!(too_wide(&set(&[1, 2, 3]), &set(&[1, 2])), None);
+        assert_eq!(too_wide(&set(&[2, 3]), &set(&[1, 2, 3])), None);
+        assert_eq!(too_wide(&set(&[1, 2, 3]), &set(&[1, 2, 4])), None);
+        // A re-added learner alone, or two of three dropped: refused.
+        assert!(too_wide(&set(&[2, 3]), &set(&[1])).is_some());
+        assert!(too_wide(&set(&[1, 2, 3]), &set(&[3])).is_some());
+        assert!(too_wide(&set(&[1, 2]), &set(&[2, 3])).is_some());
     }
 }

@@ -20,7 +20,7 @@ use once_edge::{EdgeMetrics, Server, ServerLimits};
 use openraft::{Config, SnapshotPolicy};
 use tokio::sync::watch;
 
-use crate::api_service::{self, ApiState};
+use crate::api_service::{self, ApiState, HostedGroups};
 use crate::authz::Access;
 use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
@@ -132,6 +132,8 @@ struct Shared {
     api_addr: SocketAddr,
     /// The process's clock, which every group's guard reads.
     clock: ClockGuard,
+    /// Every group's state, for the member's `/metrics`.
+    hosted: HostedGroups,
 }
 
 impl std::fmt::Debug for StoreServer {
@@ -199,6 +201,7 @@ impl StoreServer {
             raft_addr: raft_server.local_addr(),
             api_addr: api_server.local_addr(),
             clock: ClockGuard::new(config.id, config.max_clock_offset, t.heartbeat),
+            hosted: HostedGroups::default(),
         };
         let admin_addr = admin_server.local_addr();
 
@@ -434,6 +437,8 @@ async fn start_group(
         config.snapshot_every,
     );
     let api = Arc::new(ApiState {
+        group: group.map(str::to_owned),
+        hosted: shared.hosted.clone(),
         id: config.id,
         raft: raft.clone(),
         state_machine: state_machine.clone(),
@@ -450,6 +455,7 @@ async fn start_group(
         elections,
         access: shared.access,
     });
+    shared.hosted.add(&api);
     tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
     let raft_router = raft_service::router(
         raft.clone(),

@@ -220,11 +220,15 @@ fn resolve_container(
             expand(value, &env, what)
         } else if let Some(cm) = var.pointer("/valueFrom/configMapKeyRef") {
             let (map, key) = (str_at(cm, "/name").unwrap(), str_at(cm, "/key").unwrap());
-            config_maps
-                .get(map)
-                .and_then(|data| data.get(key))
-                .unwrap_or_else(|| panic!("{what}: env {name} wants ConfigMap {map} key {key}, which the overlay does not render"))
-                .clone()
+            match config_maps.get(map).and_then(|data| data.get(key)) {
+                Some(value) => value.clone(),
+                // As the kubelet does: an optional key that is absent
+                // leaves the variable unset.
+                None if cm.get("optional").and_then(Value::as_bool) == Some(true) => continue,
+                None => panic!(
+                    "{what}: env {name} wants ConfigMap {map} key {key}, which the overlay does not render"
+                ),
+            }
         } else if var.pointer("/valueFrom/secretKeyRef").is_some() {
             match name.as_str() {
                 "ONCE_DATABASE_URL" => DATABASE_URL_PLACEHOLDER.to_owned(),
@@ -470,4 +474,61 @@ fn kubelet_style_expansion() {
         "--store-endpoints"
     ));
     assert!(!help_has_flag("  --store-endpoints <URL>", "--store"));
+}
+
+/// The groups of decision 0063 as the overlays configure them: every region
+/// runs the same groups, directory home and member regions; the groups and
+/// the directory's home are the regions, each once; and each region's
+/// store member is the one `store-peer-regions` places there. A region
+/// missing from the groups would have its tenants kept in the directory,
+/// led from elsewhere; members that disagree would found different groups.
+#[test]
+fn every_region_runs_a_group_per_home_region_led_from_its_own_member() {
+    if !kubectl_available() {
+        return;
+    }
+    let mut agreed: Option<[String; 3]> = None;
+    let mut member_regions = BTreeMap::new();
+    for overlay in OVERLAYS {
+        let config = render(overlay)
+            .into_iter()
+            .find(|o| {
+                str_at(o, "/kind") == Some("ConfigMap")
+                    && str_at(o, "/metadata/name").is_some_and(|n| n.starts_with("once-config"))
+            })
+            .expect("the overlay renders once-config");
+        let value = |key: &str| {
+            str_at(&config, &format!("/data/{key}"))
+                .unwrap_or_else(|| panic!("{overlay}: once-config has no {key}"))
+                .to_owned()
+        };
+        assert_eq!(value("region"), *overlay);
+        let these = [
+            value("store-groups"),
+            value("store-directory-home"),
+            value("store-peer-regions"),
+        ];
+        if let Some(first) = &agreed {
+            assert_eq!(&these, first, "{overlay} disagrees with {}", OVERLAYS[0]);
+        }
+        member_regions.insert(value("store-id"), value("region"));
+        agreed = Some(these);
+    }
+    let [groups, home, peer_regions] = agreed.expect("overlays");
+    let mut homes: Vec<&str> = groups.split(',').chain([home.as_str()]).collect();
+    homes.sort_unstable();
+    let mut regions = OVERLAYS.to_vec();
+    regions.sort_unstable();
+    assert_eq!(homes, regions, "groups {groups} and directory home {home}");
+    let placed: BTreeMap<String, String> = peer_regions
+        .split(',')
+        .map(|pair| {
+            let (id, region) = pair.split_once('=').expect("id=region");
+            (id.to_owned(), region.to_owned())
+        })
+        .collect();
+    assert_eq!(
+        placed, member_regions,
+        "store-peer-regions vs each overlay's store-id"
+    );
 }

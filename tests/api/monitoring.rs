@@ -882,6 +882,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
     let mut exported: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut node_text = String::new();
     let mut router_text = String::new();
+    let mut store_text = String::new();
     for (target, url) in &targets {
         let text = scrape(&client, url).await;
         let declared = declared_samples(&text);
@@ -900,6 +901,8 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
             node_text.push_str(&text);
         } else if target == "router" {
             router_text.push_str(&text);
+        } else if target.starts_with("store") {
+            store_text.push_str(&text);
         }
     }
     for role in ["router", "node", "store"] {
@@ -930,6 +933,26 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
         "http_server_request_duration_seconds_count",
         &[r#"status="409""#]
     ));
+    // A member's /metrics reports every group it hosts, each labelled.
+    let groups = cluster["store_groups"].as_array().unwrap();
+    assert!(!groups.is_empty(), "once up runs groups");
+    let labels = groups
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .chain([once_raft_store::metrics::DIRECTORY_LABEL]);
+    for group in labels {
+        let group = format!(r#"group="{group}""#);
+        for name in [
+            "raft_leader_id",
+            "raft_term",
+            "raft_prevote_campaigns_total",
+        ] {
+            assert!(
+                has_sample(&store_text, name, &[group.as_str()]),
+                "no {name} sample with {group}"
+            );
+        }
+    }
     let home = tenant["home_region"].as_str().unwrap();
     assert!(has_sample(
         &router_text,

@@ -401,6 +401,18 @@ async fn a_member_removed_wiped_and_added_back_is_ready_once_it_rejoins_and_catc
         (probe("/readyz").await == 200).then_some(())
     })
     .await;
+    // Handing the group to the re-added member alone is refused, and
+    // changes nothing: a change keeps a majority of the current voters.
+    let refused = admin::change_membership(&cluster.operator(), &admin_endpoints, vec![3])
+        .await
+        .expect_err("voters [3] keep none of [1, 2]");
+    assert!(
+        matches!(&refused, admin::AdminError::Refused { status: 409, body, .. }
+            if body.contains("membership_change_too_wide")),
+        "{refused}"
+    );
+    let voters = cluster.status(leader).await.unwrap().voters;
+    assert_eq!(voters, vec![1, 2]);
     admin::change_membership(&cluster.operator(), &admin_endpoints, vec![1, 2, 3])
         .await
         .expect("promote");

@@ -13,6 +13,7 @@
 //! | membership | a follower removed, wiped, added back (after a snapshot), voter again | voters without it; it answers blank; it holds a snapshot; voters with it | made a voter again if a step failed |
 //! | leader | election asked of a follower, which is SIGKILLed mid-way | it is dead; the term moved | its region restarted |
 
+use anyhow::Context;
 use std::time::Duration;
 
 use once_store_client::admin;
@@ -452,15 +453,24 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
     }
 }
 
-/// The voters of the group whose admin endpoints are `urls`, as the first
-/// member that answers says.
+/// The voters of the group whose admin endpoints are `urls`, as its leader
+/// (the member that says it leads at the highest term) says. Never a
+/// follower's view: a member wiped and re-added as a learner answers
+/// before its log holds the group's membership, and voters computed from
+/// that would hand the group to the blank member alone.
 async fn group_voters(ctx: &Ctx, urls: &[String]) -> anyhow::Result<Vec<u64>> {
+    let mut leader: Option<once_store_client::protocol::Status> = None;
     for url in urls {
-        if let Ok(status) = ctx.operator.status(url).await {
-            return Ok(status.voters);
+        if let Ok(status) = ctx.operator.status(url).await
+            && status.leader == Some(status.id)
+            && leader.as_ref().is_none_or(|l| status.term > l.term)
+        {
+            leader = Some(status);
         }
     }
-    anyhow::bail!("no member of {urls:?} answers")
+    leader
+        .map(|l| l.voters)
+        .with_context(|| format!("no member of {urls:?} says it leads"))
 }
 
 /// Adds the member back as a learner (the leader streams it a snapshot,
