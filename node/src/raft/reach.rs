@@ -11,6 +11,9 @@
 //! never ready on an old answer
 //! (docs/decisions/0059-the-node-watches-the-stores-reach.md).
 //!
+//! With a Raft group per home region, [`StoreReaches`] watches the
+//! directory and the node's own region's group, and judges by both.
+//!
 //! Why not ask in the probe: a region whose own member died asks a member
 //! of another region, a WAN round trip inside the router's check budget,
 //! while the other regions ask their own members. On a loaded machine three
@@ -22,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use once_store_client::client::StoreClient;
+use once_store_client::groups::StoreGroups;
 use once_store_client::protocol::Status;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -104,6 +108,60 @@ impl Drop for StoreReach {
     }
 }
 
+/// The groups a node's readiness judges (decision 0063): the directory —
+/// every tenant's first request and the regions' status go there — and the
+/// group homed in the node's region, which holds its tenants' records. A
+/// node whose tenants' group has no leader in reach cannot serve them, even
+/// while the directory's leader answers. Other regions' groups are left
+/// out: their tenants come here only after a failover, and a region must
+/// not look down for an election in a group it does not serve.
+#[derive(Debug)]
+pub struct StoreReaches {
+    /// `(label, watch)`, the directory's first.
+    watches: Vec<(String, StoreReach)>,
+}
+
+impl StoreReaches {
+    /// Starts watching the directory and, if `groups` has one named
+    /// `region`, that group.
+    pub fn watch(groups: &StoreGroups, region: &str) -> Self {
+        let mut watches = vec![(
+            "the directory".to_owned(),
+            StoreReach::watch(groups.directory().clone()),
+        )];
+        if let Some(home) = groups.group(region) {
+            watches.push((format!("group {region}"), StoreReach::watch(home.clone())));
+        }
+        Self { watches }
+    }
+
+    /// Every watch's verdict ([`StoreReach::judge`]) together: the first
+    /// that says a leader is out of reach, named by its group; else `None`
+    /// if any has no word to judge by; else in reach.
+    pub fn judge(&self) -> Option<Result<(), String>> {
+        let verdicts: Vec<_> = self
+            .watches
+            .iter()
+            .map(|(label, watch)| (label, watch.judge()))
+            .collect();
+        if let Some((label, Some(Err(why)))) =
+            verdicts.iter().find(|(_, v)| matches!(v, Some(Err(_))))
+        {
+            return Some(Err(format!("{label}: {why}")));
+        }
+        verdicts.iter().all(|(_, v)| v.is_some()).then_some(Ok(()))
+    }
+
+    /// How long ago the leader heard least recently was heard: `None` if
+    /// any watch cannot say.
+    pub fn leader_heard(&self) -> Option<Duration> {
+        self.watches
+            .iter()
+            .map(|(_, watch)| watch.leader_heard())
+            .try_fold(Duration::ZERO, |worst, heard| Some(worst.max(heard?)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -155,12 +213,12 @@ mod tests {
 
     /// Polls `judge` until `done` says it is what the test waits for.
     async fn until(
-        reach: &StoreReach,
+        judge: impl Fn() -> Option<Result<(), String>>,
         done: impl Fn(&Option<Result<(), String>>) -> bool,
     ) -> Option<Result<(), String>> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let verdict = reach.judge();
+            let verdict = judge();
             if done(&verdict) {
                 return verdict;
             }
@@ -177,12 +235,12 @@ mod tests {
         let reach = StoreReach::watch(client);
         assert_eq!(reach.judge(), None, "no word yet: ask the leader");
 
-        until(&reach, |v| *v == Some(Ok(()))).await;
+        until(|| reach.judge(), |v| *v == Some(Ok(()))).await;
 
         // The member goes silent: no new word, and the last one, heard
         // 10 ms before it answered, is past the 300 ms lease soon after.
         *member.lock().unwrap() = Member::Hangs;
-        let stale = until(&reach, |v| matches!(v, Some(Err(_)))).await;
+        let stale = until(|| reach.judge(), |v| matches!(v, Some(Err(_)))).await;
         let why = stale.unwrap().unwrap_err();
         assert!(why.contains("past its 300 ms lease"), "{why}");
         assert!(why.contains("word asked for"), "{why}");
@@ -203,7 +261,59 @@ mod tests {
             leader: None,
             ..heard(10, Some(300))
         }));
-        let verdict = until(&reach, Option::is_some).await;
+        let verdict = until(|| reach.judge(), Option::is_some).await;
         assert!(verdict.unwrap().unwrap_err().contains("knows no leader"));
+    }
+
+    /// A member hosting the directory (at its root) and group `us-east`.
+    async fn member_with_a_group(directory: Shared, group: Shared) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let group = axum::Router::new()
+            .route(STATUS_PATH, axum::routing::get(status))
+            .with_state(group);
+        let app = axum::Router::new()
+            .route(STATUS_PATH, axum::routing::get(status))
+            .with_state(directory)
+            .nest("/groups/us-east", group);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_node_is_not_ready_while_its_regions_group_has_no_leader_in_reach() {
+        let directory: Shared =
+            Arc::new(Mutex::new(Member::Answers(Box::new(heard(10, Some(300))))));
+        let group: Shared = Arc::new(Mutex::new(Member::Answers(Box::new(Status {
+            leader: None,
+            ..heard(10, Some(300))
+        }))));
+        let url = member_with_a_group(directory, group.clone()).await;
+        let groups =
+            StoreGroups::new(&[url], &["us-east".to_owned()], ClientOptions::default()).unwrap();
+
+        // us-east's node judges its own group too; ap-south's does not.
+        let us_east = StoreReaches::watch(&groups, "us-east");
+        let verdict = until(|| us_east.judge(), Option::is_some).await;
+        let why = verdict.unwrap().unwrap_err();
+        assert!(why.starts_with("group us-east:"), "{why}");
+        assert!(why.contains("knows no leader"), "{why}");
+        let ap_south = StoreReaches::watch(&groups, "ap-south");
+        assert_eq!(
+            until(|| ap_south.judge(), Option::is_some).await,
+            Some(Ok(()))
+        );
+
+        // The group elects a leader: us-east is ready again.
+        *group.lock().unwrap() = Member::Answers(Box::new(heard(40, Some(300))));
+        assert_eq!(
+            until(|| us_east.judge(), |v| *v == Some(Ok(()))).await,
+            Some(Ok(()))
+        );
+        let oldest = us_east.leader_heard().unwrap();
+        assert!(
+            oldest >= Duration::from_millis(40),
+            "the older word: {oldest:?}"
+        );
     }
 }

@@ -20,7 +20,7 @@ use tracing::{instrument, warn};
 
 use super::convert::{PaymentFacts, fence_to_store, payment_of_record, record_from_store};
 use super::placement::{Belief, PlacementBeliefs};
-use super::reach::StoreReach;
+use super::reach::StoreReaches;
 use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::failpoints::crash_point;
@@ -51,7 +51,7 @@ pub struct RaftStore {
     /// tenant's commands and reads go to its group; sweeps, scans and
     /// gauges to every group.
     groups: Arc<StoreGroups>,
-    reach: StoreReach,
+    reach: StoreReaches,
     local: Materialized,
     region: String,
     placements: PlacementBeliefs,
@@ -97,7 +97,7 @@ impl RaftStore {
             config.client.clone(),
         )?);
         Ok(Self {
-            reach: StoreReach::watch(groups.directory().clone()),
+            reach: StoreReaches::watch(&groups, &region),
             groups,
             local,
             region,
@@ -767,9 +767,10 @@ impl Health for RaftStore {
     /// is not ready whatever raft-store says. Then raft-store as the
     /// nearest member last saw it, this region's first — it had heard from
     /// a leader holding a quorum, and that word is still within its lease
-    /// (decision 0058) — from the background watch, so the check makes no
-    /// call across regions (decision 0059); only when no member answers is
-    /// the leader asked, by a linearizable read.
+    /// (decision 0058) — from the background watches of the directory and
+    /// of this region's group (decision 0063), so the check makes no call
+    /// across regions (decision 0059); only when no member answers is the
+    /// directory's leader asked, by a linearizable read.
     async fn ready(&self, within: Duration) -> Result<(), NotReady> {
         let started = std::time::Instant::now();
         crate::sql::answers_within(self.local.database(), within).await?;
