@@ -74,22 +74,29 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// How long a child may take to exit after SIGTERM (a node drains).
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
-/// Raft timings of store members on one machine (no `--wan-latency`). A
-/// member campaigns after `election-max` (the leader's lease: no voter
-/// grants a vote sooner) plus a random `0..(election-max - election-min)`
-/// of silence, once a majority answered its pre-vote (decision 0061): a
-/// SIGKILLed leader is replaced 400–550 ms after its last heartbeat with
-/// these, beside the router's detection, so a region killed with the store
-/// leader is served elsewhere within a second. Before the pre-vote, timings
-/// this short failed the api tests on a starved machine (decision 0057).
-const LOCAL_STORE_TIMING: [&str; 6] = [
-    "--heartbeat",
-    "100ms",
-    "--election-min",
-    "250ms",
-    "--election-max",
-    "400ms",
-];
+/// Raft timings of `once up`'s store members: heartbeat, election min and
+/// max. A member campaigns after `election-max` (the leader's lease: no
+/// voter grants a vote sooner) plus a random `0..(election-max -
+/// election-min)` of silence, once a majority answered its pre-vote
+/// (decision 0061). On one machine, 100 ms / 250–400 ms: a SIGKILLed leader
+/// is replaced 400–550 ms after its last heartbeat, beside the router's
+/// detection, so a region killed with the store leader is served elsewhere
+/// within a second. Before the pre-vote, timings this short failed the api
+/// tests on a starved machine (decision 0057). Across a simulated WAN the
+/// same proportions, scaled so that a heartbeat is at least one and a half
+/// round trips: 100 ms / 250–400 ms up to a 66 ms round trip, 105 ms /
+/// 262–420 ms at 70 (decision 0064).
+fn store_timing(wan_latency_ms: u64) -> [String; 6] {
+    let heartbeat = (wan_latency_ms * 3 / 2).max(100);
+    [
+        "--heartbeat".into(),
+        format!("{heartbeat}ms"),
+        "--election-min".into(),
+        format!("{}ms", heartbeat * 5 / 2),
+        "--election-max".into(),
+        format!("{}ms", heartbeat * 4),
+    ]
+}
 
 /// Writes `contents` to `path` readable by its owner only (mode 0600): the
 /// files `once up` keeps hold every API key or the admin token. A file left
@@ -284,9 +291,7 @@ impl Plan {
             args.extend(["--groups".into(), groups.join(",")]);
         }
         args.extend(self.pki.flags(&format!("store-{}", region.name)));
-        if self.wan_latency == 0 {
-            args.extend(LOCAL_STORE_TIMING.map(String::from));
-        }
+        args.extend(store_timing(self.wan_latency));
         args.extend(self.latency());
         let mut env = vec![("ONCE_ADMIN_TOKEN", self.admin_token.clone())];
         env.extend_from_slice(extra);
@@ -647,6 +652,22 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn store_timing_keeps_a_heartbeat_of_one_and_a_half_round_trips() {
+        let timing = |rtt| store_timing(rtt).join(" ");
+        let local = "--heartbeat 100ms --election-min 250ms --election-max 400ms";
+        assert_eq!(timing(0), local);
+        assert_eq!(timing(66), local);
+        assert_eq!(
+            timing(70),
+            "--heartbeat 105ms --election-min 262ms --election-max 420ms"
+        );
+        assert_eq!(
+            timing(200),
+            "--heartbeat 300ms --election-min 750ms --election-max 1200ms"
+        );
     }
 
     #[test]

@@ -93,7 +93,7 @@ fn take_over(key: &str, fence: u64) -> Op {
     }
 }
 
-/// Member `id`'s metric `name` (a plain sample, no labels).
+/// Member `id`'s metric `name`, the directory's sample.
 async fn metric(cluster: &Cluster, id: u64, name: &str) -> i64 {
     let url = format!("https://{}/metrics", cluster.members[&id].admin_endpoint());
     let text = cluster
@@ -109,10 +109,15 @@ async fn metric(cluster: &Cluster, id: u64, name: &str) -> i64 {
     sample(&text, name, id)
 }
 
-/// Metric `name`'s plain sample in member `id`'s `/metrics` text.
+/// Metric `name`'s sample of the directory (a member's only group here)
+/// in member `id`'s `/metrics` text.
 fn sample(text: &str, name: &str, id: u64) -> i64 {
+    let labels = format!(
+        "{{group=\"{}\"}} ",
+        once_raft_store::metrics::DIRECTORY_LABEL
+    );
     text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(&labels)))
         .unwrap_or_else(|| panic!("{name} missing on member {id}:\n{text}"))
         .trim()
         .parse()
@@ -784,7 +789,12 @@ async fn every_member_exposes_raft_metrics() {
             assert!(value(counter) >= 0, "{counter}");
         }
         if id == leader {
-            assert!(text.contains("raft_follower_lag{follower="), "{text}");
+            assert!(
+                text.lines().any(|l| l.starts_with("raft_follower_lag{")
+                    && l.contains("group=\"directory\"")
+                    && l.contains("follower=")),
+                "{text}"
+            );
         }
     }
 }
