@@ -8,12 +8,14 @@
 #   SIGKILL -> the router declares the region down (its log, at_ms)
 #   the bulk move's write (router -> raft-store -> reply, its log, write_ms)
 #   SIGKILL -> first 2xx of a request sent after the kill (served elsewhere)
+#   how far the directory's term moved (its elections; with LEADER=0 the
+#   killed member led it)
 # and at the end min/median/max over the runs.
 # Usage: bench/failover.sh [TENANTS (default 100000)] [RUNS (default 5)]
 # LEADER=0 leaves the raft-store leader in the killed region (its election
 # then comes first); the default, 1, moves it to the second region.
 # UP_ARGS adds flags to `once up`, e.g. UP_ARGS="--wan-latency 70" (members
-# 70 ms apart, the store's default WAN timing).
+# 70 ms apart; `once up` scales the members' election timing with it).
 # Needs a release build: cargo build --release --bin once (ONCE=path/to/once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +44,11 @@ up() {
 }
 stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
+# The highest term the directory's members that answer report.
+max_term() {
+  "$ONCE" store status --endpoints "$ENDPOINTS" 2>/dev/null |
+    python3 -c 'import json, sys; print(max((json.loads(l).get("term", 0) for l in sys.stdin if l.strip()), default=0))'
+}
 
 echo "# $(nproc) cores; once up --regions 3 ${UP_ARGS:-} (default router settings); $TENANTS tenants placed in the killed region; raft-store leader in region $LEADER (0: the killed one); binary $ONCE"
 RESULTS="$DIR/results.txt"
@@ -80,6 +87,7 @@ for run in $(seq 1 "$RUNS"); do
     CACHED=$(curl -s -H "Authorization: Bearer $TOKEN" "$ROUTER_ADMIN/metrics" | awk '/^router_placements /{print int($2)}')
     [[ -n $CACHED && $CACHED -ge $TENANTS ]] && break; sleep 0.2
   done
+  TERM_BEFORE=$(max_term)
   python3 bench/failover_probe.py "$ROUTER" "$KEY" "$DIR/probe$run.jsonl" &
   PROBE_PID=$!
   sleep 2
@@ -110,10 +118,11 @@ with open(path) as probe:
 sys.exit(1)
 PY
   sleep 0.5
+  ELECTIONS=$(( $(max_term) - TERM_BEFORE ))
   kill "$PROBE_PID" 2>/dev/null || true; wait "$PROBE_PID" 2>/dev/null || true; PROBE_PID=
-  python3 - "$DIR/probe$run.jsonl" "$KILLED_AT" "$DIR/run$run/logs/router.log" "$run" "$SEEDED" >>"$RESULTS" <<'PY'
+  python3 - "$DIR/probe$run.jsonl" "$KILLED_AT" "$DIR/run$run/logs/router.log" "$run" "$SEEDED" "$ELECTIONS" >>"$RESULTS" <<'PY'
 import json, re, sys
-probe, killed, log, run, seeded = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+probe, killed, log, run, seeded, elections = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
 attempts = [json.loads(l) for l in open(probe) if l.strip()]
 after = [a for a in attempts if a['sent'] >= killed]
 first_ok = min((a['answered'] for a in after if 200 <= a['status'] < 300), default=None)
@@ -126,7 +135,7 @@ for line in open(log, errors='replace'):
     if write_ms is None and 'bulk placement move applied' in plain:
         m = re.search(r'write_ms"?\s*[=:]\s*"?(\d+)', plain); write_ms = int(m.group(1)) if m else None
         m = re.search(r'moved"?\s*[=:]\s*"?(\d+)', plain); moved = int(m.group(1)) if m else None
-print(json.dumps({"run": int(run), "seeded": json.loads(seeded),
+print(json.dumps({"run": int(run), "seeded": json.loads(seeded), "directory_terms_moved": elections,
   "detect_ms": None if down_at is None else down_at - killed,
   "write_ms": write_ms, "moved": moved,
   "first_success_ms": None if first_ok is None else first_ok - killed,
@@ -143,4 +152,5 @@ for k in ("detect_ms", "write_ms", "first_success_ms"):
     if v:
         print(f"# {k}: min {v[0]} median {statistics.median(v):g} max {v[-1]} (runs: {len(v)} of {len(rows)})")
 print("# moved per run:", [r["moved"] for r in rows])
+print("# the directory's terms moved per run (elections, won or not):", [r["directory_terms_moved"] for r in rows])
 PY

@@ -27,6 +27,15 @@
 //!   RPC's messages and the voter's answer are [`crate::pre_vote`]. A
 //!   voter of the build before, which has no pre-vote, answers `404` and
 //!   counts as a yes: its real vote, under the lease, decides as before.
+//! - **One candidate at a time.** A member that granted a candidate's
+//!   pre-vote starts no campaign of its own for `election_min`: that
+//!   candidate's election is under way, and a second candidate would split
+//!   the vote (two survivors of three, each voting for itself, elect no one
+//!   and wait a whole lease again). While its own pre-vote is out, a member
+//!   refuses the pre-vote of a candidate with an equal log and a higher id
+//!   ([`PreVote::Campaigning`]) and grants a lower id's, then gives way to
+//!   it even if its own pre-vote succeeds. Of two candidates that ask
+//!   within a round trip of each other, one campaigns.
 //! - **Clock.** A member barred by [`ClockGuard::may_campaign`] does not
 //!   campaign at all.
 //!
@@ -59,6 +68,9 @@ pub struct ElectionMetrics {
     pub campaigns: Counter,
     /// Pre-vote rounds a majority refused: no election, no new term.
     pub refused: Counter,
+    /// Pre-vote rounds a majority granted while this member granted a
+    /// candidate of a lower id: it gave way, no election.
+    pub yielded: Counter,
     /// Ticks of the timer that came more than a heartbeat late.
     pub stalls: Counter,
 }
@@ -74,6 +86,11 @@ impl ElectionMetrics {
             "raft_prevote_refused",
             "Pre-vote rounds a majority refused: no election was started",
             self.refused.clone(),
+        );
+        registry.register(
+            "raft_prevote_yielded",
+            "Pre-vote rounds a majority granted while another candidate asked at once: this member gave way",
+            self.yielded.clone(),
         );
         registry.register(
             "raft_election_timer_stalls",
@@ -155,13 +172,32 @@ impl Elections {
             if quiet.state == ServerState::Leader || quiet.silent_for < wait || now < not_before {
                 continue;
             }
+            // It told a candidate it would vote for it: that candidate's
+            // election runs now, and a campaign of its own would split the
+            // vote.
+            let window_start = now.checked_sub(self.election_min).unwrap_or(now);
+            if self.silence.granted_since(window_start).is_some() {
+                continue;
+            }
             wait = self.next_wait();
             // However the round ends, the next waits a while.
             not_before = Instant::now()
                 + self
                     .election_max
                     .mul_f64(0.25 + rand::rng().random::<f64>() / 4.0);
+            let silence = self.silence.clone();
+            let asking = silence.asking();
             if self.pre_vote(&configs, id).await {
+                // Meanwhile it granted another candidate's pre-vote (a
+                // lower id's, or a longer log's): that one campaigns.
+                if let Some(other) = self.silence.granted_since(asking.since()) {
+                    self.metrics.yielded.inc();
+                    tracing::info!(
+                        candidate = other,
+                        "a majority agrees, but member {other} asked at the same time: giving way"
+                    );
+                    continue;
+                }
                 self.metrics.campaigns.inc();
                 tracing::info!(
                     silent_ms = quiet.silent_for.as_millis() as u64,
@@ -207,7 +243,16 @@ impl Elections {
             });
         }
         let mut yes = BTreeSet::from([id]);
-        while let Some(Ok((peer, answer))) = asks.join_next().await {
+        let agreed = |yes: &BTreeSet<NodeId>| {
+            configs
+                .iter()
+                .all(|c| c.iter().filter(|v| yes.contains(v)).count() > c.len() / 2)
+        };
+        // Decided at the majority's last answer: a dead or cut-off voter's
+        // silence is not waited out (the set's drop aborts its question).
+        while !agreed(&yes)
+            && let Some(Ok((peer, answer))) = asks.join_next().await
+        {
             match answer {
                 Ok(PreVote::Granted) | Err(PreVoteError::NotServed) => {
                     yes.insert(peer);
@@ -218,8 +263,6 @@ impl Elections {
                 }
             }
         }
-        configs
-            .iter()
-            .all(|c| c.iter().filter(|v| yes.contains(v)).count() > c.len() / 2)
+        agreed(&yes)
     }
 }

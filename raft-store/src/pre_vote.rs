@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::clock::ClockGuard;
 use crate::log_store::LogStore;
-use crate::types::{LogId, Raft};
+use crate::types::{LogId, NodeId, Raft};
 
 pub use crate::link::PREVOTE_PATH;
 
@@ -33,25 +33,94 @@ pub enum PreVote {
     HearsLeader,
     /// Its log is ahead of the candidate's: it would refuse the vote.
     LogAhead,
+    /// It is asking for pre-votes itself, with a log as long and a lower
+    /// id: one of two candidates that ask at once campaigns
+    /// ([`crate::election`]). Last, so the others keep their wire indexes;
+    /// a candidate of the build before cannot read it and counts it as no
+    /// answer, which is what it means.
+    Campaigning,
 }
 
 /// When this member's silence started: the later of openraft's vote time
 /// and the end of its last stall. Shared by the timer and the pre-vote
 /// answer, so both count silence alike.
+///
+/// It also remembers the last pre-vote this member granted, and to whom:
+/// a member that just told a candidate "I would vote for you" stands aside
+/// while that candidate's election runs ([`crate::election`]).
 #[derive(Debug)]
 pub struct Silence {
     resumed_at: Mutex<Instant>,
+    granted: Mutex<Option<(Instant, NodeId)>>,
+    /// Since when this member's own pre-vote has been out, if it is.
+    asking: Mutex<Option<Instant>>,
 }
 
 impl Default for Silence {
     fn default() -> Self {
         Self {
             resumed_at: Mutex::new(Instant::now()),
+            granted: Mutex::new(None),
+            asking: Mutex::new(None),
         }
     }
 }
 
+/// This member's own pre-vote, out from [`Silence::asking`] until dropped.
+#[derive(Debug)]
+pub(crate) struct Asking<'a> {
+    silence: &'a Silence,
+    since: Instant,
+}
+
+impl Asking<'_> {
+    pub(crate) fn since(&self) -> Instant {
+        self.since
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        *self
+            .silence
+            .asking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
 impl Silence {
+    /// Marks this member's own pre-vote out until the guard is dropped.
+    pub(crate) fn asking(&self) -> Asking<'_> {
+        let since = Instant::now();
+        *self.asking.lock().unwrap_or_else(|p| p.into_inner()) = Some(since);
+        Asking {
+            silence: self,
+            since,
+        }
+    }
+
+    fn is_asking(&self) -> bool {
+        self.asking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    fn granted_to(&self, candidate: NodeId) {
+        *self.granted.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), candidate));
+    }
+
+    /// The candidate this member last granted a pre-vote to, if that was
+    /// at or after `since`.
+    pub(crate) fn granted_since(&self, since: Instant) -> Option<NodeId> {
+        self.granted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .filter(|(at, _)| *at >= since)
+            .map(|(_, candidate)| candidate)
+    }
+
     pub(crate) fn resumed(&self, at: Instant) {
         *self.resumed_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
     }
@@ -97,11 +166,16 @@ pub enum PreVoteError {
 }
 
 /// This member's answer to a candidate's pre-vote (module docs).
+/// `candidate` is the asking member's id, as its link declares it
+/// (`None` from a caller that does not): a granted pre-vote is remembered
+/// against it, and while this member's own pre-vote is out, a candidate
+/// with an equal log and a higher id is refused ([`PreVote::Campaigning`]).
 pub async fn answer(
     raft: &Raft,
     log: &LogStore,
     clock: &ClockGuard,
     silence: &Silence,
+    candidate: Option<NodeId>,
     request: PreVoteRequest,
 ) -> PreVote {
     let lease = Duration::from_millis(raft.config().election_timeout_max);
@@ -117,10 +191,50 @@ pub async fn answer(
     let mut log = log.clone();
     match log.get_log_state().await {
         Ok(state) if state.last_log_id > request.last_log_id => PreVote::LogAhead,
-        Ok(_) => PreVote::Granted,
+        Ok(state)
+            if state.last_log_id == request.last_log_id
+                && silence.is_asking()
+                && candidate.is_some_and(|c| c > raft.metrics().borrow().id) =>
+        {
+            PreVote::Campaigning
+        }
+        Ok(_) => {
+            if let Some(candidate) = candidate {
+                silence.granted_to(candidate);
+            }
+            PreVote::Granted
+        }
         Err(e) => {
             tracing::error!(error = %e, "pre-vote: reading the log's last id");
             PreVote::LogAhead
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_granted_pre_vote_is_remembered_from_when_it_was_granted() {
+        let silence = Silence::default();
+        let before = Instant::now();
+        assert_eq!(silence.granted_since(before), None);
+        silence.granted_to(2);
+        assert_eq!(silence.granted_since(before), Some(2));
+        let after = Instant::now() + Duration::from_millis(1);
+        assert_eq!(silence.granted_since(after), None);
+    }
+
+    #[test]
+    fn a_member_is_asking_while_its_guard_lives() {
+        let silence = Silence::default();
+        assert!(!silence.is_asking());
+        {
+            let asking = silence.asking();
+            assert!(silence.is_asking());
+            assert!(asking.since() <= Instant::now());
+        }
+        assert!(!silence.is_asking());
     }
 }

@@ -191,13 +191,19 @@ async fn pre_vote(
     State(raft): State<Raft>,
     axum::Extension(clock): axum::Extension<Arc<ClockGuard>>,
     axum::Extension(prevotes): axum::Extension<PreVotes>,
+    headers: axum::http::HeaderMap,
     Postcard(request): Postcard<PreVoteRequest>,
 ) -> Postcard<Result<PreVote, RaftError>> {
+    let candidate = headers
+        .get(crate::clock::MEMBER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     Postcard(Ok(pre_vote::answer(
         &raft,
         &prevotes.log,
         &clock,
         &prevotes.silence,
+        candidate,
         request,
     )
     .await))

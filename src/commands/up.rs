@@ -59,6 +59,8 @@ pub struct UpArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=7))]
     pub regions: u8,
     /// Simulated round trip, in milliseconds, on every link between regions.
+    /// The store members' heartbeat and election timeouts scale with it
+    /// (a heartbeat of at least one and a half round trips).
     #[arg(long, default_value_t = 0)]
     pub wan_latency: u64,
 }

@@ -802,6 +802,61 @@ async fn every_member_exposes_raft_metrics() {
 /// Members' regions for the simulated-WAN tests (`once store --peer-regions`).
 const PEER_REGIONS: &str = "1=eu-west,2=us-east,3=ap-south";
 
+/// The two survivors of a SIGKILLed leader stop hearing it at the same
+/// instant, and 70 ms apart each pre-vote and vote takes a round trip: if
+/// both campaigned, each would vote for itself and neither win (decision
+/// 0064). Here their random draws are all but equal (390–400 ms), so both
+/// come to campaign within a few milliseconds of each other every time:
+/// one candidate at a time makes every kill cost exactly one election.
+/// With the two rules switched off, one of two runs failed (round 3: three
+/// terms for one kill); with them, 24 rounds in three runs took one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_survivors_of_a_killed_leader_elect_one_of_them_in_one_election_across_a_wan() {
+    let mut cluster = Cluster::start_with(
+        3,
+        &[
+            "--peer-regions",
+            PEER_REGIONS,
+            "--wan-latency",
+            "70",
+            "--heartbeat",
+            "100ms",
+            "--election-min",
+            "390ms",
+            "--election-max",
+            "400ms",
+        ],
+        |_| vec![],
+    )
+    .await;
+    for round in 0..8 {
+        let leader = cluster.wait_for_leader(&cluster.ids()).await;
+        let survivors: Vec<u64> = cluster.ids().into_iter().filter(|i| *i != leader).collect();
+        // Every member at the leader's term before the kill.
+        let before = eventually(Duration::from_secs(20), || async {
+            let mut terms = std::collections::BTreeSet::new();
+            for id in cluster.ids() {
+                terms.insert(cluster.status(id).await?.term);
+            }
+            (terms.len() == 1).then(|| *terms.first().unwrap())
+        })
+        .await;
+        cluster.kill(leader).await;
+        let next = cluster.wait_for_leader(&survivors).await;
+        let mut after = 0;
+        for id in &survivors {
+            after = after.max(cluster.status(*id).await.map_or(0, |s| s.term));
+        }
+        assert_eq!(
+            after,
+            before + 1,
+            "round {round}: member {next} leads at term {after}, elected from term {before}"
+        );
+        cluster.spawn(leader, None).await;
+        cluster.wait_for_convergence(&cluster.ids()).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_heals() {
     let cluster = Cluster::start_with(3, &["--peer-regions", PEER_REGIONS], |_| vec![]).await;

@@ -203,15 +203,20 @@ impl Cluster {
             .env("ONCE_STORE_PIPELINE_FROM_RTT", "0s")
             .arg("--data-dir")
             .arg(&m.data_dir)
-            // Local members: fast elections keep the tests short.
-            .args([
-                "--heartbeat",
-                "100ms",
-                "--election-min",
-                "500ms",
-                "--election-max",
-                "1000ms",
-            ])
+            // Local members: fast elections keep the tests short (unless
+            // the test sets its own timing).
+            .args(if self.extra_args.iter().any(|a| a == "--heartbeat") {
+                &[][..]
+            } else {
+                &[
+                    "--heartbeat",
+                    "100ms",
+                    "--election-min",
+                    "500ms",
+                    "--election-max",
+                    "1000ms",
+                ][..]
+            })
             .args(&self.extra_args)
             // openraft warns about every vote race of a fresh election: noise in CI logs.
             .env("RUST_LOG", "warn,openraft=error");
