@@ -104,6 +104,13 @@ pub struct Owned {
     /// 0054), so whoever finishes the operation later renders with this
     /// shape, not its own node's, and the bytes match. `None`: the node's.
     pub answer_schema: Option<ResponseSchema>,
+    /// The payment as the operation's first owner claimed it, where the
+    /// store keeps it (raft mode: the record's sealed facts). The region
+    /// that took the payment is in the answer; an owner that takes the
+    /// record over in another region after the first answered (0054) must
+    /// render that region, not its own, or a replay would differ from the
+    /// first answer (RELIABILITY finding 12). `None`: the claim's own.
+    pub facts: Option<NewPayment>,
 }
 
 impl Owned {
@@ -113,6 +120,7 @@ impl Owned {
             record,
             charge_may_have_been_sent: false,
             answer_schema: None,
+            facts: None,
         }
     }
 
@@ -122,6 +130,7 @@ impl Owned {
             record,
             charge_may_have_been_sent: true,
             answer_schema: None,
+            facts: None,
         }
     }
 }

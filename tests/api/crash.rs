@@ -239,6 +239,11 @@ impl OnePayment {
     /// A node on the simulator with the crash tests' short lease, `extra`
     /// flags after those, `failpoints` armed (`""`: none).
     async fn node(&self, extra: &[&str], failpoints: &str) -> NodeProcess {
+        self.node_in("test", extra, failpoints).await
+    }
+
+    /// As [`Self::node`], in `region`.
+    async fn node_in(&self, region: &str, extra: &[&str], failpoints: &str) -> NodeProcess {
         let args: Vec<&str> = self
             .sim
             .crash_node_args()
@@ -250,7 +255,7 @@ impl OnePayment {
         } else {
             &[("FAILPOINTS", failpoints)]
         };
-        NodeProcess::start(&self.db, &args, env).await
+        NodeProcess::start_in(region, &self.db.url, &self.db.node_args(), &args, env).await
     }
 
     fn post(&self, node: &NodeProcess) -> reqwest::RequestBuilder {
@@ -382,9 +387,12 @@ async fn killed_after_answering_before_the_finish(backend: Backend) {
         "the finish was never written"
     );
 
-    // The node that recovers it renders new answers in another shape; this
-    // one keeps the shape it was first answered in.
-    let node = run.node(&["--response-schema", "1"], "").await;
+    // The node that recovers it is in another region and renders new
+    // answers in another shape; this one keeps the region that took it and
+    // the shape it was first answered in (RELIABILITY finding 12).
+    let node = run
+        .node_in("elsewhere", &["--response-schema", "1"], "")
+        .await;
     let recovered = answer_once_not_in_progress(Duration::from_secs(20), || run.post(&node)).await;
     assert_eq!(recovered.status, 201);
     assert_eq!(

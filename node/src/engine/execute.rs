@@ -290,7 +290,11 @@ async fn run(
         mut record,
         charge_may_have_been_sent,
         answer_schema,
+        facts: kept,
     } = owned;
+    // The payment as its first owner claimed it, where the store kept it:
+    // its region, not this node's, is in the answer.
+    let facts = kept.as_ref().unwrap_or(facts);
     let payment_id = record.payment_id.clone().ok_or_else(|| {
         EngineError::Internal(anyhow::anyhow!(
             "owned record at {} without a payment",

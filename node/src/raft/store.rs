@@ -256,18 +256,21 @@ impl RaftStore {
     ) -> Result<Owned, StoreError> {
         // The payment was created when the leader stamped its claim: the
         // record's time, which every region answers and lists it by.
-        let mut answer_schema = None;
+        let (mut answer_schema, mut kept) = (None, None);
         if let Some(blob) = &record.payload {
             let facts = PaymentFacts::decode(&self.keys.open_payload(&record.scope, blob)?)?;
+            let payment = facts.payment()?;
             self.local
-                .upsert_pending(&facts.payment()?, UnixMillis(record.created_at))
+                .upsert_pending(&payment, UnixMillis(record.created_at))
                 .await?;
             answer_schema = facts.answer_schema();
+            kept = Some(payment);
         }
         let mut owned = self.record(record)?;
         owned.locked_until = asked_at.plus(lease);
         Ok(Owned {
             answer_schema,
+            facts: kept,
             ..how(owned)
         })
     }
