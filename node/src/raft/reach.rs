@@ -139,17 +139,15 @@ impl StoreReaches {
     /// that says a leader is out of reach, named by its group; else `None`
     /// if any has no word to judge by; else in reach.
     pub fn judge(&self) -> Option<Result<(), String>> {
-        let verdicts: Vec<_> = self
-            .watches
-            .iter()
-            .map(|(label, watch)| (label, watch.judge()))
-            .collect();
-        if let Some((label, Some(Err(why)))) =
-            verdicts.iter().find(|(_, v)| matches!(v, Some(Err(_))))
-        {
-            return Some(Err(format!("{label}: {why}")));
+        let mut every_word = true;
+        for (label, watch) in &self.watches {
+            match watch.judge() {
+                Some(Err(why)) => return Some(Err(format!("{label}: {why}"))),
+                Some(Ok(())) => {}
+                None => every_word = false,
+            }
         }
-        verdicts.iter().all(|(_, v)| v.is_some()).then_some(Ok(()))
+        every_word.then_some(Ok(()))
     }
 
     /// How long ago the leader heard least recently was heard: `None` if
