@@ -17,7 +17,10 @@ use crate::store::NotReady;
 /// else 2 s). When all it waits on is raft-store, the store every region
 /// shares, the `503` says so ([`once_edge::ops::WAITING_ON_HEADER`]):
 /// routers do not count that against this region while every region waits
-/// on it (decision 0056).
+/// on it (decision 0056). On raft-store every answer names the groups
+/// whose leader is in reach, and a `503` the ones it waits on: a router
+/// fails a region over only when another region reaches what it waits on
+/// (decision 0065).
 pub fn health(state: &AppState) -> Router<AppState> {
     let state = state.clone();
     once_edge::ops::health(move |within: Option<Duration>| {
@@ -25,8 +28,19 @@ pub fn health(state: &AppState) -> Router<AppState> {
         async move {
             // A little of the prober's time is left for the answer's way back.
             let within = within.map_or(Duration::from_secs(2), |w| w * 3 / 4);
-            state.store.health.ready(within).await?;
-            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
+            let ready = state.store.health.ready(within).await;
+            // Read after the verdict, from the same watches it judged by.
+            let store_groups = state.store.health.store_groups();
+            match ready {
+                Ok(()) => Ok(once_edge::ops::Ready {
+                    body: serde_json::json!({ "status": "ready", "region": state.config.region }),
+                    store_groups,
+                }),
+                Err(not_ready) => Err(once_edge::ops::NotReady {
+                    store_groups,
+                    ..not_ready.into()
+                }),
+            }
         }
     })
 }
@@ -38,6 +52,7 @@ impl From<NotReady> for once_edge::ops::NotReady {
         Self {
             error: ApiError::Unavailable(e.into()),
             waiting_on_shared_store,
+            store_groups: None,
         }
     }
 }

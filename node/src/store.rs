@@ -411,6 +411,14 @@ pub trait Health: Send + Sync + std::fmt::Debug + 'static {
     fn shared_store_leader_heard(&self) -> Option<Duration> {
         None
     }
+
+    /// Which of the shared store's groups have a leader in reach, as this
+    /// node last had word of them, and which of those its readiness
+    /// needs do not (raft mode, decision 0065). `None` without a shared
+    /// store.
+    fn store_groups(&self) -> Option<once_edge::ops::StoreGroups> {
+        None
+    }
 }
 
 /// The payments repository's reads.

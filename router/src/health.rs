@@ -16,18 +16,25 @@
 //!
 //! A node that answers `503` waiting only on raft-store, the store every
 //! region shares ([`once_edge::ops::WAITING_ON_HEADER`]), fails its region's
-//! round only if another region was ready that round: then the region is
-//! cut off from the store and its tenants are better served elsewhere. When
-//! no region is ready and some wait on the store, the store is what failed
-//! (an election after its leader's region died): the waiting regions pass
-//! the round, stay eligible standbys, and the failover of the region that
-//! died waits in its write for the new leader instead of for every region to
+//! round only if another region was ready that round and reaches the
+//! leaders of the groups it waits on: then the region is cut off from the
+//! store and its tenants are better served elsewhere. When no ready region
+//! reaches them, the store is what failed (an election after its leader's
+//! region died, or in one region's group): the waiting regions pass the
+//! round, stay eligible standbys, and the failover of the region that died
+//! waits in its write for the new leader instead of for every region to
 //! come back and settle
-//! (docs/decisions/0056-a-shared-store-outage-is-no-regions-failure.md).
+//! (docs/decisions/0056-a-shared-store-outage-is-no-regions-failure.md,
+//! docs/decisions/0065-a-groups-election-is-no-regions-failure.md). A node
+//! that does not name its groups counts as reaching, or waiting on, the
+//! whole store.
 
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+
 use futures::future::join_all;
+use once_edge::ops::StoreGroups;
 use once_store_client::command::RegionStatus;
 use tokio::time::MissedTickBehavior;
 
@@ -51,12 +58,16 @@ pub async fn watch_regions(state: SharedState) {
 pub async fn check_once(state: &RouterState) {
     let regions: Vec<String> = state.config.nodes.regions().map(str::to_owned).collect();
     let answers = join_all(regions.iter().map(|r| region_answers(state, r))).await;
-    let store_out = !answers.contains(&Answer::Ready) && answers.contains(&Answer::WaitingOnStore);
+    let reach = Reach::of_ready(&answers);
     let mut went_down = Vec::new();
     for (region, answer) in regions.iter().zip(answers) {
+        let cut_off = match &answer {
+            Answer::WaitingOnStore(waits) => reach.covers(waits.as_ref()),
+            _ => false,
+        };
         let ok = match answer {
-            Answer::Ready => true,
-            Answer::WaitingOnStore => store_out,
+            Answer::Ready(_) => true,
+            Answer::WaitingOnStore(_) => !cut_off,
             Answer::Failed => false,
         };
         let (verdict, failures) = state.health.record(region, ok);
@@ -78,7 +89,7 @@ pub async fn check_once(state: &RouterState) {
                     region,
                     failures,
                     last_round = ?answer,
-                    store_out,
+                    cut_off,
                     at_ms = now_ms(),
                     "region down: every node failed its health checks"
                 );
@@ -133,17 +144,64 @@ pub async fn check_once(state: &RouterState) {
 }
 
 /// What a region's nodes answered one round's `/readyz`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Answer {
-    /// Some node is ready.
-    Ready,
-    /// None is, and some node waits only on the shared store.
-    WaitingOnStore,
+    /// Some node is ready: the store's groups the ready nodes reach
+    /// (`None`: some node did not say, as on a SQL store).
+    Ready(Option<Groups>),
+    /// None is, and some node waits only on the shared store: the groups
+    /// the waiting nodes wait on (`None`: some node did not name them).
+    WaitingOnStore(Option<Groups>),
     /// No node answered in time, or none could serve for a reason of its own.
     Failed,
 }
 
-/// The best of what `region`'s nodes answer `/readyz` in time.
+type Groups = BTreeSet<String>;
+
+/// What the regions that are ready this round reach of the shared store.
+#[derive(Debug, PartialEq, Eq)]
+enum Reach {
+    /// No region is ready.
+    Nothing,
+    /// These groups' leaders.
+    Groups(Groups),
+    /// Some ready node did not say: the whole store, as before groups.
+    Everything,
+}
+
+impl Reach {
+    fn of_ready(answers: &[Answer]) -> Self {
+        let mut reach = Reach::Nothing;
+        for answer in answers {
+            reach = match (reach, answer) {
+                (reach, Answer::WaitingOnStore(_) | Answer::Failed) => reach,
+                (Reach::Everything, _) | (_, Answer::Ready(None)) => Reach::Everything,
+                (Reach::Nothing, Answer::Ready(Some(groups))) => Reach::Groups(groups.clone()),
+                (Reach::Groups(mut all), Answer::Ready(Some(groups))) => {
+                    all.extend(groups.iter().cloned());
+                    Reach::Groups(all)
+                }
+            };
+        }
+        reach
+    }
+
+    /// Whether a region waiting on `waits` (`None`: the store as a whole)
+    /// is cut off from what the ready regions reach — then its tenants are
+    /// better served elsewhere — rather than waiting on groups that have no
+    /// leader in reach of anyone, which no failover cures (decisions 0056,
+    /// 0065).
+    fn covers(&self, waits: Option<&Groups>) -> bool {
+        match (self, waits) {
+            (Reach::Nothing, _) => false,
+            (Reach::Everything, _) | (Reach::Groups(_), None) => true,
+            (Reach::Groups(reached), Some(waits)) => waits.is_subset(reached),
+        }
+    }
+}
+
+/// The best of what `region`'s nodes answer `/readyz` in time: ready
+/// nodes' groups together; else waiting nodes' groups together.
 async fn region_answers(state: &RouterState, region: &str) -> Answer {
     if !state.partition.reachable(region) {
         return Answer::Failed;
@@ -161,17 +219,42 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
             .send();
         async move {
             match request.await {
-                Ok(r) if r.status().is_success() => Answer::Ready,
-                Ok(r) if waits_on_store(&r) => Answer::WaitingOnStore,
+                Ok(r) if r.status().is_success() => {
+                    Answer::Ready(StoreGroups::in_reach_of(r.headers()))
+                }
+                Ok(r) if waits_on_store(&r) => {
+                    Answer::WaitingOnStore(StoreGroups::waiting_on_of(r.headers()))
+                }
                 _ => Answer::Failed,
             }
         }
     });
-    let answers = join_all(checks).await;
-    [Answer::Ready, Answer::WaitingOnStore]
-        .into_iter()
-        .find(|best| answers.contains(best))
-        .unwrap_or(Answer::Failed)
+    best_of(join_all(checks).await)
+}
+
+/// One answer for a region from its nodes' answers.
+fn best_of(answers: Vec<Answer>) -> Answer {
+    let mut best = Answer::Failed;
+    for answer in answers {
+        best = match (best, answer) {
+            (Answer::Ready(a), Answer::Ready(b)) => Answer::Ready(union(a, b)),
+            (Answer::Ready(a), _) | (_, Answer::Ready(a)) => Answer::Ready(a),
+            (Answer::WaitingOnStore(a), Answer::WaitingOnStore(b)) => {
+                Answer::WaitingOnStore(union(a, b))
+            }
+            (Answer::WaitingOnStore(a), Answer::Failed)
+            | (Answer::Failed, Answer::WaitingOnStore(a)) => Answer::WaitingOnStore(a),
+            (Answer::Failed, Answer::Failed) => Answer::Failed,
+        };
+    }
+    best
+}
+
+/// Two nodes' groups together; `None` (did not say) wins.
+fn union(a: Option<Groups>, b: Option<Groups>) -> Option<Groups> {
+    let (mut a, b) = (a?, b?);
+    a.extend(b);
+    Some(a)
 }
 
 fn waits_on_store(response: &reqwest::Response) -> bool {
@@ -192,5 +275,86 @@ async fn publish(state: &RouterState, region: &str, status: RegionStatus) {
             tracing::error!(region, ?status, error = %e, "could not publish region status")
         }
         Err(_) => tracing::error!(region, ?status, "publishing region status timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(names: &[&str]) -> Option<Groups> {
+        Some(names.iter().map(|n| (*n).to_owned()).collect())
+    }
+
+    #[test]
+    fn a_region_waiting_on_a_group_no_ready_region_reaches_is_not_cut_off() {
+        // us waits on its own group while eu, ready, does not reach it
+        // either: that group has no leader in reach of anyone.
+        let answers = [
+            Answer::Ready(groups(&["directory", "ap"])),
+            Answer::WaitingOnStore(groups(&["us"])),
+        ];
+        let reach = Reach::of_ready(&answers);
+        assert!(!reach.covers(groups(&["us"]).as_ref()));
+        // Once a ready region reaches it, us is the one cut off.
+        let reach = Reach::of_ready(&[Answer::Ready(groups(&["directory", "us"]))]);
+        assert!(reach.covers(groups(&["us"]).as_ref()));
+        assert!(
+            !reach.covers(groups(&["us", "ap"]).as_ref()),
+            "ap has no leader"
+        );
+        // What the ready regions reach, together.
+        let reach = Reach::of_ready(&[
+            Answer::Ready(groups(&["directory"])),
+            Answer::Ready(groups(&["ap"])),
+            Answer::Failed,
+        ]);
+        assert!(reach.covers(groups(&["directory", "ap"]).as_ref()));
+    }
+
+    #[test]
+    fn nodes_that_do_not_name_groups_are_judged_as_before_groups() {
+        // No region ready: the store is out, nobody is cut off (0056).
+        let reach = Reach::of_ready(&[Answer::WaitingOnStore(None), Answer::Failed]);
+        assert_eq!(reach, Reach::Nothing);
+        assert!(!reach.covers(None));
+        assert!(!reach.covers(groups(&["us"]).as_ref()));
+        // A ready node that does not say reaches the whole store.
+        let reach = Reach::of_ready(&[Answer::Ready(groups(&["directory"])), Answer::Ready(None)]);
+        assert_eq!(reach, Reach::Everything);
+        assert!(reach.covers(groups(&["us"]).as_ref()));
+        // A waiting node that does not say waits on the whole store, which
+        // some region reaches.
+        let reach = Reach::of_ready(&[Answer::Ready(groups(&["directory"]))]);
+        assert!(reach.covers(None));
+    }
+
+    #[test]
+    fn a_regions_answer_is_its_best_nodes_with_their_groups_together() {
+        assert_eq!(
+            best_of(vec![
+                Answer::Failed,
+                Answer::WaitingOnStore(groups(&["us"])),
+                Answer::Ready(groups(&["directory"])),
+                Answer::Ready(groups(&["us"])),
+            ]),
+            Answer::Ready(groups(&["directory", "us"]))
+        );
+        assert_eq!(
+            best_of(vec![
+                Answer::WaitingOnStore(groups(&["us"])),
+                Answer::Failed,
+                Answer::WaitingOnStore(groups(&["directory"])),
+            ]),
+            Answer::WaitingOnStore(groups(&["directory", "us"]))
+        );
+        assert_eq!(
+            best_of(vec![
+                Answer::WaitingOnStore(groups(&["us"])),
+                Answer::WaitingOnStore(None),
+            ]),
+            Answer::WaitingOnStore(None)
+        );
+        assert_eq!(best_of(vec![]), Answer::Failed);
     }
 }

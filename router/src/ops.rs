@@ -27,7 +27,7 @@ pub fn health(state: &SharedState) -> Router<SharedState> {
                     ApiError::Unavailable(anyhow::anyhow!("raft-store readiness check timed out"))
                 })?
                 .map_err(|e| ApiError::Unavailable(e.into()))?;
-            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }))
+            Ok(serde_json::json!({ "status": "ready", "region": state.config.region }).into())
         }
     })
 }

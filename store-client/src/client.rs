@@ -553,20 +553,29 @@ impl StoreClient {
         }
     }
 
-    /// The status of the nearest member that answers, asked in endpoint
-    /// order (this region's members first): what a caller judges the
-    /// store's reach by ([`Status::leader_in_reach`]) without a round trip
-    /// through the leader, so the answer costs the same however far away
-    /// the leader is. A member of another region is asked only when none of
-    /// this region's answers, so a region that lost its own member judges
-    /// the store as the others do. `None` when no member answers.
+    /// The status of the nearest member that has heard a leader within
+    /// its lease, asked in endpoint order (this region's members first):
+    /// what a caller judges the store's reach by
+    /// ([`Status::leader_in_reach`]) without a round trip through the
+    /// leader, so the answer costs the same however far away the leader
+    /// is. A member of another region is asked only when none of this
+    /// region's answers or has heard the leader — its own member just
+    /// restarted, say, while the caller can still reach the leader through
+    /// another; a member that refuses this caller's region (a partition)
+    /// does not answer. When no member says the leader is in reach, the
+    /// nearest one that answered; `None` when none answers.
     pub async fn nearest_status(&self) -> Option<Status> {
+        let mut nearest = None;
         for i in 0..self.endpoints.len() {
-            if let Ok(status) = self.status_of(i).await {
+            let Ok(status) = self.status_of(i).await else {
+                continue;
+            };
+            if !matches!(status.leader_in_reach(Duration::ZERO), Some(Err(_))) {
                 return Some(status);
             }
+            nearest.get_or_insert(status);
         }
-        None
+        nearest
     }
 
     /// The status of the member at `endpoints[i]`.

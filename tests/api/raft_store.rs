@@ -10,7 +10,7 @@
 
 mod certs;
 pub mod cluster;
-mod groups;
+pub mod groups;
 mod preferred;
 mod trust;
 mod upgrade;

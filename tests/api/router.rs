@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use once_store_client::admin;
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::{Placement, RegionStatus, Reply};
 use once_test_support::client::status_of;
@@ -879,6 +880,26 @@ async fn a_router_serves_its_public_api_over_tls_and_forwards_to_nodes_over_mutu
     assert!(stderr.contains("is plaintext"), "{stderr}");
 }
 
+/// A router that takes a region down after 2 failed rounds of 100 ms and
+/// lets a standby take its tenants at once: shorter than any election.
+const QUICK_DETECTION: &[&str] = &[
+    "--health-check-interval",
+    "100ms",
+    "--health-check-failures",
+    "2",
+    "--health-check-settle",
+    "0s",
+];
+
+/// `/readyz` of `node`, probed as the router does it.
+async fn probe_readyz(http: &reqwest::Client, node: &NodeProcess) -> Option<reqwest::Response> {
+    http.get(format!("{}/readyz", node.admin_url))
+        .header(once_edge::ops::ANSWER_WITHIN_HEADER, "100")
+        .send()
+        .await
+        .ok()
+}
+
 /// A raft-store election is no region's failure (decision 0056): while its
 /// leader is elected every raft-mode node answers `/readyz` with a `503`
 /// waiting on the shared store, for longer than this router's detection
@@ -904,19 +925,7 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     else {
         panic!("placed")
     };
-    let args = router_args(
-        cluster,
-        "us",
-        (&eu.url, &us.url),
-        &[
-            "--health-check-interval",
-            "100ms",
-            "--health-check-failures",
-            "2",
-            "--health-check-settle",
-            "0s",
-        ],
-    );
+    let args = router_args(cluster, "us", (&eu.url, &us.url), QUICK_DETECTION);
     let router = RouterProcess::start(&args).await;
     router.wait_ready().await;
     pay_until_served_by(&router, ACME_KEY, "election-1", "eu").await;
@@ -924,20 +933,12 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     // The leader dies: every node waits on the store until a new one is
     // elected, seen from a node's own `/readyz` probed as the router does.
     let http = reqwest::Client::new();
-    let waiting_on_store = |node: &NodeProcess| {
-        let probe = http
-            .get(format!("{}/readyz", node.admin_url))
-            .header(once_edge::ops::ANSWER_WITHIN_HEADER, "100");
-        async move {
-            let answer = probe.send().await.ok()?;
-            let header = answer.headers().get(once_edge::ops::WAITING_ON_HEADER);
-            Some(answer.status() == 503 && header.is_some_and(|v| v == "shared-store"))
-        }
-    };
     let leader = cluster.wait_for_leader(&cluster.ids()).await;
     cluster.kill(leader).await;
     eventually(WAIT, || async {
-        waiting_on_store(&eu).await?.then_some(())
+        let answer = probe_readyz(&http, &eu).await?;
+        let header = answer.headers().get(once_edge::ops::WAITING_ON_HEADER);
+        (answer.status() == 503 && header.is_some_and(|v| v == "shared-store")).then_some(())
     })
     .await;
     let survivors: Vec<u64> = cluster
@@ -981,4 +982,158 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
         "us stayed up through the election"
     );
     pay_until_served_by(&router, ACME_KEY, "election-3", "us").await;
+}
+
+/// An election in one region's group is no region's failure either
+/// (decision 0065): while the group `us` — which only `us`'s node judges —
+/// has no leader, `us` waits on it and `eu`, ready, does not reach it
+/// either, so `us` stays up however many rounds the election takes. A
+/// region whose own member is cut off, while the other regions reach the
+/// groups it waits on, is failed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_election_fails_no_region_over_but_a_region_cut_off_from_its_group_is() {
+    use crate::raft_store::groups::{assign, group_led_by};
+
+    let mut cluster = Cluster::start_with(
+        3,
+        &[
+            "--peer-regions",
+            "1=eu,2=us,3=ap",
+            "--groups",
+            "us",
+            "--preferred-leader",
+            "1",
+        ],
+        |_| vec![],
+    )
+    .await;
+    group_led_by(&cluster, "us", 2).await;
+    let directory = cluster.client(cluster.client_options());
+    assert!(matches!(
+        assign(&directory, "acme", "us").await,
+        Reply::Assigned { .. }
+    ));
+    let groups = cluster.store_groups();
+    let store = groups.of_tenant("acme").await.unwrap();
+    let Reply::Placement(before) = store
+        .set_placement("acme", 0, "us", &["eu".to_owned()])
+        .await
+        .unwrap()
+    else {
+        panic!("placed")
+    };
+
+    // Each region's node asks its own region's member first.
+    let node_in = |region: &str, nearest: u64| {
+        let endpoints: Vec<String> = std::iter::once(nearest)
+            .chain(cluster.ids().into_iter().filter(|id| *id != nearest))
+            .map(|id| cluster.members[&id].endpoint())
+            .collect();
+        let mut args: Vec<String> = [
+            "--idempotency-store",
+            "raft",
+            "--store-endpoints",
+            &endpoints.join(","),
+        ]
+        .map(str::to_owned)
+        .into();
+        args.extend(cluster.store_groups_flags());
+        args.extend(behind_routers(&cluster));
+        let region = region.to_owned();
+        async move {
+            let db = TestDb::new(Backend::Sqlite).await;
+            let node = NodeProcess::start_in(&region, &db.url, &args, &[], &[]).await;
+            (node, db)
+        }
+    };
+    let (eu, _eu_db) = node_in("eu", 1).await;
+    let (us, _us_db) = node_in("us", 2).await;
+    let args = router_args(&cluster, "eu", (&eu.url, &us.url), QUICK_DETECTION);
+    let router = RouterProcess::start(&args).await;
+    router.wait_ready().await;
+    pay_until_served_by(&router, ACME_KEY, "group-election-1", "us").await;
+
+    // us's member, which leads group us, dies: us's node asks the next
+    // member, which has no leader of the group until it elects one, for
+    // far longer than the router's two rounds.
+    let http = reqwest::Client::new();
+    cluster.kill(2).await;
+    let waiting = eventually(WAIT, || async {
+        let answer = probe_readyz(&http, &us).await?;
+        let waits = once_edge::ops::StoreGroups::waiting_on_of(answer.headers());
+        (answer.status() == 503 && waits.as_ref().is_some_and(|w| w.contains("us")))
+            .then_some(waits)
+    })
+    .await;
+    assert_eq!(
+        waiting,
+        Some(["us".to_owned()].into()),
+        "the directory has its leader"
+    );
+    let eu_reach = probe_readyz(&http, &eu).await.expect("eu answers");
+    assert_eq!(eu_reach.status(), 200);
+    assert!(
+        once_edge::ops::StoreGroups::in_reach_of(eu_reach.headers())
+            .is_some_and(|reach| reach.contains("directory")),
+        "{:?}",
+        eu_reach.headers()
+    );
+    pay_until_served_by(&router, ACME_KEY, "group-election-2", "us").await;
+    assert_eq!(
+        router.metric("router_region_failovers_total", "").await,
+        0.0,
+        "a group's election is not a region down"
+    );
+    assert_eq!(store.placement("acme").await.unwrap(), Some(before.clone()));
+
+    // us's member comes back — while it catches up, us's node judges by
+    // a member that has heard the leader, so us stays up — and leads its
+    // group again. Then us is partitioned as the drill does it: its member
+    // isolated, the other members refusing it, us's node included. The
+    // other regions elect a leader of group us among themselves and reach
+    // it: us is cut off, and failed over.
+    cluster.spawn(2, None).await;
+    group_led_by(&cluster, "us", 2).await;
+    assert_eq!(
+        router.metric("router_region_failovers_total", "").await,
+        0.0,
+        "a member's restart is not a region down"
+    );
+    let operator = cluster.operator();
+    let partition = |cut: bool| {
+        let operator = &operator;
+        let cluster = &cluster;
+        async move {
+            admin::set_partition(operator, &cluster.members[&2].admin_endpoint(), cut)
+                .await
+                .unwrap();
+            let regions = if cut { vec!["us".to_owned()] } else { vec![] };
+            for id in [1, 3] {
+                admin::set_cut_regions(operator, &cluster.members[&id].admin_endpoint(), &regions)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    partition(true).await;
+    let after = eventually(WAIT, || async {
+        let p = store.placement("acme").await.ok()??;
+        (p.epoch > before.epoch).then_some(p)
+    })
+    .await;
+    assert_eq!((after.home.as_str(), after.epoch), ("eu", before.epoch + 1));
+    assert_eq!(
+        router
+            .metric("router_region_failovers_total", "region=\"us\"")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        router
+            .metric("router_region_failovers_total", "region=\"eu\"")
+            .await,
+        0.0
+    );
+    partition(false).await;
+    pay_until_served_by(&router, ACME_KEY, "group-election-3", "eu").await;
 }

@@ -26,7 +26,7 @@ pub(crate) struct Up {
     pub(crate) process: Process,
     pub(crate) cluster: serde_json::Value,
     /// The cluster's directory (`root/data`), its logs in `logs/`.
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
 }
 
 /// Where `once up` keeps its cluster, relative to the directory it runs in.

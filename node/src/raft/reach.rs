@@ -1,6 +1,7 @@
 //! Whether raft-store's leader is in reach, as this node last had word of
-//! it: a watch that asks the nearest member for its status every
-//! [`ASK_EVERY`] in the background ([`StoreClient::nearest_status`]), so
+//! it: a watch that asks the nearest member that has heard the leader
+//! for its status every [`ASK_EVERY`] in the background
+//! ([`StoreClient::nearest_status`], decision 0065), so
 //! `/readyz` judges the store without a network call of its own.
 //!
 //! A word ages: a member that had heard its leader `ago` ms before it
@@ -11,8 +12,9 @@
 //! never ready on an old answer
 //! (docs/decisions/0059-the-node-watches-the-stores-reach.md).
 //!
-//! With a Raft group per home region, [`StoreReaches`] watches the
-//! directory and the node's own region's group, and judges by both.
+//! With a Raft group per home region, [`StoreReaches`] watches every group,
+//! judges by the directory and the node's own region's group, and tells
+//! routers which groups' leaders are in reach (decision 0065).
 //!
 //! Why not ask in the probe: a region whose own member died asks a member
 //! of another region, a WAN round trip inside the router's check budget,
@@ -112,37 +114,69 @@ impl Drop for StoreReach {
 /// every tenant's first request and the regions' status go there — and the
 /// group homed in the node's region, which holds its tenants' records. A
 /// node whose tenants' group has no leader in reach cannot serve them, even
-/// while the directory's leader answers. Other regions' groups are left
-/// out: their tenants come here only after a failover, and a region must
-/// not look down for an election in a group it does not serve.
+/// while the directory's leader answers. Other regions' groups are watched
+/// but not judged: their tenants come here only after a failover, and a
+/// region must not look down for an election in a group it does not
+/// serve; what this node sees of them tells a router whether a region
+/// waiting on its own group is cut off from it or the group has no leader
+/// anywhere (decision 0065).
 #[derive(Debug)]
 pub struct StoreReaches {
-    /// `(label, watch)`, the directory's first.
-    watches: Vec<(String, StoreReach)>,
+    /// The directory's first.
+    watches: Vec<Watched>,
 }
 
-impl StoreReaches {
-    /// Starts watching the directory and, if `groups` has one named
-    /// `region`, that group.
-    pub fn watch(groups: &StoreGroups, region: &str) -> Self {
-        let mut watches = vec![(
-            "the directory".to_owned(),
-            StoreReach::watch(groups.directory().clone()),
-        )];
-        if let Some(home) = groups.group(region) {
-            watches.push((format!("group {region}"), StoreReach::watch(home.clone())));
+#[derive(Debug)]
+struct Watched {
+    /// The group's name as routers and metrics know it: `directory`, or
+    /// the region it is homed in.
+    group: String,
+    /// Whether readiness judges by it.
+    judged: bool,
+    watch: StoreReach,
+}
+
+impl Watched {
+    /// How a verdict names the group.
+    fn label(&self) -> String {
+        if self.group == DIRECTORY {
+            "the directory".to_owned()
+        } else {
+            format!("group {}", self.group)
         }
+    }
+}
+
+/// The directory's name among the groups (what `/metrics` labels it).
+pub const DIRECTORY: &str = "directory";
+
+impl StoreReaches {
+    /// Starts watching the directory and every group of `groups`; the
+    /// directory and the one named `region`, if any, are judged.
+    pub fn watch(groups: &StoreGroups, region: &str) -> Self {
+        let watches = groups
+            .all()
+            .map(|(name, client)| Watched {
+                group: name.unwrap_or(DIRECTORY).to_owned(),
+                judged: name.is_none_or(|name| name == region),
+                watch: StoreReach::watch(client.clone()),
+            })
+            .collect();
         Self { watches }
     }
 
-    /// Every watch's verdict ([`StoreReach::judge`]) together: the first
-    /// that says a leader is out of reach, named by its group; else `None`
-    /// if any has no word to judge by; else in reach.
+    fn judged(&self) -> impl Iterator<Item = &Watched> {
+        self.watches.iter().filter(|w| w.judged)
+    }
+
+    /// The judged watches' verdicts ([`StoreReach::judge`]) together: the
+    /// first that says a leader is out of reach, named by its group; else
+    /// `None` if any has no word to judge by; else in reach.
     pub fn judge(&self) -> Option<Result<(), String>> {
         let mut every_word = true;
-        for (label, watch) in &self.watches {
-            match watch.judge() {
-                Some(Err(why)) => return Some(Err(format!("{label}: {why}"))),
+        for watched in self.judged() {
+            match watched.watch.judge() {
+                Some(Err(why)) => return Some(Err(format!("{}: {why}", watched.label()))),
                 Some(Ok(())) => {}
                 None => every_word = false,
             }
@@ -150,12 +184,26 @@ impl StoreReaches {
         every_word.then_some(Ok(()))
     }
 
-    /// How long ago the leader heard least recently was heard: `None` if
-    /// any watch cannot say.
+    /// Every watched group whose leader is in reach, and the judged ones
+    /// whose leader is not (or that have no word to judge by).
+    pub fn groups(&self) -> once_edge::ops::StoreGroups {
+        let mut groups = once_edge::ops::StoreGroups::default();
+        for watched in &self.watches {
+            let in_reach = watched.watch.judge() == Some(Ok(()));
+            if in_reach {
+                groups.in_reach.insert(watched.group.clone());
+            } else if watched.judged {
+                groups.waiting_on.insert(watched.group.clone());
+            }
+        }
+        groups
+    }
+
+    /// How long ago the judged leader heard least recently was heard:
+    /// `None` if any judged watch cannot say.
     pub fn leader_heard(&self) -> Option<Duration> {
-        self.watches
-            .iter()
-            .map(|(_, watch)| watch.leader_heard())
+        self.judged()
+            .map(|watched| watched.watch.leader_heard())
             .try_fold(Duration::ZERO, |worst, heard| Some(worst.max(heard?)))
     }
 }
@@ -263,6 +311,35 @@ mod tests {
         assert!(verdict.unwrap().unwrap_err().contains("knows no leader"));
     }
 
+    #[tokio::test]
+    async fn a_member_that_has_not_heard_the_leader_is_passed_over_for_one_that_has() {
+        // This region's member just restarted: it knows no leader yet. The
+        // next member has heard it, and the node can reach the leader
+        // through that one.
+        let restarted: Shared = Arc::new(Mutex::new(Member::Answers(Box::new(Status {
+            leader: None,
+            ..heard(10, Some(300))
+        }))));
+        let next: Shared = Arc::new(Mutex::new(Member::Answers(Box::new(heard(10, Some(300))))));
+        let urls = [
+            fake_member(restarted.clone()).await,
+            fake_member(next.clone()).await,
+        ];
+        let client = Arc::new(StoreClient::new(&urls, ClientOptions::default()).unwrap());
+        let reach = StoreReach::watch(client);
+        until(|| reach.judge(), |v| *v == Some(Ok(()))).await;
+
+        // Neither has heard it: the nearest one's word, which says why.
+        *next.lock().unwrap() = Member::Answers(Box::new(Status {
+            id: 3,
+            leader: None,
+            ..heard(10, Some(300))
+        }));
+        let verdict = until(|| reach.judge(), |v| matches!(v, Some(Err(_)))).await;
+        let why = verdict.unwrap().unwrap_err();
+        assert!(why.contains("member 2 knows no leader"), "{why}");
+    }
+
     /// A member hosting the directory (at its root) and group `us-east`.
     async fn member_with_a_group(directory: Shared, group: Shared) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -301,6 +378,16 @@ mod tests {
             until(|| ap_south.judge(), Option::is_some).await,
             Some(Ok(()))
         );
+        // What each tells a router: us-east waits on its group; ap-south
+        // watches it too, and does not reach its leader either — so no
+        // router takes us-east for cut off from it.
+        let named = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        let us_east_groups = us_east.groups();
+        assert_eq!(us_east_groups.in_reach, named(&["directory"]));
+        assert_eq!(us_east_groups.waiting_on, named(&["us-east"]));
+        let ap_south_groups = ap_south.groups();
+        assert_eq!(ap_south_groups.in_reach, named(&["directory"]));
+        assert!(ap_south_groups.waiting_on.is_empty());
 
         // The group elects a leader: us-east is ready again.
         *group.lock().unwrap() = Member::Answers(Box::new(heard(40, Some(300))));
@@ -308,6 +395,17 @@ mod tests {
             until(|| us_east.judge(), |v| *v == Some(Ok(()))).await,
             Some(Ok(()))
         );
+        until(
+            || {
+                ap_south
+                    .groups()
+                    .in_reach
+                    .contains("us-east")
+                    .then_some(Ok(()))
+            },
+            Option::is_some,
+        )
+        .await;
         let oldest = us_east.leader_heard().unwrap();
         assert!(
             oldest >= Duration::from_millis(40),

@@ -766,6 +766,10 @@ impl Health for RaftStore {
         self.reach.leader_heard()
     }
 
+    fn store_groups(&self) -> Option<once_edge::ops::StoreGroups> {
+        Some(self.reach.groups())
+    }
+
     /// This region's database first: a region whose own database is down
     /// is not ready whatever raft-store says. Then raft-store as the
     /// nearest member last saw it, this region's first — it had heard from

@@ -26,7 +26,7 @@ fn claim_of(tenant: &str, key: &str) -> NewClaim {
 }
 
 /// Waits until every member of `group` names `wanted` as its leader.
-async fn group_led_by(cluster: &Cluster, group: &str, wanted: u64) {
+pub async fn group_led_by(cluster: &Cluster, group: &str, wanted: u64) {
     let client = cluster.group_client(group);
     eventually(Duration::from_secs(45), || async {
         for i in 0..cluster.members.len() {
@@ -42,7 +42,7 @@ async fn group_led_by(cluster: &Cluster, group: &str, wanted: u64) {
 /// Assigns `tenant` to `group` in the directory, once the cluster has
 /// moved to the wire version that carries the command (its leader moves
 /// it within a second of starting).
-async fn assign(directory: &StoreClient, tenant: &str, group: &str) -> Reply {
+pub async fn assign(directory: &StoreClient, tenant: &str, group: &str) -> Reply {
     eventually(Duration::from_secs(30), || async {
         match directory.assign_tenant(tenant, group).await.unwrap() {
             Reply::NotAgreed { .. } => None,

@@ -48,7 +48,8 @@ async fn every_tenant_served_at_home(up: &Up, idempotency_key: &str) {
         assert_eq!(
             response.headers()["x-once-region"],
             tenant["home_region"].as_str().unwrap(),
-            "{key} served at home"
+            "{key} served at home; the router's log:\n{}",
+            router_downs(&up.dir)
         );
     }
 }
@@ -57,7 +58,7 @@ async fn every_tenant_served_at_home(up: &Up, idempotency_key: &str) {
 /// a failed assertion on [`failovers`] shows, so it names the region and
 /// when.
 fn router_downs(root: &std::path::Path) -> String {
-    let log = std::fs::read_to_string(root.join("data/logs/router.log")).unwrap_or_default();
+    let log = std::fs::read_to_string(root.join("logs/router.log")).unwrap_or_default();
     log.lines()
         .filter(|l| l.contains("region down") || l.contains("placement moved"))
         .collect::<Vec<_>>()
@@ -109,7 +110,7 @@ async fn across_a_wan_every_region_is_ready_and_serves_its_own_tenants() {
 
     // No region went down as the cluster started.
     every_tenant_served_at_home(&up, "order-wan").await;
-    assert_eq!(failovers(&up).await, 0.0, "{}", router_downs(root.path()));
+    assert_eq!(failovers(&up).await, 0.0, "{}", router_downs(&up.dir));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +122,7 @@ async fn across_a_wan_the_store_leaders_member_killed_alone_fails_no_region_over
         failovers(&up).await,
         0.0,
         "before the kill: {}",
-        router_downs(root.path())
+        router_downs(&up.dir)
     );
 
     // The member that leads, as the first region's member knows it; then
@@ -169,6 +170,6 @@ async fn across_a_wan_the_store_leaders_member_killed_alone_fails_no_region_over
         0.0,
         "{} killed: {}",
         leading["name"],
-        router_downs(root.path())
+        router_downs(&up.dir)
     );
 }
