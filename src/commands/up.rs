@@ -84,19 +84,22 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 /// is replaced 400–550 ms after its last heartbeat, beside the router's
 /// detection, so a region killed with the store leader is served elsewhere
 /// within a second. Before the pre-vote, timings this short failed the api
-/// tests on a starved machine (decision 0057). Across a simulated WAN the
-/// same proportions, scaled so that a heartbeat is at least one and a half
-/// round trips: 100 ms / 250–400 ms up to a 66 ms round trip, 105 ms /
-/// 262–420 ms at 70 (decision 0064).
+/// tests on a starved machine (decision 0057). Across a simulated WAN a
+/// heartbeat is two round trips — openraft gives an append its heartbeat
+/// as its whole time, so a round trip less leaves one round trip for
+/// the connection and the work at both ends — and the lease six: 100 ms /
+/// 250–400 ms up to a 50 ms round trip, 140 ms / 350–420 ms at 70
+/// (decisions 0064, 0066).
 fn store_timing(wan_latency_ms: u64) -> [String; 6] {
-    let heartbeat = (wan_latency_ms * 3 / 2).max(100);
+    let heartbeat = (wan_latency_ms * 2).max(100);
+    let lease = (wan_latency_ms * 6).max(400);
     [
         "--heartbeat".into(),
         format!("{heartbeat}ms"),
         "--election-min".into(),
         format!("{}ms", heartbeat * 5 / 2),
         "--election-max".into(),
-        format!("{}ms", heartbeat * 4),
+        format!("{lease}ms"),
     ]
 }
 
@@ -657,18 +660,18 @@ mod tests {
     }
 
     #[test]
-    fn store_timing_keeps_a_heartbeat_of_one_and_a_half_round_trips() {
+    fn store_timing_keeps_a_heartbeat_of_two_round_trips_and_a_lease_of_six() {
         let timing = |rtt| store_timing(rtt).join(" ");
         let local = "--heartbeat 100ms --election-min 250ms --election-max 400ms";
         assert_eq!(timing(0), local);
-        assert_eq!(timing(66), local);
+        assert_eq!(timing(50), local);
         assert_eq!(
             timing(70),
-            "--heartbeat 105ms --election-min 262ms --election-max 420ms"
+            "--heartbeat 140ms --election-min 350ms --election-max 420ms"
         );
         assert_eq!(
             timing(200),
-            "--heartbeat 300ms --election-min 750ms --election-max 1200ms"
+            "--heartbeat 400ms --election-min 1000ms --election-max 1200ms"
         );
     }
 

@@ -261,11 +261,28 @@ impl Status {
     /// that word plus `elapsed` is still within its lease. `Err` says why
     /// not; `None` when the member predates the fields.
     pub fn leader_in_reach(&self, elapsed: Duration) -> Option<Result<(), String>> {
+        self.leader_in_reach_within(elapsed, 1)
+    }
+
+    /// [`Self::leader_in_reach`], with `leases` of the member's leases
+    /// allowed since the leader was heard rather than one: how a node
+    /// judges readiness, which a lease missed on a loaded machine should
+    /// not take away (decision 0066).
+    pub fn leader_in_reach_within(
+        &self,
+        elapsed: Duration,
+        leases: u64,
+    ) -> Option<Result<(), String>> {
         let lease = self.leader_lease_ms?;
+        let allowed = lease.saturating_mul(leases.max(1));
         Some(match (self.leader, self.leader_heard_ms(elapsed)) {
-            (Some(_), Some(ago)) if ago <= lease => Ok(()),
-            (Some(leader), Some(ago)) => Err(format!(
+            (Some(_), Some(ago)) if ago <= allowed => Ok(()),
+            (Some(leader), Some(ago)) if leases <= 1 => Err(format!(
                 "member {} last heard from leader {leader} {ago} ms ago, past its {lease} ms lease",
+                self.id
+            )),
+            (Some(leader), Some(ago)) => Err(format!(
+                "member {} last heard from leader {leader} {ago} ms ago, past {leases} of its {lease} ms leases",
                 self.id
             )),
             (Some(leader), None) => Err(format!(
@@ -360,6 +377,28 @@ mod tests {
         assert!(
             heard.leader_in_reach(Duration::MAX).unwrap().is_err(),
             "saturates rather than wraps"
+        );
+    }
+
+    #[test]
+    fn a_node_allows_two_leases_where_one_was_missed() {
+        let heard = status(Some(1), Some(1500), Some(1000));
+        assert!(heard.leader_in_reach(Duration::ZERO).unwrap().is_err());
+        assert_eq!(
+            heard.leader_in_reach_within(Duration::from_millis(500), 2),
+            Some(Ok(()))
+        );
+        let stale = heard.leader_in_reach_within(Duration::from_millis(501), 2);
+        assert!(
+            matches!(&stale, Some(Err(why)) if why.contains("past 2 of its 1000 ms leases")),
+            "{stale:?}"
+        );
+        assert!(
+            status(None, Some(5), Some(1000))
+                .leader_in_reach_within(Duration::ZERO, 2)
+                .unwrap()
+                .is_err(),
+            "no leader is no leader however many leases"
         );
     }
 }

@@ -10,11 +10,13 @@
 //! scenario runs raft-mode nodes so a stale router meets a real 421 from the
 //! former home region and converges.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use once_store_client::admin;
 use once_store_client::client::{ClientOptions, StoreClient};
 use once_store_client::command::{Placement, RegionStatus, Reply};
+use once_store_client::groups::group_endpoints;
 use once_test_support::client::status_of;
 use once_test_support::fixtures::ROUTER_ADMIN_TOKEN as ADMIN_TOKEN;
 use once_test_support::pki::TestPki;
@@ -30,6 +32,7 @@ use crate::helpers::{
     metric_sum, payment_body, send, start_role,
 };
 use crate::raft_store::cluster::Cluster;
+use crate::raft_store::groups::{assign, group_led_by};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -900,13 +903,15 @@ async fn probe_readyz(http: &reqwest::Client, node: &NodeProcess) -> Option<reqw
         .ok()
 }
 
-/// A raft-store election is no region's failure (decision 0056): while its
-/// leader is elected every raft-mode node answers `/readyz` with a `503`
-/// waiting on the shared store, for longer than this router's detection
-/// window (2 rounds of 100 ms; an election here takes 500–1000 ms), and no
-/// region is declared down. A region killed together with the store's
-/// leader is failed over once the store has a new one, to the standby that
-/// stayed eligible through the election.
+/// A raft-store outage is no region's failure (decision 0056): with its
+/// leader and a second member killed the store has no quorum until one
+/// returns, every raft-mode node answers `/readyz` with a `503` waiting on
+/// the shared store for far longer than this router's detection window (2
+/// rounds of 100 ms), and no region is declared down. (An election alone
+/// no longer shows: a node stays ready for two leases, decision 0066.) A
+/// region killed together with the store's leader is failed over once the
+/// store has a new one, to the standby that stayed eligible through the
+/// election.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_leader_is() {
     let mut eu_db = TestDb::new(Backend::Raft).await;
@@ -930,17 +935,23 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     router.wait_ready().await;
     pay_until_served_by(&router, ACME_KEY, "election-1", "eu").await;
 
-    // The leader dies: every node waits on the store until a new one is
-    // elected, seen from a node's own `/readyz` probed as the router does.
+    // The leader and a second member die: every node waits on the store
+    // until the second comes back and a leader is elected, seen from the
+    // nodes' own `/readyz` probed as the router does.
     let http = reqwest::Client::new();
     let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    let second = cluster.ids().into_iter().find(|id| *id != leader).unwrap();
     cluster.kill(leader).await;
-    eventually(WAIT, || async {
-        let answer = probe_readyz(&http, &eu).await?;
-        let header = answer.headers().get(once_edge::ops::WAITING_ON_HEADER);
-        (answer.status() == 503 && header.is_some_and(|v| v == "shared-store")).then_some(())
-    })
-    .await;
+    cluster.kill(second).await;
+    for node in [&eu, &us] {
+        eventually(WAIT, || async {
+            let answer = probe_readyz(&http, node).await?;
+            let header = answer.headers().get(once_edge::ops::WAITING_ON_HEADER);
+            (answer.status() == 503 && header.is_some_and(|v| v == "shared-store")).then_some(())
+        })
+        .await;
+    }
+    cluster.spawn(second, None).await;
     let survivors: Vec<u64> = cluster
         .ids()
         .into_iter()
@@ -958,7 +969,7 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     assert_eq!(
         router.metric("router_region_failovers_total", "").await,
         0.0,
-        "an election is not a region down"
+        "a store outage is not a region down"
     );
     assert_eq!(store.placement("acme").await.unwrap(), Some(before.clone()));
 
@@ -984,85 +995,132 @@ async fn a_store_election_fails_no_region_over_but_a_region_killed_with_the_lead
     pay_until_served_by(&router, ACME_KEY, "election-3", "us").await;
 }
 
-/// An election in one region's group is no region's failure either
-/// (decision 0065): while the group `us` — which only `us`'s node judges —
-/// has no leader, `us` waits on it and `eu`, ready, does not reach it
-/// either, so `us` stays up however many rounds the election takes. A
-/// region whose own member is cut off, while the other regions reach the
-/// groups it waits on, is failed over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_groups_election_fails_no_region_over_but_a_region_cut_off_from_its_group_is() {
-    use crate::raft_store::groups::{assign, group_led_by};
+/// Regions `eu` and `us`, their nodes on a three-member store (members 1,
+/// 2, 3 in `eu`, `us`, `ap`) with a group `us` led from `us`, tenant `acme`
+/// in it and homed in `us` (standby `eu`), each node asking its own
+/// region's member first, and a router with [`QUICK_DETECTION`].
+struct GroupRegions {
+    cluster: Cluster,
+    store: Arc<StoreClient>,
+    /// `acme`'s placement before anything happened.
+    before: Placement,
+    eu: NodeProcess,
+    us: NodeProcess,
+    router: RouterProcess,
+    http: reqwest::Client,
+    _dbs: [TestDb; 2],
+}
 
-    let mut cluster = Cluster::start_with(
-        3,
-        &[
-            "--peer-regions",
-            "1=eu,2=us,3=ap",
-            "--groups",
-            "us",
-            "--preferred-leader",
-            "1",
-        ],
-        |_| vec![],
-    )
-    .await;
-    group_led_by(&cluster, "us", 2).await;
-    let directory = cluster.client(cluster.client_options());
-    assert!(matches!(
-        assign(&directory, "acme", "us").await,
-        Reply::Assigned { .. }
-    ));
-    let groups = cluster.store_groups();
-    let store = groups.of_tenant("acme").await.unwrap();
-    let Reply::Placement(before) = store
-        .set_placement("acme", 0, "us", &["eu".to_owned()])
-        .await
-        .unwrap()
-    else {
-        panic!("placed")
-    };
-
-    // Each region's node asks its own region's member first.
-    let node_in = |region: &str, nearest: u64| {
-        let endpoints: Vec<String> = std::iter::once(nearest)
-            .chain(cluster.ids().into_iter().filter(|id| *id != nearest))
-            .map(|id| cluster.members[&id].endpoint())
-            .collect();
-        let mut args: Vec<String> = [
-            "--idempotency-store",
-            "raft",
-            "--store-endpoints",
-            &endpoints.join(","),
-        ]
-        .map(str::to_owned)
-        .into();
-        args.extend(cluster.store_groups_flags());
-        args.extend(behind_routers(&cluster));
-        let region = region.to_owned();
-        async move {
-            let db = TestDb::new(Backend::Sqlite).await;
-            let node = NodeProcess::start_in(&region, &db.url, &args, &[], &[]).await;
-            (node, db)
+impl GroupRegions {
+    async fn start() -> Self {
+        let cluster = Cluster::start_with(
+            3,
+            &[
+                "--peer-regions",
+                "1=eu,2=us,3=ap",
+                "--groups",
+                "us",
+                "--preferred-leader",
+                "1",
+            ],
+            |_| vec![],
+        )
+        .await;
+        group_led_by(&cluster, "us", 2).await;
+        let directory = cluster.client(cluster.client_options());
+        assert!(matches!(
+            assign(&directory, "acme", "us").await,
+            Reply::Assigned { .. }
+        ));
+        let store = cluster
+            .store_groups()
+            .of_tenant("acme")
+            .await
+            .unwrap()
+            .clone();
+        let Reply::Placement(before) = store
+            .set_placement("acme", 0, "us", &["eu".to_owned()])
+            .await
+            .unwrap()
+        else {
+            panic!("placed")
+        };
+        let node_in = |region: &str, nearest: u64| {
+            let endpoints: Vec<String> = std::iter::once(nearest)
+                .chain(cluster.ids().into_iter().filter(|id| *id != nearest))
+                .map(|id| cluster.members[&id].endpoint())
+                .collect();
+            let mut args: Vec<String> = [
+                "--idempotency-store",
+                "raft",
+                "--store-endpoints",
+                &endpoints.join(","),
+            ]
+            .map(str::to_owned)
+            .into();
+            args.extend(cluster.store_groups_flags());
+            args.extend(behind_routers(&cluster));
+            let region = region.to_owned();
+            async move {
+                let db = TestDb::new(Backend::Sqlite).await;
+                let node = NodeProcess::start_in(&region, &db.url, &args, &[], &[]).await;
+                (node, db)
+            }
+        };
+        let (eu, eu_db) = node_in("eu", 1).await;
+        let (us, us_db) = node_in("us", 2).await;
+        let args = router_args(&cluster, "eu", (&eu.url, &us.url), QUICK_DETECTION);
+        let router = RouterProcess::start(&args).await;
+        router.wait_ready().await;
+        pay_until_served_by(&router, ACME_KEY, "group-1", "us").await;
+        Self {
+            cluster,
+            store,
+            before,
+            eu,
+            us,
+            router,
+            http: reqwest::Client::new(),
+            _dbs: [eu_db, us_db],
         }
-    };
-    let (eu, _eu_db) = node_in("eu", 1).await;
-    let (us, _us_db) = node_in("us", 2).await;
-    let args = router_args(&cluster, "eu", (&eu.url, &us.url), QUICK_DETECTION);
-    let router = RouterProcess::start(&args).await;
-    router.wait_ready().await;
-    pay_until_served_by(&router, ACME_KEY, "group-election-1", "us").await;
+    }
 
-    // us's member, which leads group us, dies: us's node asks the next
-    // member, which has no leader of the group until it elects one, for
-    // far longer than the router's two rounds.
-    let http = reqwest::Client::new();
-    cluster.kill(2).await;
+    async fn failovers(&self, filter: &str) -> f64 {
+        self.router
+            .metric("router_region_failovers_total", filter)
+            .await
+    }
+}
+
+/// An outage of one region's group is no region's failure either (decision
+/// 0065): while the group `us` — which only `us`'s node judges — has no
+/// leader (its voters cut to members 2 and 3, and 2 killed, until it
+/// returns), `us` waits on it and `eu`, ready, does not reach it either,
+/// so `us` stays up however many rounds it lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_of_a_regions_group_fails_no_region_over() {
+    let mut regions = GroupRegions::start().await;
+
+    // The directory (1, 2, 3) keeps its leader throughout.
+    let group_admins = group_endpoints(&regions.cluster.admin_endpoints(), "us");
+    admin::change_membership(&regions.cluster.operator(), &group_admins, vec![2, 3])
+        .await
+        .expect("group us on members 2 and 3");
+    regions.cluster.kill(2).await;
+    let GroupRegions { http, us, eu, .. } = &regions;
+    // us waits on its group, seen as the router sees it, for ten of the
+    // router's rounds in a row: five times what it takes to go down.
+    let waiting_since = std::sync::Mutex::new(None::<std::time::Instant>);
     let waiting = eventually(WAIT, || async {
-        let answer = probe_readyz(&http, &us).await?;
+        let answer = probe_readyz(http, us).await?;
         let waits = once_edge::ops::StoreGroups::waiting_on_of(answer.headers());
-        (answer.status() == 503 && waits.as_ref().is_some_and(|w| w.contains("us")))
-            .then_some(waits)
+        let mut since = waiting_since.lock().unwrap();
+        if answer.status() != 503 || !waits.as_ref().is_some_and(|w| w.contains("us")) {
+            *since = None;
+            return None;
+        }
+        let since = since.get_or_insert_with(std::time::Instant::now);
+        (since.elapsed() >= Duration::from_secs(1)).then_some(waits)
     })
     .await;
     assert_eq!(
@@ -1070,70 +1128,75 @@ async fn a_groups_election_fails_no_region_over_but_a_region_cut_off_from_its_gr
         Some(["us".to_owned()].into()),
         "the directory has its leader"
     );
-    let eu_reach = probe_readyz(&http, &eu).await.expect("eu answers");
+    let eu_reach = probe_readyz(http, eu).await.expect("eu answers");
     assert_eq!(eu_reach.status(), 200);
+    let reach = once_edge::ops::StoreGroups::in_reach_of(eu_reach.headers());
     assert!(
-        once_edge::ops::StoreGroups::in_reach_of(eu_reach.headers())
-            .is_some_and(|reach| reach.contains("directory")),
-        "{:?}",
-        eu_reach.headers()
+        reach
+            .as_ref()
+            .is_some_and(|r| r.contains("directory") && !r.contains("us")),
+        "{reach:?}"
     );
-    pay_until_served_by(&router, ACME_KEY, "group-election-2", "us").await;
-    assert_eq!(
-        router.metric("router_region_failovers_total", "").await,
-        0.0,
-        "a group's election is not a region down"
-    );
-    assert_eq!(store.placement("acme").await.unwrap(), Some(before.clone()));
 
-    // us's member comes back — while it catches up, us's node judges by
-    // a member that has heard the leader, so us stays up — and leads its
-    // group again. Then us is partitioned as the drill does it: its member
-    // isolated, the other members refusing it, us's node included. The
-    // other regions elect a leader of group us among themselves and reach
-    // it: us is cut off, and failed over.
-    cluster.spawn(2, None).await;
-    group_led_by(&cluster, "us", 2).await;
+    regions.cluster.spawn(2, None).await;
+    pay_until_served_by(&regions.router, ACME_KEY, "group-2", "us").await;
     assert_eq!(
-        router.metric("router_region_failovers_total", "").await,
+        regions.failovers("").await,
+        0.0,
+        "a group's outage is not a region down"
+    );
+    assert_eq!(
+        regions.store.placement("acme").await.unwrap(),
+        Some(regions.before.clone())
+    );
+}
+
+/// A region whose own member is cut off, while the other regions reach
+/// the groups it waits on, is failed over (decision 0065); its member's
+/// restart is not (it catches up while the node judges by a member that
+/// has heard the leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_cut_off_from_its_group_is_failed_over_but_not_for_its_members_restart() {
+    let mut regions = GroupRegions::start().await;
+    regions.cluster.kill(2).await;
+    regions.cluster.spawn(2, None).await;
+    group_led_by(&regions.cluster, "us", 2).await;
+    pay_until_served_by(&regions.router, ACME_KEY, "cut-1", "us").await;
+    assert_eq!(
+        regions.failovers("").await,
         0.0,
         "a member's restart is not a region down"
     );
-    let operator = cluster.operator();
+
+    // us partitioned as the drill does it: its member isolated, the other
+    // members refusing it, us's node included. The others elect a leader
+    // of group us among themselves and reach it: us is cut off.
+    let operator = regions.cluster.operator();
+    let members = &regions.cluster.members;
     let partition = |cut: bool| {
         let operator = &operator;
-        let cluster = &cluster;
         async move {
-            admin::set_partition(operator, &cluster.members[&2].admin_endpoint(), cut)
+            admin::set_partition(operator, &members[&2].admin_endpoint(), cut)
                 .await
                 .unwrap();
-            let regions = if cut { vec!["us".to_owned()] } else { vec![] };
+            let cut_regions = if cut { vec!["us".to_owned()] } else { vec![] };
             for id in [1, 3] {
-                admin::set_cut_regions(operator, &cluster.members[&id].admin_endpoint(), &regions)
+                admin::set_cut_regions(operator, &members[&id].admin_endpoint(), &cut_regions)
                     .await
                     .unwrap();
             }
         }
     };
     partition(true).await;
+    let before = &regions.before;
     let after = eventually(WAIT, || async {
-        let p = store.placement("acme").await.ok()??;
+        let p = regions.store.placement("acme").await.ok()??;
         (p.epoch > before.epoch).then_some(p)
     })
     .await;
     assert_eq!((after.home.as_str(), after.epoch), ("eu", before.epoch + 1));
-    assert_eq!(
-        router
-            .metric("router_region_failovers_total", "region=\"us\"")
-            .await,
-        1.0
-    );
-    assert_eq!(
-        router
-            .metric("router_region_failovers_total", "region=\"eu\"")
-            .await,
-        0.0
-    );
+    assert_eq!(regions.failovers("region=\"us\"").await, 1.0);
+    assert_eq!(regions.failovers("region=\"eu\"").await, 0.0);
     partition(false).await;
-    pay_until_served_by(&router, ACME_KEY, "group-election-3", "eu").await;
+    pay_until_served_by(&regions.router, ACME_KEY, "cut-2", "eu").await;
 }

@@ -6,11 +6,11 @@
 //!
 //! A word ages: a member that had heard its leader `ago` ms before it
 //! answered is taken to have heard it `ago` plus the time since the
-//! question was sent, and past its lease the word no longer says the
-//! leader is in reach. So a watch that stops getting answers (its member
-//! blackholed, the node starved) turns the node not ready within a lease,
-//! never ready on an old answer
-//! (docs/decisions/0059-the-node-watches-the-stores-reach.md).
+//! question was sent, and past [`READY_LEASES`] of its leases the word no
+//! longer says the leader is in reach. So a watch that stops getting
+//! answers (its member blackholed, the node starved) turns the node not
+//! ready within two leases, never ready on an old answer
+//! (docs/decisions/0059-the-node-watches-the-stores-reach.md, 0066).
 //!
 //! With a Raft group per home region, [`StoreReaches`] watches every group,
 //! judges by the directory and the node's own region's group, and tells
@@ -36,6 +36,14 @@ use tokio::time::{Instant, MissedTickBehavior};
 /// How often the watch asks. A tenth of a second: a fraction of any lease,
 /// and of the router's check interval, for one small local request.
 pub const ASK_EVERY: Duration = Duration::from_millis(100);
+
+/// How many of its member's leases a node stays ready since the leader
+/// was last heard. One lease missed — appends timing out on a loaded
+/// machine, a leader's hand-off — sent a region's tenants elsewhere for
+/// nothing; a node whose leader is really gone waits a lease longer before
+/// its router counts it cut off, and one killed with its region fails its
+/// probes at once (decision 0066).
+pub const READY_LEASES: u64 = 2;
 
 /// The longest one question may take before the watch gives up on it and
 /// asks again (meanwhile the last word ages).
@@ -87,7 +95,7 @@ impl StoreReach {
     pub fn judge(&self) -> Option<Result<(), String>> {
         let word = self.latest.borrow().clone()?;
         let elapsed = word.asked_at.elapsed();
-        let verdict = word.status?.leader_in_reach(elapsed)?;
+        let verdict = word.status?.leader_in_reach_within(elapsed, READY_LEASES)?;
         Some(
             verdict.map_err(|why| format!("{why} (word asked for {} ms ago)", elapsed.as_millis())),
         )
@@ -284,11 +292,11 @@ mod tests {
         until(|| reach.judge(), |v| *v == Some(Ok(()))).await;
 
         // The member goes silent: no new word, and the last one, heard
-        // 10 ms before it answered, is past the 300 ms lease soon after.
+        // 10 ms before it answered, is past two 300 ms leases soon after.
         *member.lock().unwrap() = Member::Hangs;
         let stale = until(|| reach.judge(), |v| matches!(v, Some(Err(_)))).await;
         let why = stale.unwrap().unwrap_err();
-        assert!(why.contains("past its 300 ms lease"), "{why}");
+        assert!(why.contains("past 2 of its 300 ms leases"), "{why}");
         assert!(why.contains("word asked for"), "{why}");
     }
 
