@@ -36,7 +36,7 @@ fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
 }
 
 /// The `group` label of the directory's series.
-pub const DIRECTORY_LABEL: &str = "directory";
+pub const DIRECTORY_LABEL: &str = once_store_client::groups::DIRECTORY;
 
 /// What one group of a member reports.
 #[derive(Debug)]

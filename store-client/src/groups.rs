@@ -40,6 +40,10 @@ enum Assignment {
     NoneAsOf(Instant),
 }
 
+/// The directory's name among the groups: the `group` label of its
+/// metrics and its name in a node's readiness headers.
+pub const DIRECTORY: &str = "directory";
+
 /// A group's endpoints: the members' with `/groups/<name>` appended.
 pub fn group_endpoints(endpoints: &[String], group: &str) -> Vec<String> {
     endpoints

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use once_store_client::client::StoreClient;
-use once_store_client::groups::StoreGroups;
+use once_store_client::groups::{DIRECTORY, StoreGroups};
 use once_store_client::protocol::Status;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -93,9 +93,14 @@ impl StoreReach {
     /// judge by: none yet, no member answered, or the member predates the
     /// fields — then ask the leader.
     pub fn judge(&self) -> Option<Result<(), String>> {
-        let word = self.latest.borrow().clone()?;
+        // Judged in place: a word is a member's whole status.
+        let latest = self.latest.borrow();
+        let word = latest.as_ref()?;
         let elapsed = word.asked_at.elapsed();
-        let verdict = word.status?.leader_in_reach_within(elapsed, READY_LEASES)?;
+        let verdict = word
+            .status
+            .as_ref()?
+            .leader_in_reach_within(elapsed, READY_LEASES)?;
         Some(
             verdict.map_err(|why| format!("{why} (word asked for {} ms ago)", elapsed.as_millis())),
         )
@@ -106,8 +111,12 @@ impl StoreReach {
     /// without a word, or when the member knows no leader or has not heard
     /// it.
     pub fn leader_heard(&self) -> Option<Duration> {
-        let word = self.latest.borrow().clone()?;
-        let ago = word.status?.leader_heard_ms(word.asked_at.elapsed())?;
+        let latest = self.latest.borrow();
+        let word = latest.as_ref()?;
+        let ago = word
+            .status
+            .as_ref()?
+            .leader_heard_ms(word.asked_at.elapsed())?;
         Some(Duration::from_millis(ago))
     }
 }
@@ -154,9 +163,6 @@ impl Watched {
         }
     }
 }
-
-/// The directory's name among the groups (what `/metrics` labels it).
-pub const DIRECTORY: &str = "directory";
 
 impl StoreReaches {
     /// Starts watching the directory and every group of `groups`; the
