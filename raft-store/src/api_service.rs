@@ -517,6 +517,17 @@ fn admin_answer<T>(result: Result<T, RaftError<ClientWriteError>>) -> Response {
 }
 
 async fn add_learner(State(state): State<Arc<ApiState>>, Json(req): Json<AddLearner>) -> Response {
+    if let Some(refusal) = address_of_another_group(state.group.as_deref(), &req.raft_addr) {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({
+                "ok": false,
+                "code": "learner_address_of_another_group",
+                "error": refusal,
+            })),
+        )
+            .into_response();
+    }
     let node = Node {
         addr: req.raft_addr,
     };
@@ -544,6 +555,24 @@ async fn change_membership(
         }
     }
     admin_answer(state.raft.change_membership(voters, false).await)
+}
+
+/// Why a learner's `raft_addr` is refused by `group`'s admin endpoint (the
+/// directory's: `None`), if it is: a member serves each of its groups at
+/// `host:port/groups/<name>` and the directory at `host:port`, so an
+/// address with another group's path (or none, for a group) would make
+/// this group's leader send its log to another group of the learner
+/// (RELIABILITY finding 15).
+fn address_of_another_group(group: Option<&str>, raft_addr: &str) -> Option<String> {
+    let (host, path) = raft_addr.split_once('/').unwrap_or((raft_addr, ""));
+    let expected = group.map(crate::protocol::group_path).unwrap_or_default();
+    (path.trim_end_matches('/') != expected.trim_start_matches('/')).then(|| {
+        let this = group.map_or("the directory".to_owned(), |g| format!("group {g}"));
+        format!(
+            "raft address {raft_addr} does not reach {this} on that member; {this}'s is \
+             {host}{expected}"
+        )
+    })
 }
 
 /// Why a change from `current` to `next` voters is refused, if it is: the
@@ -594,6 +623,38 @@ mod tests {
 
     fn set(ids: &[NodeId]) -> BTreeSet<NodeId> {
         ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_learner_is_added_under_the_address_of_the_group_it_joins() {
+        let directory = None;
+        let us = Some("us-east");
+        assert_eq!(address_of_another_group(directory, "10.0.0.4:7001"), None);
+        assert_eq!(address_of_another_group(directory, "10.0.0.4:7001/"), None);
+        assert_eq!(
+            address_of_another_group(us, "10.0.0.4:7001/groups/us-east"),
+            None
+        );
+        assert_eq!(
+            address_of_another_group(us, "10.0.0.4:7001/groups/us-east/"),
+            None
+        );
+        assert_eq!(
+            address_of_another_group(us, "10.0.0.4:7001").as_deref(),
+            Some(
+                "raft address 10.0.0.4:7001 does not reach group us-east on that member; group \
+                 us-east's is 10.0.0.4:7001/groups/us-east"
+            )
+        );
+        assert!(address_of_another_group(us, "10.0.0.4:7001/groups/eu-west").is_some());
+        assert!(address_of_another_group(us, "10.0.0.4:7001/groups/us-east-2").is_some());
+        assert_eq!(
+            address_of_another_group(directory, "10.0.0.4:7001/groups/us-east").as_deref(),
+            Some(
+                "raft address 10.0.0.4:7001/groups/us-east does not reach the directory on that \
+                 member; the directory's is 10.0.0.4:7001"
+            )
+        );
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub const PREVOTE_PATH: &str = "/raft/prevote";
 pub const LANE_HEADER: &str = "x-once-lane";
 /// Its place in the lane, from 0.
 pub const LANE_SEQ_HEADER: &str = "x-once-lane-seq";
+/// The group an RPC is meant for (the directory's name for the directory):
+/// a member refuses one that reaches another of its groups
+/// ([`crate::raft_service`]).
+pub const GROUP_HEADER: &str = "x-once-raft-group";
 
 /// A peer that does not serve a path (`404`): a build before it existed.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +58,8 @@ pub(crate) fn is_not_served<E: std::error::Error>(error: &RpcError<E>) -> bool {
 pub(crate) struct Link {
     pub(crate) id: NodeId,
     pub(crate) target: NodeId,
+    /// The group this link's RPCs belong to ([`GROUP_HEADER`]).
+    pub(crate) group: Arc<str>,
     pub(crate) base: String,
     pub(crate) http: reqwest::Client,
     pub(crate) max_body: usize,
@@ -208,6 +214,7 @@ impl Link {
             .header(reqwest::header::CONTENT_TYPE, wire::CONTENT_TYPE)
             .header(REGION_HEADER, self.wan.region())
             .header(MEMBER_HEADER, self.id)
+            .header(GROUP_HEADER, &*self.group)
             .header(QUORUM_HEADER, if self.clock.vouches() { "1" } else { "0" })
             .header(CLOCK_HEADER, self.clock.now())
             .header(wire::VERSION_HEADER, self.versions.speaks())

@@ -88,6 +88,8 @@ pub struct Network {
     clock: Arc<ClockGuard>,
     versions: Arc<WireVersions>,
     pipeline: Option<Pipeline>,
+    /// The group whose RPCs this network carries.
+    group: Arc<str>,
 }
 
 impl Network {
@@ -123,6 +125,7 @@ impl Network {
             )),
             versions: Arc::new(WireVersions::new(id, wire::WIRE_VERSION)),
             pipeline: None,
+            group: Arc::from(once_store_client::groups::DIRECTORY),
         })
     }
 
@@ -205,6 +208,15 @@ impl Network {
     pub fn with_versions(self, versions: Arc<WireVersions>) -> Self {
         Self { versions, ..self }
     }
+
+    /// Names `group` on every RPC (the directory unless told): a peer
+    /// refuses what reaches another of its groups.
+    pub fn with_group(self, group: &str) -> Self {
+        Self {
+            group: Arc::from(group),
+            ..self
+        }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -215,6 +227,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             link: Arc::new(Link {
                 id: self.id,
                 target,
+                group: self.group.clone(),
                 base: format!("{}://{}", self.scheme, node.addr),
                 http: self.http.clone(),
                 max_body: self.max_body,

@@ -18,6 +18,13 @@
 //! Only store members may call it ([`crate::authz`]): a forged vote or
 //! append from any other identity is refused before raft sees it.
 //!
+//! Each of a member's groups has its own router, and refuses (`409`) an RPC
+//! that names another group (`X-Once-Raft-Group`): a member added to a
+//! group under the address of another of its groups (`host:port` without
+//! `/groups/<name>`) would otherwise take one group's leader for its own
+//! and mix two logs (RELIABILITY finding 15). An RPC that names no group
+//! (a build before the header) is taken as before.
+//!
 //! While this member is isolated ([`crate::wan`]), RPCs from another region
 //! are refused before they reach raft, and so are RPCs from a region cut off
 //! from it or refused one way, with an answer the sender maps to
@@ -32,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::clock::{CLOCK_HEADER, ClockGuard, MEMBER_HEADER, QUORUM_HEADER, Sample};
+use crate::link::GROUP_HEADER;
 use once_tls::Role;
 
 use crate::authz::{self, Access, Require};
@@ -49,12 +57,15 @@ use crate::wan::{self, REGION_HEADER, SimulatedWan};
 use crate::wire::Postcard;
 use crate::wire_versions::{self, WireVersions};
 
-/// `max_body` bounds one append batch or snapshot chunk; a sender over it
+/// `group` is the group this router serves (the directory's name for the
+/// directory). `max_body` bounds one append batch or snapshot chunk; a sender over it
 /// gets 413 and splits the batch. `wan` decides which senders get through;
 /// `clock` reads and judges their clocks; `access` admits members only;
 /// `prevotes` is what a pre-vote answer reads.
+#[allow(clippy::too_many_arguments)]
 pub fn router(
     raft: Raft,
+    group: &str,
     max_body: usize,
     wan: Arc<SimulatedWan>,
     clock: Arc<ClockGuard>,
@@ -80,6 +91,11 @@ pub fn router(
         ))
         // A partitioned sender's body is never even read.
         .layer(axum::middleware::from_fn_with_state(wan, partition))
+        // Nor another group's: its version and clock are not this group's news.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::<str>::from(group),
+            same_group,
+        ))
         // Outermost: only members speak Raft, partition or not.
         .layer(axum::middleware::from_fn_with_state(
             Require {
@@ -107,6 +123,31 @@ async fn partition(State(wan): State<Arc<SimulatedWan>>, request: Request, next:
         wan.refusal(from)
     }
 }
+
+/// Refuses an RPC that names a group other than `served`.
+async fn same_group(State(served): State<Arc<str>>, request: Request, next: Next) -> Response {
+    match wan::header(request.headers(), GROUP_HEADER) {
+        Some(named) if named != &*served => {
+            tracing::warn!(
+                named,
+                served = &*served,
+                "refused a Raft RPC meant for another group: the sender's leader holds this \
+                 member under an address of another group"
+            );
+            (
+                axum::http::StatusCode::CONFLICT,
+                format!(
+                    "{WRONG_GROUP}: this address serves group {served}, the RPC is group {named}'s"
+                ),
+            )
+                .into_response()
+        }
+        _ => next.run(request).await,
+    }
+}
+
+/// The start of a refusal of another group's RPC.
+pub const WRONG_GROUP: &str = "wrong group";
 
 /// Reads the sender's clock, refuses a vote to a candidate whose clock
 /// disagrees with ours, and stamps our clock on the answer.

@@ -370,7 +370,8 @@ async fn start_group(
     .with_wan(wan.clone())
     .with_clock(clock.clone())
     .with_versions(versions.clone())
-    .with_pipeline(pipeline.clone());
+    .with_pipeline(pipeline.clone())
+    .with_group(group.unwrap_or(once_store_client::groups::DIRECTORY));
     let campaigns = network.clone();
     let electing = network.clone();
     let raft = Raft::new(
@@ -459,6 +460,7 @@ async fn start_group(
     tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
     let raft_router = raft_service::router(
         raft.clone(),
+        group.unwrap_or(once_store_client::groups::DIRECTORY),
         config.max_body,
         wan.clone(),
         clock,

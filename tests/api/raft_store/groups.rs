@@ -6,8 +6,13 @@
 
 use std::time::Duration;
 
+use once_raft_store::link::GROUP_HEADER;
+use once_raft_store::raft_service::WRONG_GROUP;
+use once_store_client::admin;
 use once_store_client::client::StoreClient;
 use once_store_client::command::{NewClaim, Reply};
+use once_store_client::groups::group_endpoints;
+use once_tls::Role;
 
 use super::claim;
 use super::cluster::Cluster;
@@ -128,4 +133,116 @@ async fn each_home_regions_group_is_led_where_its_tenants_live_and_a_tenant_live
     // The other groups' leads stay where they were.
     group_led_by(&cluster, "region-3", 3).await;
     assert_eq!(cluster.wait_for_leader(&cluster.ids()).await, 1);
+}
+
+/// A member removed from a group's voters and added back with its data, as
+/// the runbook does it, rejoins and catches up, its group's leader having
+/// been killed and restarted in between; given the address of its
+/// directory instead of its group's (the runbook's `/groups/<name>`
+/// forgotten), the add is refused, and a Raft RPC that reaches another
+/// group of a member is refused before raft sees it, so the directory
+/// never takes the group's leader for its own (RELIABILITY finding 15: it
+/// did, and a member's directory core stopped on a log that was not its
+/// own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_removed_from_a_group_and_added_back_with_its_data_rejoins() {
+    let mut cluster = Cluster::start_with(
+        3,
+        &[
+            "--peer-regions",
+            REGIONS,
+            "--groups",
+            "region-2",
+            "--preferred-leader",
+            "1",
+        ],
+        |_| vec![],
+    )
+    .await;
+    group_led_by(&cluster, "region-2", 2).await;
+    let directory = cluster.client(cluster.client_options());
+    assign(&directory, "globex", "region-2").await;
+    let group = cluster.group_client("region-2");
+    let claim_in_group = |key: String| {
+        let group = &group;
+        async move {
+            eventually(Duration::from_secs(30), || async {
+                match group.claim(claim_of("globex", &key)).await {
+                    Ok(reply @ Reply::Claimed { .. }) => Some(reply),
+                    _ => None,
+                }
+            })
+            .await
+        }
+    };
+    for n in 0..5 {
+        claim_in_group(format!("before-{n}")).await;
+    }
+    let operator = cluster.operator();
+    let admins = group_endpoints(&cluster.admin_endpoints(), "region-2");
+    admin::change_membership(&operator, &admins, vec![2, 3])
+        .await
+        .expect("member 1 removed from the group");
+    for n in 0..5 {
+        claim_in_group(format!("between-{n}")).await;
+    }
+    cluster.kill(2).await;
+    cluster.spawn(2, None).await;
+    for n in 0..5 {
+        claim_in_group(format!("after-{n}")).await;
+    }
+    let directory_leader = cluster.wait_for_leader(&cluster.ids()).await;
+
+    // The directory's address, given for the group's learner: refused.
+    let refused = admin::add_learner(&operator, &admins, 1, &cluster.advertised(1))
+        .await
+        .expect_err("the directory's address is not the group's");
+    assert!(
+        matches!(&refused, admin::AdminError::Refused { status: 400, body, .. }
+            if body.contains("learner_address_of_another_group")
+                && body.contains(&format!("{}/groups/region-2", cluster.advertised(1)))),
+        "{refused}"
+    );
+    // And a group's RPC that reaches the directory anyway (an address
+    // written by hand into a membership) never gets to its raft.
+    let member = cluster.http_client_as("member-2", Role::StoreMember);
+    let wrong = member
+        .post(format!(
+            "https://{}/raft/append",
+            cluster.members[&1].raft_addr
+        ))
+        .header(GROUP_HEADER, "region-2")
+        .body("not read")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(wrong.status(), 409);
+    assert!(wrong.text().await.unwrap().starts_with(WRONG_GROUP));
+
+    // Its own address: it rejoins and catches up.
+    let address = format!("{}/groups/region-2", cluster.advertised(1));
+    admin::add_learner(&operator, &admins, 1, &address)
+        .await
+        .expect("member 1 a learner of the group");
+    admin::change_membership(&operator, &admins, vec![1, 2, 3])
+        .await
+        .expect("member 1 a voter of the group again");
+    claim_in_group("rejoined".into()).await;
+    let leader = eventually(Duration::from_secs(30), || async {
+        let s = group.status_of(1).await.ok()?;
+        (s.leader == Some(2)).then_some(s)
+    })
+    .await;
+    let rejoined = eventually(Duration::from_secs(30), || async {
+        let s = group.status_of(0).await.ok()?;
+        (s.voters == vec![1, 2, 3] && s.applied_index >= leader.applied_index).then_some(s)
+    })
+    .await;
+    assert_eq!(rejoined.leader, Some(2), "{rejoined:?}");
+    // The directory kept its leader throughout, and its log.
+    assert_eq!(
+        cluster.wait_for_leader(&cluster.ids()).await,
+        directory_leader
+    );
+    cluster.wait_for_convergence(&cluster.ids()).await;
 }
