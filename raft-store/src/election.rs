@@ -36,6 +36,10 @@
 //!   ([`PreVote::Campaigning`]) and grants a lower id's, then gives way to
 //!   it even if its own pre-vote succeeds. Of two candidates that ask
 //!   within a round trip of each other, one campaigns.
+//! - **The successor first.** In a home region's group, a member outside
+//!   the region where the group's tenants live and the one they would fail
+//!   over to waits a heartbeat and the timeout's spread longer, so that the
+//!   lead lands where the tenants go ([`crate::succession`]).
 //! - **Clock.** A member barred by [`ClockGuard::may_campaign`] does not
 //!   campaign at all.
 //!
@@ -59,6 +63,7 @@ use crate::clock::ClockGuard;
 use crate::log_store::LogStore;
 use crate::network::Network;
 use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest, Silence};
+use crate::succession::Succession;
 use crate::types::{NodeId, Raft};
 
 /// What this member's election timer did, for `/metrics`. Cheap to clone.
@@ -111,6 +116,8 @@ pub struct Elections {
     pub heartbeat: Duration,
     pub election_min: Duration,
     pub election_max: Duration,
+    /// A home region's group: who campaigns first (`None`: every member).
+    pub succession: Option<Succession>,
 }
 
 impl std::fmt::Debug for Elections {
@@ -133,6 +140,18 @@ impl Elections {
     fn next_wait(&self) -> Duration {
         let spread = self.election_max.saturating_sub(self.election_min);
         self.election_max + spread.mul_f64(rand::rng().random::<f64>())
+    }
+
+    /// How much longer than its drawn wait this member lets a silence
+    /// last: a heartbeat and the timeout's spread unless the succession
+    /// favours it, so a favoured member's pre-vote arrives first.
+    fn deferral(&self) -> Duration {
+        match &self.succession {
+            Some(succession) if !succession.favours_this_member() => {
+                self.heartbeat + self.election_max.saturating_sub(self.election_min)
+            }
+            _ => Duration::ZERO,
+        }
     }
 
     async fn run(mut self) {
@@ -170,6 +189,10 @@ impl Elections {
                 return;
             };
             if quiet.state == ServerState::Leader || quiet.silent_for < wait || now < not_before {
+                continue;
+            }
+            // Read only once the silence is long enough to matter.
+            if quiet.silent_for < wait + self.deferral() {
                 continue;
             }
             // It told a candidate it would vote for it: that candidate's

@@ -25,8 +25,8 @@ use crate::group_commit::GroupCommit;
 use crate::network::Network;
 use crate::protocol::WriteAnswer;
 use crate::state_machine::StateMachine;
+use crate::succession::{FollowTenants, Residence};
 use crate::types::{NodeId, Raft};
-use crate::wan::SimulatedWan;
 use crate::wire_versions::WireVersions;
 
 /// Most clients one [`Op::ForgetIdleClients`] forgets.
@@ -49,21 +49,6 @@ pub struct Settings {
     /// (docs/decisions/0063-a-raft-group-per-home-region.md).
     pub follow_tenants: Option<FollowTenants>,
 }
-
-/// Where a home region's group wants its lead: with its tenants.
-#[derive(Debug, Clone)]
-pub struct FollowTenants {
-    /// The group's home region: where its lead goes while it has no
-    /// placement to judge by.
-    pub home: String,
-    /// Which region each member is in.
-    pub wan: Arc<SimulatedWan>,
-}
-
-/// How many placements the leader reads to tell where a group's tenants
-/// live: every tenant homed in a region fails over and back together, so
-/// a handful tells as much as all of them.
-const PLACEMENTS_SAMPLED: usize = 64;
 
 /// Least time between two hand-offs of the lead.
 pub const HANDOFF_EVERY: Duration = Duration::from_secs(10);
@@ -235,12 +220,8 @@ impl Rounds {
         let Some(follow) = &self.parts.settings.follow_tenants else {
             return self.parts.settings.preferred_leader;
         };
-        let region = match self
-            .parts
-            .state_machine
-            .where_tenants_live(PLACEMENTS_SAMPLED)
-        {
-            Ok(Some(region)) => region,
+        let region = match Residence::read(&self.parts.state_machine) {
+            Ok(Some(residence)) => residence.home,
             Ok(None) => follow.home.clone(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read where the group's tenants live");

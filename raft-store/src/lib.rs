@@ -220,6 +220,7 @@ pub mod sessions;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod state_machine;
+pub mod succession;
 pub mod types;
 pub mod wan;
 pub mod wire_versions;

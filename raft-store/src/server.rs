@@ -395,7 +395,7 @@ async fn start_group(
         None => config.housekeeping.clone(),
         Some(home) => crate::housekeeping::Settings {
             preferred_leader: None,
-            follow_tenants: Some(crate::housekeeping::FollowTenants {
+            follow_tenants: Some(crate::succession::FollowTenants {
                 home: home.to_owned(),
                 wan: wan.clone(),
             }),
@@ -403,6 +403,13 @@ async fn start_group(
         },
     };
     let founder = first_leader(config, &settings, &wan);
+    let succession = settings
+        .follow_tenants
+        .clone()
+        .map(|follow| crate::succession::Succession {
+            state_machine: state_machine.clone(),
+            follow,
+        });
     Housekeeping {
         raft: raft.clone(),
         state_machine: state_machine.clone(),
@@ -425,6 +432,7 @@ async fn start_group(
         heartbeat: t.heartbeat,
         election_min: t.election_min,
         election_max: t.election_max,
+        succession,
     }
     .start();
     let prevotes = PreVotes {

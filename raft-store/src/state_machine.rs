@@ -29,7 +29,6 @@
 //! only after a quorum's logs hold the entry, so nothing acknowledged
 //! depends on the state machine's own fsync.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -295,25 +294,19 @@ impl StateMachine {
         crate::directory::assignment_in(&table, tenant).map_err(io)
     }
 
-    /// The region most of the first `sample` placements are home in now
-    /// (read through the evacuations; ties to the first region by name),
-    /// or `None` without placements: where a home region's group wants
-    /// its lead ([`crate::housekeeping`]).
-    pub fn where_tenants_live(&self, sample: usize) -> Result<Option<String>, StorageError> {
+    /// The first `sample` placements, as they read now (through the
+    /// evacuations): what [`crate::succession::Residence`] judges where a
+    /// home region's group wants its lead by.
+    pub fn sampled_placements(&self, sample: usize) -> Result<Vec<Placement>, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;
         let evacuations = evacuations_in(&txn)?;
         let table = txn.open_table(PLACEMENTS).map_err(io)?;
-        let mut homes: BTreeMap<String, usize> = BTreeMap::new();
+        let mut placements = Vec::new();
         for item in table.iter().map_err(io)?.take(sample) {
             let (_, v) = item.map_err(io)?;
-            let placement = evacuations.read(v.value()).map_err(io)?;
-            *homes.entry(placement.home).or_default() += 1;
+            placements.push(evacuations.read(v.value()).map_err(io)?);
         }
-        let most = homes.values().copied().max();
-        Ok(homes
-            .into_iter()
-            .find(|(_, n)| Some(*n) == most)
-            .map(|(home, _)| home))
+        Ok(placements)
     }
 
     /// Every region's status as last set, by region name.

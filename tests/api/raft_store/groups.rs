@@ -246,3 +246,76 @@ async fn a_member_removed_from_a_group_and_added_back_with_its_data_rejoins() {
     );
     cluster.wait_for_convergence(&cluster.ids()).await;
 }
+
+/// When a home region's group loses its leader with its region, the lead
+/// goes where the group's tenants would fail over to, in one election
+/// (decision 0067): tenants homed in region-1 with region-3 their first
+/// standby, region-1's member killed three times, and each time member 3
+/// — not member 2, which the tie-break between equal logs favours —
+/// leads next. Across a 70 ms WAN with `once up`'s timing for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_lead_goes_where_its_tenants_would_fail_over_when_its_region_dies() {
+    let mut cluster = Cluster::start_with(
+        3,
+        &[
+            "--peer-regions",
+            REGIONS,
+            "--groups",
+            "region-1",
+            "--wan-latency",
+            "70",
+            "--heartbeat",
+            "140ms",
+            "--election-min",
+            "350ms",
+            "--election-max",
+            "420ms",
+        ],
+        |_| vec![],
+    )
+    .await;
+    group_led_by(&cluster, "region-1", 1).await;
+    let directory = cluster.client(cluster.client_options());
+    assign(&directory, "globex", "region-1").await;
+    let group = cluster.group_client("region-1");
+    let placed = group
+        .set_placement(
+            "globex",
+            0,
+            "region-1",
+            &["region-3".to_owned(), "region-2".to_owned()],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(placed, Reply::Placement(_)), "{placed:?}");
+    for round in 0..3 {
+        // Every member has applied the placement (and all else).
+        let before = eventually(Duration::from_secs(30), || async {
+            let mut applied = std::collections::BTreeSet::new();
+            let mut term = 0;
+            for i in 0..3 {
+                let s = group.status_of(i).await.ok()?;
+                applied.insert(s.applied_index);
+                term = s.term;
+            }
+            (applied.len() == 1).then_some(term)
+        })
+        .await;
+        cluster.kill(1).await;
+        let next = eventually(Duration::from_secs(30), || async {
+            let two = group.status_of(1).await.ok()?;
+            let three = group.status_of(2).await.ok()?;
+            let elected = two.leader.is_some_and(|l| l != 1);
+            (elected && two.leader == three.leader && two.term == three.term).then_some(three)
+        })
+        .await;
+        assert_eq!(
+            (next.leader, next.term),
+            (Some(3), before + 1),
+            "round {round}: {next:?}"
+        );
+        cluster.spawn(1, None).await;
+        // Its tenants still live in region-1: the lead goes back there.
+        group_led_by(&cluster, "region-1", 1).await;
+    }
+}
