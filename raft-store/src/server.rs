@@ -389,6 +389,7 @@ async fn start_group(
         clock.clone(),
         config.max_batch,
         config.max_inflight_batches,
+        t.election_max,
     );
     // A home region's group: its lead goes where its tenants live.
     let settings = match group.or(config.directory_home.as_deref()) {

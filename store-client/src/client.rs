@@ -39,6 +39,13 @@ use crate::protocol::{
 use crate::wan::{self, CLIENT_REGION_HEADER};
 use crate::wire;
 
+/// The longest wait between two rounds of the members while none leads.
+/// An election across a 70 ms WAN ends about three round trips after it
+/// starts; with 500 ms (before decision 0067) the router's failover write
+/// waited 240 ms past the new leader's first commit, most of a failover's
+/// tail. A waiting request now asks each member about ten times a second.
+pub const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The command may or may not have applied; only a read can tell.
@@ -108,7 +115,30 @@ struct Session {
     /// Seqs sent and not yet answered to their caller.
     outstanding: BTreeSet<u64>,
     leader: Option<usize>,
+    /// The term of the last member status that moved `leader`: an older
+    /// word does not move it back.
+    leader_term: u64,
     endpoint_of: HashMap<NodeId, usize>,
+}
+
+impl Session {
+    /// What a status from `endpoints[i]` tells: which member answers
+    /// there, and, in a term no older than the last such word, who leads.
+    /// A node's readiness watch asks its nearest member every 100 ms, so
+    /// a new leader is where its next write goes first, without a round
+    /// of the members to find it (a dead leader's endpoint first, then a
+    /// redirect).
+    fn heard(&mut self, i: usize, status: &Status) {
+        self.endpoint_of.insert(status.id, i);
+        let Some(leader) = status.leader else { return };
+        if status.term < self.leader_term {
+            return;
+        }
+        if let Some(&at) = self.endpoint_of.get(&leader) {
+            self.leader = Some(at);
+            self.leader_term = status.term;
+        }
+    }
 }
 
 /// A raft-store client. Cheap to share (`Arc`); one per process is enough.
@@ -384,7 +414,8 @@ impl StoreClient {
     }
 
     /// Sends `body` to the leader, following redirects and retrying the
-    /// same bytes until an answer or the deadline.
+    /// same bytes until an answer or the deadline, backing off from 20 ms
+    /// to [`MAX_BACKOFF`] between rounds of the members.
     async fn route<T>(
         &self,
         path: &str,
@@ -455,26 +486,27 @@ impl StoreClient {
                     ClientError::Unavailable(last_error)
                 });
             }
-            // Back off between attempts: an election takes a few hundred
-            // milliseconds, and hammering members does not shorten it.
+            // Back off between rounds: hammering members does not shorten
+            // an election, but a wait longer than a round trip or two
+            // outlasts it ([`MAX_BACKOFF`]).
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
+            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
     /// Where to go after `ForwardToLeader`: the leader's endpoint if known
-    /// (asking every member's status once to learn ids), else the next one.
+    /// (asking every member's status once, together, to learn ids), else
+    /// the next one.
     async fn endpoint_for(&self, leader: Option<NodeId>, current: usize) -> usize {
         let next = (current + 1) % self.endpoints.len();
         let Some(leader) = leader else { return next };
         if let Some(i) = self.session().endpoint_of.get(&leader) {
             return *i;
         }
-        for i in 0..self.endpoints.len() {
-            if let Ok(status) = self.status_of(i).await {
-                self.session().endpoint_of.insert(status.id, i);
-            }
-        }
+        // Every member at once: one asked after another paid each one's
+        // round trip (a dead one's connect included) before the write went on.
+        let asked = (0..self.endpoints.len()).map(|i| self.status_of(i));
+        futures::future::join_all(asked).await;
         self.session()
             .endpoint_of
             .get(&leader)
@@ -586,10 +618,12 @@ impl StoreClient {
             .send()
             .await
             .map_err(|e| ClientError::Unavailable(e.to_string()))?;
-        response
+        let status: Status = response
             .json()
             .await
-            .map_err(|e| ClientError::Unavailable(e.to_string()))
+            .map_err(|e| ClientError::Unavailable(e.to_string()))?;
+        self.session().heard(i, &status);
+        Ok(status)
     }
 
     // Commands by name, so callers read like the domain.
@@ -703,6 +737,32 @@ mod tests {
         assert_eq!(options.delay_to(1), Duration::ZERO);
         assert_eq!(options.delay_to(2), Duration::from_millis(70));
         assert_eq!(ClientOptions::default().delay_to(5), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_members_status_points_writes_at_the_leader_it_names_unless_older_news() {
+        let status = |id, leader, term| Status {
+            id,
+            leader,
+            term,
+            ..Status::default()
+        };
+        let mut session = Session::default();
+        // Member 3 names member 2, whose endpoint is not known yet.
+        session.heard(2, &status(3, Some(2), 1));
+        assert_eq!(session.leader, None);
+        session.heard(1, &status(2, Some(2), 1));
+        assert_eq!(session.leader, Some(1));
+        // An election: member 3 leads in term 2.
+        session.heard(2, &status(3, Some(3), 2));
+        assert_eq!(session.leader, Some(2));
+        // A member that has not heard of it yet names the old leader.
+        session.heard(1, &status(2, Some(2), 1));
+        assert_eq!(session.leader, Some(2));
+        // One mid-election names none: nothing moves.
+        session.heard(0, &status(1, None, 3));
+        assert_eq!(session.leader, Some(2));
+        assert_eq!(session.endpoint_of, HashMap::from([(1, 0), (2, 1), (3, 2)]));
     }
 
     #[tokio::test]
