@@ -10,6 +10,9 @@
 #   SIGKILL -> first 2xx of a request sent after the kill (served elsewhere)
 #   how far the directory's term moved (its elections; with LEADER=0 the
 #   killed member led it)
+#   the median time to answer the new requests sent in the second after
+#   that first success (where the tenants' writes now go: a leader beside
+#   their new home or a round trip away)
 # and at the end min/median/max over the runs.
 # Usage: bench/failover.sh [TENANTS (default 100000)] [RUNS (default 5)]
 # LEADER=0 leaves the raft-store leader in the killed region (its election
@@ -117,7 +120,7 @@ with open(path) as probe:
         time.sleep(0.05)
 sys.exit(1)
 PY
-  sleep 0.5
+  sleep 1.5
   ELECTIONS=$(( $(max_term) - TERM_BEFORE ))
   kill "$PROBE_PID" 2>/dev/null || true; wait "$PROBE_PID" 2>/dev/null || true; PROBE_PID=
   python3 - "$DIR/probe$run.jsonl" "$KILLED_AT" "$DIR/run$run/logs/router.log" "$run" "$SEEDED" "$ELECTIONS" >>"$RESULTS" <<'PY'
@@ -126,6 +129,8 @@ probe, killed, log, run, seeded, elections = sys.argv[1], int(sys.argv[2]), sys.
 attempts = [json.loads(l) for l in open(probe) if l.strip()]
 after = [a for a in attempts if a['sent'] >= killed]
 first_ok = min((a['answered'] for a in after if 200 <= a['status'] < 300), default=None)
+settled = sorted(a['answered'] - a['sent'] for a in after
+                 if first_ok is not None and first_ok <= a['sent'] < first_ok + 1000 and 200 <= a['status'] < 300)
 down_at = write_ms = moved = None
 for line in open(log, errors='replace'):
     plain = re.sub(r'\x1b\[[0-9;]*m', '', line)
@@ -139,6 +144,7 @@ print(json.dumps({"run": int(run), "seeded": json.loads(seeded), "directory_term
   "detect_ms": None if down_at is None else down_at - killed,
   "write_ms": write_ms, "moved": moved,
   "first_success_ms": None if first_ok is None else first_ok - killed,
+  "then_p50_ms": settled[len(settled) // 2] if settled else None,
   "sent_after_kill": len(after), "errors_after_kill": sum(1 for a in after if not 200 <= a['status'] < 300)}))
 PY
   tail -1 "$RESULTS" | sed 's/^/#   /'
@@ -147,7 +153,7 @@ done
 python3 - "$RESULTS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-for k in ("detect_ms", "write_ms", "first_success_ms"):
+for k in ("detect_ms", "write_ms", "first_success_ms", "then_p50_ms"):
     v = sorted(r[k] for r in rows if r[k] is not None)
     if v:
         print(f"# {k}: min {v[0]} median {statistics.median(v):g} max {v[-1]} (runs: {len(v)} of {len(rows)})")

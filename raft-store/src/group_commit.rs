@@ -7,12 +7,14 @@
 //! `max_inflight` batches are being committed, new requests accumulate, so
 //! batches grow with load and a lone request is never held back by a timer.
 //!
-//! A member that knows no leader (an election is under way) holds a batch
-//! until it hears of one, up to the lease (`hold`), and then proposes it if
-//! it won or sends it to the winner: the caller's next attempt goes
-//! straight there instead of waiting out a backoff and a round trip per
-//! member asked (decision 0067: after a region dies, the router's failover
-//! write landed 150–240 ms after the new leader's first commit).
+//! A member that knows no leader, or has not heard its leader for two
+//! heartbeats (an election is under way or about to be), holds a batch
+//! until another leader is known, up to the lease ([`Hold`]), and then
+//! proposes it if it won or sends it to the winner: the caller's next
+//! attempt goes straight there instead of bouncing between a dead leader
+//! and its followers, a backoff and a round trip per member asked
+//! (decision 0067: after a region dies, the router's failover write landed
+//! 150–240 ms after the new leader's first commit).
 //!
 //! The leader stamps each batch with its time ([`crate::clock`]) just
 //! before proposing it: every request's `now` is overwritten, so no
@@ -46,7 +48,7 @@ impl GroupCommit {
         clock: Arc<ClockGuard>,
         max_batch: usize,
         max_inflight: usize,
-        hold: Duration,
+        hold: Hold,
     ) -> Self {
         let (queue, rx) = mpsc::channel(max_batch * max_inflight * 4);
         tokio::spawn(run(raft, clock, rx, max_batch, max_inflight, hold));
@@ -70,7 +72,7 @@ async fn run(
     mut rx: mpsc::Receiver<Waiter>,
     max_batch: usize,
     max_inflight: usize,
-    hold: Duration,
+    hold: Hold,
 ) {
     let slots = Arc::new(Semaphore::new(max_inflight));
     while let Some(first) = rx.recv().await {
@@ -128,21 +130,47 @@ async fn run(
     }
 }
 
-/// Whether this member leads, and whom it knows as the leader; while it
-/// knows none, after waiting up to `hold` for one.
-async fn leadership(raft: &Raft, hold: Duration) -> (bool, Option<NodeId>) {
+/// How long a member without a leader it hears holds a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    /// At most this long (the lease: an election is decided within it).
+    pub upto: Duration,
+    /// A leader not heard for this long (two heartbeats) is taken for gone.
+    pub silent_after: Duration,
+}
+
+/// Whether this member leads, and whom it knows as the leader; while that
+/// is none, or one it has not heard for `hold.silent_after`, after waiting
+/// up to `hold.upto` for another.
+async fn leadership(raft: &Raft, hold: Hold) -> (bool, Option<NodeId>) {
     let of = |m: &RaftMetrics| (m.state == ServerState::Leader, m.current_leader);
-    let now = of(&raft.metrics().borrow());
-    if now.0 || now.1.is_some() {
-        return now;
+    let (leads, leader) = of(&raft.metrics().borrow());
+    if leads {
+        return (leads, leader);
+    }
+    if leader.is_some() {
+        let silent_for = raft
+            .with_raft_state(|st| st.vote_last_modified().map(|t| t.elapsed()))
+            .await
+            .ok()
+            .flatten();
+        if silent_for.is_none_or(|s| s < hold.silent_after) {
+            return (leads, leader);
+        }
     }
     match raft
-        .wait(Some(hold))
-        .metrics(|m| m.current_leader.is_some(), "a leader")
+        .wait(Some(hold.upto))
+        .metrics(
+            |m| {
+                m.state == ServerState::Leader
+                    || m.current_leader.is_some_and(|l| Some(l) != leader)
+            },
+            "another leader",
+        )
         .await
     {
         Ok(m) => of(&m),
-        // No leader within `hold` (or the core stopped): the caller backs off.
+        // None within the hold (or the core stopped): the caller backs off.
         Err(_) => of(&raft.metrics().borrow()),
     }
 }

@@ -389,7 +389,10 @@ async fn start_group(
         clock.clone(),
         config.max_batch,
         config.max_inflight_batches,
-        t.election_max,
+        crate::group_commit::Hold {
+            upto: t.election_max,
+            silent_after: 2 * t.heartbeat,
+        },
     );
     // A home region's group: its lead goes where its tenants live.
     let settings = match group.or(config.directory_home.as_deref()) {
