@@ -351,13 +351,23 @@ impl ClockGuard {
     /// again after the verdict, a clock that jumped in between would be
     /// stamped unchecked.
     pub async fn stamp(&self, voters: &BTreeSet<NodeId>) -> Result<Millis, ClockError> {
+        self.stamp_against(Some(voters)).await
+    }
+
+    /// [`Self::stamp`] against `voters`, or (`None`) against the current
+    /// view, read again on every try: a leader elected moments ago may ask
+    /// before [`Self::run`] has given it the voters, and judged against
+    /// that empty view it waited out `confirm_within` (1.2 s with the
+    /// default timing) on a fresh cluster's first write.
+    async fn stamp_against(&self, voters: Option<&BTreeSet<NodeId>>) -> Result<Millis, ClockError> {
         let deadline = tokio::time::Instant::now() + self.confirm_within;
         loop {
             let sampled = self.sampled.notified();
             {
                 let mut state = self.lock();
                 let (now, wall) = (Instant::now(), self.now());
-                match self.verdict_of(&state, voters, now, wall) {
+                let verdict = self.verdict_of(&state, voters.unwrap_or(&state.voters), now, wall);
+                match verdict {
                     Verdict::Agrees => {
                         state.last_stamp = state.last_stamp.max(wall);
                         return Ok(state.last_stamp);
@@ -480,8 +490,7 @@ impl ClockGuard {
 
     /// [`Self::stamp`] against the current voters.
     pub async fn stamp_now(&self) -> Result<Millis, ClockError> {
-        let (voters, _) = self.view();
-        self.stamp(&voters).await
+        self.stamp_against(None).await
     }
 }
 
@@ -637,6 +646,23 @@ mod tests {
         assert!(second >= first);
         g.lock().last_stamp = first + 60_000;
         assert_eq!(g.stamp(&two).await.unwrap(), first + 60_000);
+    }
+
+    #[tokio::test]
+    async fn a_new_leaders_first_stamp_judges_the_voters_it_is_given_meanwhile() {
+        let g = std::sync::Arc::new(guard());
+        g.record(2, sample(0));
+        // Asked before the view names any voter.
+        let waiting = {
+            let g = g.clone();
+            tokio::spawn(async move { g.stamp_now().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        g.set_view(voters(&[1, 2]), Some(1));
+        // Judged against the empty view it was asked under, it would wait
+        // out `confirm_within` and be refused as unconfirmed.
+        assert!(waiting.await.unwrap().is_ok());
     }
 
     #[tokio::test]
