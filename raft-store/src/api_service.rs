@@ -516,17 +516,20 @@ fn admin_answer<T>(result: Result<T, RaftError<ClientWriteError>>) -> Response {
     }
 }
 
+/// A membership action refused before raft sees it: `status`, with a
+/// stable `code` and the reason.
+fn refusal(status: StatusCode, code: &str, why: String) -> Response {
+    let body = serde_json::json!({ "ok": false, "code": code, "error": why });
+    (status, Json(body)).into_response()
+}
+
 async fn add_learner(State(state): State<Arc<ApiState>>, Json(req): Json<AddLearner>) -> Response {
-    if let Some(refusal) = address_of_another_group(state.group.as_deref(), &req.raft_addr) {
-        return (
+    if let Some(why) = address_of_another_group(state.group.as_deref(), &req.raft_addr) {
+        return refusal(
             StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({
-                "ok": false,
-                "code": "learner_address_of_another_group",
-                "error": refusal,
-            })),
-        )
-            .into_response();
+            "learner_address_of_another_group",
+            why,
+        );
     }
     let node = Node {
         addr: req.raft_addr,
@@ -542,16 +545,8 @@ async fn change_membership(
     let m = state.raft.metrics().borrow().clone();
     if m.state == ServerState::Leader {
         let current: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
-        if let Some(refusal) = too_wide(&current, &voters) {
-            return (
-                StatusCode::CONFLICT,
-                Json(serde_json::json!({
-                    "ok": false,
-                    "code": "membership_change_too_wide",
-                    "error": refusal,
-                })),
-            )
-                .into_response();
+        if let Some(why) = too_wide(&current, &voters) {
+            return refusal(StatusCode::CONFLICT, "membership_change_too_wide", why);
         }
     }
     admin_answer(state.raft.change_membership(voters, false).await)

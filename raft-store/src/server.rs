@@ -336,6 +336,8 @@ async fn start_group(
     shared: &Shared,
 ) -> Result<StartedGroup, StartError> {
     let t = &config.timing;
+    // What its Raft RPCs name it ([`crate::link::GROUP_HEADER`]).
+    let name = group.unwrap_or(once_store_client::groups::DIRECTORY);
     let (data_dir, prefix) = match group {
         None => (config.data_dir.clone(), String::new()),
         Some(name) => (
@@ -371,7 +373,7 @@ async fn start_group(
     .with_clock(clock.clone())
     .with_versions(versions.clone())
     .with_pipeline(pipeline.clone())
-    .with_group(group.unwrap_or(once_store_client::groups::DIRECTORY));
+    .with_group(name);
     let campaigns = network.clone();
     let electing = network.clone();
     let raft = Raft::new(
@@ -472,7 +474,7 @@ async fn start_group(
     tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
     let raft_router = raft_service::router(
         raft.clone(),
-        group.unwrap_or(once_store_client::groups::DIRECTORY),
+        name,
         config.max_body,
         wan.clone(),
         clock,
