@@ -91,7 +91,7 @@ pub type Job<T, E> =
 /// never ran: the database is unavailable, the write is not done.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct BatchFailed(String);
+pub struct BatchFailed(pub(crate) String);
 
 /// A write that makes its first trip to the database with one query (SQLite
 /// runs the statements of one query string in turn) and puts

@@ -22,9 +22,11 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
 
+pub mod gather;
 pub mod group_commit;
 mod round_query;
 
+pub use gather::{GatherStats, Gatherer};
 use group_commit::Gate;
 pub use group_commit::{BatchFailed, GroupCommit};
 pub use round_query::RoundQuery;

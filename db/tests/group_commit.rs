@@ -7,36 +7,18 @@
 //! caller is told the truth: a write answered `Ok` committed, one answered
 //! with an error did not.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, join_all};
-use once_db::group_commit::{GroupCommit, OneTripJob, Refusal};
-use once_db::{BatchFailed, Database, Dialect};
-use once_test_support::postgres::PgDatabase;
+use once_db::group_commit::{GroupCommit, OneTripJob};
+use once_db::{Database, Dialect};
 use once_test_support::services::postgres_available;
 use sqlx::{AnyConnection, Executor};
+use support::{Place, WriteError, dialects, open};
 use tokio::sync::Barrier;
-
-#[derive(Debug, thiserror::Error)]
-enum WriteError {
-    /// Refused by a statement that wrote nothing.
-    #[error("refused")]
-    Refused,
-    /// Failed after it wrote.
-    #[error("failed after writing")]
-    AfterWrite,
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error(transparent)]
-    NotCommitted(#[from] BatchFailed),
-}
-
-impl Refusal for WriteError {
-    fn wrote_nothing(&self) -> bool {
-        matches!(self, WriteError::Refused)
-    }
-}
 
 /// One write of a test batch.
 #[derive(Debug, Clone, Copy)]
@@ -101,45 +83,6 @@ async fn insert_unless_there(
         0 => Err(WriteError::Refused),
         _ => Ok(()),
     }
-}
-
-/// Where a test's database lives; dropped with the test.
-enum Place {
-    #[allow(dead_code)] // held for its drop
-    File(tempfile::TempDir),
-    #[allow(dead_code)] // held for its drop
-    Postgres(PgDatabase),
-}
-
-/// The dialects to run on: SQLite, and PostgreSQL unless unavailable
-/// outside CI.
-fn dialects() -> Vec<Dialect> {
-    let mut dialects = vec![Dialect::Sqlite];
-    if postgres_available() {
-        dialects.push(Dialect::Postgres);
-    }
-    dialects
-}
-
-async fn open(dialect: Dialect) -> (Place, Database) {
-    let (place, url) = match dialect {
-        Dialect::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = dir.path().join("batches.db").to_str().unwrap().to_owned();
-            (Place::File(dir), url)
-        }
-        Dialect::Postgres => {
-            let pg = PgDatabase::create().await;
-            let url = pg.url.clone();
-            (Place::Postgres(pg), url)
-        }
-    };
-    let db = Database::connect(&url, 4).await.unwrap();
-    db.pool
-        .execute("CREATE TABLE written (row TEXT PRIMARY KEY)")
-        .await
-        .unwrap();
-    (place, db)
 }
 
 /// Runs `writes` as one batch; each write's result, in order.

@@ -11,6 +11,7 @@
 //! `once-db` crate's, shared with the event path; it is re-exported here.
 
 mod finish;
+mod gathered_writes;
 mod hot_writes;
 mod materialize;
 mod outbox;

@@ -14,8 +14,10 @@ use tracing::instrument;
 use sqlx::AnyConnection;
 
 use super::finish::{self, RecordIn};
+use super::gathered_writes::{self, FinishRow};
+use super::hot_writes::{self, ClaimWrite};
 use super::records::{Terminal, unavailable};
-use super::{hot_writes, payments, records};
+use super::{payments, records};
 use crate::data_keys::{DataKeys, Field};
 use crate::domain::{PaymentId, TenantId, UnixMillis};
 use crate::idempotency::record::{Record, Scope, Status, Step};
@@ -25,22 +27,55 @@ use crate::store::{
     PaymentFilter, PaymentPage, PaymentReads, Reclaim, Recovery, Reencryption, RequestPath,
     Resolution, SealedCount, StoreError, Sweeper,
 };
-use once_db::GroupCommit;
 use once_db::{Database, Dialect};
+use once_db::{GatherStats, Gatherer, GroupCommit};
 
 /// The request path's writes go through the database's group commit
 /// ([`Database::batches`]); the rest (recovery takeovers, resolutions,
 /// sweeps) take its write gate ([`Database::writer`]) one by one, as the
 /// batches do.
+///
+/// On PostgreSQL the claims that wait for the same batch are gathered into
+/// one statement, and so are the finishes (decision 0068); on SQLite each
+/// is a job of its own.
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     db: Database,
     keys: Arc<DataKeys>,
+    gathered: Option<Gathered>,
+}
+
+/// The request path's two hot writes, gathered (PostgreSQL).
+#[derive(Debug, Clone)]
+struct Gathered {
+    claims: Gatherer<Claim, ClaimOutcome, StoreError>,
+    finishes: Gatherer<FinishRow, (), StoreError>,
+}
+
+impl Gathered {
+    fn start(batches: &GroupCommit, keys: Arc<DataKeys>) -> Self {
+        let claims = Gatherer::new(
+            batches.clone(),
+            Arc::new(move |conn, _, claims| {
+                let keys = keys.clone();
+                Box::pin(async move { claims_in(conn, &claims, &keys).await })
+            }),
+        );
+        let finishes = Gatherer::new(
+            batches.clone(),
+            Arc::new(|conn, _, finishes| {
+                Box::pin(async move { gathered_writes::finishes(conn, &finishes).await })
+            }),
+        );
+        Self { claims, finishes }
+    }
 }
 
 impl SqlStore {
     pub fn new(db: Database, keys: Arc<DataKeys>) -> Self {
-        Self { db, keys }
+        let gathered =
+            (db.dialect == Dialect::Postgres).then(|| Gathered::start(db.batches(), keys.clone()));
+        Self { db, keys, gathered }
     }
 
     /// `finish.response`, sealed for `owner`'s record.
@@ -56,6 +91,22 @@ impl SqlStore {
     /// The group commit in front of the request path's writes.
     pub fn batches(&self) -> &GroupCommit {
         self.db.batches()
+    }
+
+    /// Claims and finishes waiting to be gathered into a job (none on
+    /// SQLite, which does not gather).
+    pub fn gathered_waiting(&self) -> usize {
+        self.gathered
+            .as_ref()
+            .map_or(0, |g| g.claims.waiting() + g.finishes.waiting())
+    }
+
+    /// The gathered jobs run so far and the rows they wrote: claims, then
+    /// finishes (`None` on SQLite).
+    pub fn gather_stats(&self) -> Option<(GatherStats, GatherStats)> {
+        self.gathered
+            .as_ref()
+            .map(|g| (g.claims.stats(), g.finishes.stats()))
     }
 }
 
@@ -163,6 +214,45 @@ async fn claim_in(
     // First, whatever follows: the query leads with the batch's savepoint
     // move (a one-trip job, `once_db::group_commit`).
     let write = hot_writes::claim(&mut *conn, dialect, savepoint_move, claim).await?;
+    after_claim(conn, claim, write, keys).await
+}
+
+/// The claims gathered for one batch (PostgreSQL), as one job of it: every
+/// record and payment in one statement (`gathered_writes.rs`), then what
+/// each claim's row calls for. A claim whose key was taken wrote nothing and
+/// is answered with the record that holds it, or with the reason that
+/// record cannot be opened; any other error past the statement (a database
+/// error above all, which aborts the transaction) fails the whole job,
+/// whose writes roll back with it.
+async fn claims_in(
+    conn: &mut AnyConnection,
+    claims: &[Claim],
+    keys: &DataKeys,
+) -> Result<Vec<Result<ClaimOutcome, StoreError>>, StoreError> {
+    let writes = gathered_writes::claims(&mut *conn, claims).await?;
+    let mut outcomes = Vec::with_capacity(claims.len());
+    for (claim, write) in claims.iter().zip(writes) {
+        match after_claim(&mut *conn, claim, write, keys).await {
+            // The record that holds the key was read but cannot be opened
+            // (tampered with, sealed under an unknown key): that claim's
+            // answer alone. Its row wrote nothing, and the read left the
+            // transaction as it was.
+            Err(e @ StoreError::Corrupt(_)) if !write.claimed => outcomes.push(Err(e)),
+            outcome => outcomes.push(Ok(outcome?)),
+        }
+    }
+    Ok(outcomes)
+}
+
+/// What a claim's write calls for: the record that holds the key when the
+/// claim lost it, the payment that holds the business key when that was
+/// taken.
+async fn after_claim(
+    conn: &mut AnyConnection,
+    claim: &Claim,
+    write: ClaimWrite,
+    keys: &DataKeys,
+) -> Result<ClaimOutcome, StoreError> {
     if !write.claimed {
         return existing(conn, claim, keys).await;
     }
@@ -250,6 +340,9 @@ async fn reclaim_in(
 impl RequestPath for SqlStore {
     #[instrument(name = "claim the key", skip_all, fields(db.system = %self.db.system()))]
     async fn claim(&self, claim: &Claim) -> Result<ClaimOutcome, StoreError> {
+        if let Some(gathered) = &self.gathered {
+            return gathered.claims.write(claim.clone()).await;
+        }
         let (claim, keys, dialect) = (claim.clone(), self.keys.clone(), self.db.dialect);
         self.db
             .batches()
@@ -296,6 +389,15 @@ impl RequestPath for SqlStore {
     #[instrument(name = "finish the operation", skip_all, fields(db.system = %self.db.system()))]
     async fn finish(&self, owner: &Record, finish: &Finish) -> Result<(), StoreError> {
         let answer = self.seal(owner, finish);
+        if let Some(gathered) = &self.gathered {
+            let row = FinishRow {
+                scope: owner.scope.clone(),
+                fence: owner.fence,
+                finish: finish.clone(),
+                answer,
+            };
+            return gathered.finishes.write(row).await;
+        }
         let (owner, finish, dialect) = (owner.clone(), finish.clone(), self.db.dialect);
         self.db
             .batches()
