@@ -6,7 +6,8 @@
 //! [`Dialect`] the queries branch on, the SQLite write gate
 //! ([`Database::writer`], decision 0007) and running the migrations
 //! ([`Database::migrate`]), and the group commit writes go through
-//! ([`Database::batches`], decision 0037), and the rule every round query of
+//! ([`Database::batches`], decision 0037) with its gathering of one kind's
+//! writes into one job ([`Gatherer`], decision 0068), and the rule every round query of
 //! a background loop keeps ([`RoundQuery`]). The migrations themselves stay in `/migrations`
 //! at the workspace root, one schema in two dialects, embedded at build time.
 //! The queries are not here: each lives with the code that owns its tables

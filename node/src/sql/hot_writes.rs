@@ -11,6 +11,10 @@
 //!   waits on (decision 0039). The statements share one list of bound
 //!   values; `RETURNING` rows say which of them wrote.
 //!
+//! On PostgreSQL the request path gathers a batch's claims, and its
+//! finishes, into one statement each (`gathered_writes.rs`, decision 0068);
+//! there these one-row forms serve an operator's resolution.
+//!
 //! Both run inside the caller's transaction (a group commit batch, or the
 //! transaction of an operator's resolution), which rolls back when they
 //! return an error. In a batch each is a one-trip job: on SQLite its query
