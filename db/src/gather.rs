@@ -37,7 +37,8 @@ use crate::group_commit::{BatchFailed, GroupCommit, Refusal};
 /// Runs a gathered job: the rows taken (in the order they arrived) on the
 /// batch's connection, behind `savepoint_move` as a one-trip job
 /// ([`crate::group_commit::OneTripJob`]); one outcome per row, in the same
-/// order, or an error that fails them all.
+/// order, or an error that fails them all (as does a count of outcomes that
+/// is not the count of rows).
 pub type RunGathered<I, O, E> = Arc<
     dyn for<'c> Fn(
             &'c mut AnyConnection,
@@ -170,12 +171,25 @@ where
                     let (rows, answers): (Vec<I>, Answers<O, E>) =
                         waiting.into_iter().map(|w| (w.row, w.answer)).unzip();
                     *lock(&job_taken) = Some(answers);
-                    run(conn, savepoint_move, rows)
+                    let taken = rows.len();
+                    let job = run(conn, savepoint_move, rows);
+                    Box::pin(async move {
+                        match job.await {
+                            // Every write must be answered with what is
+                            // true of it: a job that lost count fails, and
+                            // its writes roll back.
+                            Ok(outcomes) if outcomes.len() != taken => Err(BatchFailed(format!(
+                                "a gathered job answered {} of its {taken} writes",
+                                outcomes.len()
+                            ))
+                            .into()),
+                            done => done,
+                        }
+                    })
                 }))
                 .await;
             match (lock(&taken).take(), outcome) {
                 (Some(answers), Ok(outcomes)) => {
-                    debug_assert_eq!(answers.len(), outcomes.len(), "one outcome per row");
                     for (answer, outcome) in answers.into_iter().zip(outcomes) {
                         let _ = answer.send(outcome);
                     }

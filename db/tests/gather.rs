@@ -174,3 +174,26 @@ async fn a_write_whose_job_never_runs_is_told_so() {
         assert_eq!(gatherer.waiting(), 0, "{dialect:?}");
     }
 }
+
+#[tokio::test]
+async fn a_job_that_loses_count_of_its_writes_commits_none_of_them() {
+    for dialect in dialects() {
+        let (_place, db) = open(dialect).await;
+        let run: RunGathered<String, (), WriteError> = Arc::new(|conn, savepoint_move, rows| {
+            Box::pin(async move {
+                let mut outcomes = insert_all(conn, savepoint_move, rows).await?;
+                outcomes.pop();
+                Ok(outcomes)
+            })
+        });
+        let gatherer = Gatherer::new(db.batches().clone(), run);
+        let results = held_together(&db, &gatherer, &["a", "b"]).await;
+        for result in &results {
+            assert!(
+                matches!(result, Err(WriteError::NotCommitted(_))),
+                "{dialect:?}: {result:?}"
+            );
+        }
+        assert!(rows(&db).await.is_empty(), "{dialect:?}: nothing committed");
+    }
+}
