@@ -41,6 +41,10 @@
 //! aborts PostgreSQL's transaction, or an error after a write) is rolled back
 //! to the savepoint in front, with the jobs written since it: those are told
 //! their batch did not commit, as if it had failed. See decision 0047.
+//! On PostgreSQL the claims and the finishes that wait for the same batch
+//! are gathered into one conditional job each, whose one statement writes
+//! or refuses every row on its own condition ([`crate::Gatherer`],
+//! decision 0068).
 //!
 //! A job that fails on PostgreSQL (other than by a refusal that wrote
 //! nothing) ends its transaction early: what is held commits, and the rest
