@@ -6,7 +6,7 @@
 # updates and HOT updates. With perf installed, also the node's sends per
 # payment (`sendto` calls: every query and every ping to PostgreSQL is one,
 # which pg_stat_statements does not see, besides the HTTP answer and the
-# event path's publishes).
+# event path's publishes). And the server's WAL per payment (pg_stat_wal).
 #
 #   ONCE=/path/to/once bash bench/pg-statements.sh [seconds] [clients]   (defaults: 8 32)
 #
@@ -56,7 +56,7 @@ load() { # seconds label
     --duration "$1" --warmup 0 --label "$2" 2>/dev/null
 }
 load 2 warmup > /dev/null
-psql "$PG/postgres" -qAtc "SELECT pg_stat_statements_reset()" > /dev/null
+psql "$PG/postgres" -qAtc "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')" > /dev/null
 PERF=
 if command -v perf > /dev/null; then
   perf stat -x, -e syscalls:sys_enter_sendto -p "$NODE" -o "$WORK/perf" 2> /dev/null &
@@ -78,6 +78,12 @@ echo "new payments: $payments ($CLIENTS clients, $SECS s)"
 if [ -n "$PERF" ] && grep -q sendto "$WORK/perf" 2> /dev/null; then
   awk -F, -v n="$payments" '/sendto/ { printf "node sends (sendto) per payment: %.2f\n", $1 / n }' "$WORK/perf"
 fi
+# WAL of the whole server over the run and the event path's catch-up (the
+# other databases are idle): full-page images are the first change of a
+# page after a checkpoint, written whole.
+psql "$PG/postgres" -qAtc "SELECT round(wal_records::numeric / $payments, 1), round(wal_fpi::numeric / $payments, 2),
+    round(wal_bytes / $payments), checkpoints_timed + checkpoints_req FROM pg_stat_wal, pg_stat_bgwriter" |
+  awk -F'|' '{ printf "WAL per payment: %s records, %s full-page images, %s bytes (checkpoints since the server started: %s)\n", $1, $2, $3, $4 }'
 for order in total_exec_time calls; do
   psql "$PG/postgres" -c "SELECT calls, round((calls::numeric / $payments), 2) AS per_payment,
       round(total_exec_time::numeric, 0) AS total_ms, round((total_exec_time / calls)::numeric, 3) AS ms_per_call,

@@ -138,12 +138,9 @@ where
         if first {
             self.queue_job();
         }
-        outcome.await.unwrap_or_else(|_| {
-            Err(
-                BatchFailed("the batch failed before this write ran (the log says why)".into())
-                    .into(),
-            )
-        })
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(BatchFailed::never_ran().into()))
     }
 
     /// Queues the job that takes what waits when the writer reaches it, and

@@ -97,6 +97,13 @@ pub type Job<T, E> =
 #[error("{0}")]
 pub struct BatchFailed(pub(crate) String);
 
+impl BatchFailed {
+    /// For a write whose answer never came: its batch failed before it ran.
+    pub(crate) fn never_ran() -> Self {
+        BatchFailed("the batch failed before this write ran (the log says why)".into())
+    }
+}
+
 /// A write that makes its first trip to the database with one query (SQLite
 /// runs the statements of one query string in turn) and puts
 /// `savepoint_move` (empty, or statements each ending with `; `) at the head
@@ -343,12 +350,8 @@ impl GroupCommit {
             .send(Queued { run, kind })
             .await
             .map_err(|_| BatchFailed("the group commit has stopped".into()))?;
-        rx.await.unwrap_or_else(|_| {
-            Err(
-                BatchFailed("the batch failed before this write ran (the log says why)".into())
-                    .into(),
-            )
-        })
+        rx.await
+            .unwrap_or_else(|_| Err(BatchFailed::never_ran().into()))
     }
 
     /// Jobs waiting for a writer.

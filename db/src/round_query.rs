@@ -18,6 +18,8 @@
 //! are bound: the bound email query measured fast there).
 
 /// A query sent every round, and the index whose name its plan must show.
+/// (The store's keyed writes are checked the same way, against the primary
+/// key: `once_node::sql::keyed_writes`.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoundQuery {
     /// Who sends it, for the test's messages.

@@ -55,7 +55,8 @@ const CLAIMS: &str = "WITH input AS ( \
      ) \
      SELECT payment_id AS id, 'claimed' AS wrote FROM rec UNION ALL SELECT id, 'created' FROM pay";
 
-const FINISHES: &str = "WITH input AS ( \
+const FINISHES: &str = concat!(
+    "WITH input AS ( \
        SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(n bigint, tenant_id text, principal_id text, \
          operation text, idempotency_key text, fence bigint, status text, answer text, sealed_with text, \
          now bigint, expires_at bigint, payment_status text, charge_id text, decline_code text, \
@@ -67,9 +68,9 @@ const FINISHES: &str = "WITH input AS ( \
          updated_at = x.now, expires_at = x.expires_at, locked_until = x.now \
        FROM input x \
        WHERE r.tenant_id = x.tenant_id AND r.principal_id = x.principal_id AND r.operation = x.operation \
-         AND r.idempotency_key = x.idempotency_key AND r.fence = x.fence \
-         AND r.status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') \
-       RETURNING x.n \
+         AND r.idempotency_key = x.idempotency_key AND r.fence = x.fence AND ",
+    on_the_keyed_row!(unfinished!("r.")),
+    " RETURNING x.n \
      ), pay AS ( \
        UPDATE payments p SET status = x.payment_status, provider_charge_id = x.charge_id, \
          decline_code = x.decline_code, updated_at = x.now \
@@ -81,7 +82,14 @@ const FINISHES: &str = "WITH input AS ( \
        FROM input WHERE event_id IS NOT NULL AND n IN (SELECT n FROM rec) ORDER BY n \
        RETURNING 1 \
      ) \
-     SELECT n, 'owned' AS wrote FROM rec UNION ALL SELECT n, 'paid' FROM pay";
+     SELECT n, 'owned' AS wrote FROM rec UNION ALL SELECT n, 'paid' FROM pay"
+);
+
+/// The finishes of a batch, each finding its record by key
+/// ([`crate::sql::keyed_writes`]).
+pub fn keyed_write() -> once_db::RoundQuery {
+    once_db::RoundQuery::new("gathered finishes", FINISHES, "idempotency_requests_pkey")
+}
 
 /// One claim's row, as the statement's `jsonb_to_recordset` reads it.
 #[derive(Serialize)]
@@ -151,10 +159,7 @@ pub async fn claims(
     for row in rows {
         let id: String = row.try_get("id").map_err(unavailable)?;
         let what: String = row.try_get("wrote").map_err(unavailable)?;
-        let write = wrote.entry(id).or_insert(ClaimWrite {
-            claimed: false,
-            payment_created: false,
-        });
+        let write = wrote.entry(id).or_default();
         match what.as_str() {
             "claimed" => write.claimed = true,
             _ => write.payment_created = true,
@@ -166,10 +171,7 @@ pub async fn claims(
             wrote
                 .get(c.payment.id.as_str())
                 .copied()
-                .unwrap_or(ClaimWrite {
-                    claimed: false,
-                    payment_created: false,
-                })
+                .unwrap_or_default()
         })
         .collect())
 }

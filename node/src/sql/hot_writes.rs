@@ -62,37 +62,53 @@ const CLAIM_SQLITE: &str = "INSERT INTO idempotency_requests (tenant_id, princip
        AND operation = $3 AND idempotency_key = $4 AND payment_id = $10) \
      ON CONFLICT (tenant_id, account_id, merchant_reference) DO NOTHING RETURNING 'created' AS wrote";
 
-const FINISH_POSTGRES: &str = "WITH rec AS ( \
+const FINISH_POSTGRES: &str = concat!(
+    "WITH rec AS ( \
        UPDATE idempotency_requests SET status = $6, step = 'COMPLETED', response_sealed = $7, \
          sealed_with = $8, error_code = NULL, \
          updated_at = $9, expires_at = $10, locked_until = $9 \
        WHERE tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4 \
-         AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') \
-       RETURNING 1 \
+         AND fence = $5 AND ",
+    on_the_keyed_row!(unfinished!()),
+    " RETURNING 1 \
      ), pay AS ( \
        UPDATE payments SET status = $11, provider_charge_id = $12, decline_code = $13, updated_at = $9 \
        WHERE id = $14 AND EXISTS (SELECT 1 FROM rec) RETURNING 1 \
      ), evt AS ( \
        INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, \
          traceparent) \
-       SELECT $15, $16, $17, $18, $1, $19, $9, $20 WHERE $15 IS NOT NULL AND EXISTS (SELECT 1 FROM rec) \
+       SELECT $15, $16, $17, $18, $1, $19, $9, $20 WHERE $15::text IS NOT NULL AND EXISTS (SELECT 1 FROM rec) \
        RETURNING 1 \
      ) \
-     SELECT 'owned' AS wrote FROM rec UNION ALL SELECT 'paid' FROM pay";
+     SELECT 'owned' AS wrote FROM rec UNION ALL SELECT 'paid' FROM pay"
+);
 
 /// Unlike the CTE, the payment and the event are written even when the
 /// record's fence no longer matched; the error that follows rolls them back
 /// with the caller's transaction.
-const FINISH_SQLITE: &str = "UPDATE idempotency_requests SET status = $6, step = 'COMPLETED', response_sealed = $7, \
+const FINISH_SQLITE: &str = concat!(
+    "UPDATE idempotency_requests SET status = $6, step = 'COMPLETED', response_sealed = $7, \
        sealed_with = $8, error_code = NULL, updated_at = $9, expires_at = $10, locked_until = $9 \
      WHERE tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4 \
-       AND fence = $5 AND status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY') \
-     RETURNING 'owned' AS wrote; \
+       AND fence = $5 AND ",
+    on_the_keyed_row!(unfinished!()),
+    " RETURNING 'owned' AS wrote; \
      UPDATE payments SET status = $11, provider_charge_id = $12, decline_code = $13, updated_at = $9 \
      WHERE id = $14 RETURNING 'paid' AS wrote; \
      INSERT INTO outbox (event_id, event_type, schema_version, aggregate_id, tenant_id, payload, created_at, \
        traceparent) \
-     SELECT $15, $16, $17, $18, $1, $19, $9, $20 WHERE $15 IS NOT NULL";
+     SELECT $15, $16, $17, $18, $1, $19, $9, $20 WHERE $15 IS NOT NULL"
+);
+
+/// The one-row finish, PostgreSQL's form ([`crate::sql::keyed_writes`]; a
+/// plan is asked of one statement, and SQLite's form is three).
+pub fn keyed_writes() -> Vec<once_db::RoundQuery> {
+    vec![once_db::RoundQuery::new(
+        "one-row finish",
+        FINISH_POSTGRES,
+        "idempotency_requests_pkey",
+    )]
+}
 
 /// The dialect's query, behind the savepoint move on SQLite. (PostgreSQL
 /// runs one statement per query: its batches move the savepoint themselves
@@ -129,7 +145,7 @@ fn wrote(rows: &[AnyRow], what: &str) -> Result<bool, StoreError> {
 }
 
 /// What one claim did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClaimWrite {
     pub claimed: bool,
     pub payment_created: bool,

@@ -8,6 +8,8 @@
 //! here when a row is read, re-sealed under a newer key in place
 //! ([`reseal`]).
 
+use std::sync::LazyLock;
+
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
 
@@ -25,18 +27,9 @@ const COLUMNS: &str = "tenant_id, principal_id, operation, idempotency_key, fing
 const SCOPE_MATCHES: &str =
     "tenant_id = $1 AND principal_id = $2 AND operation = $3 AND idempotency_key = $4";
 
-// The predicates of the partial indexes, written once, verbatim as the
-// migrations have them: a round query must spell its index's predicate out
-// ([`once_db::RoundQuery`]). Macros, so that `concat!` can build the round
-// queries as constants.
+// The predicates of the other partial indexes, written once, verbatim as
+// the migrations have them (`unfinished!` is the store's: `sql.rs`).
 
-/// The states an owner works in (most owner writes apply only to them): the
-/// predicate of `idempotency_requests_unfinished`.
-macro_rules! unfinished {
-    () => {
-        "status IN ('IN_PROGRESS', 'UNKNOWN_REQUIRES_RECOVERY')"
-    };
-}
 /// Finished, may expire: the predicate of `idempotency_requests_expiry`.
 macro_rules! expirable {
     () => {
@@ -146,7 +139,10 @@ struct FencedUpdate {
 
 impl FencedUpdate {
     fn new(set: &str, guard: Option<&str>) -> Self {
-        let guard = guard.map(|g| format!(" AND {g}")).unwrap_or_default();
+        // `on_the_keyed_row!`, spelled at run time.
+        let guard = guard
+            .map(|g| format!(" AND ({g}) IS TRUE"))
+            .unwrap_or_default();
         Self {
             sql: format!(
                 "UPDATE idempotency_requests SET {set} WHERE {SCOPE_MATCHES} AND fence = $5{guard}"
@@ -171,6 +167,90 @@ impl FencedUpdate {
             Err(StoreError::Fenced)
         }
     }
+}
+
+/// [`take_over`]'s write.
+static TAKE_OVER: LazyLock<FencedUpdate> = LazyLock::new(|| {
+    FencedUpdate::new(
+        "fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, updated_at = $7, \
+         trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1",
+        Some(
+            "((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')",
+        ),
+    )
+});
+
+/// [`restart`]'s write.
+static RESTART: LazyLock<FencedUpdate> = LazyLock::new(|| {
+    FencedUpdate::new(
+        "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
+         locked_until = $6, updated_at = $7, trace_id = COALESCE($8, trace_id), error_code = NULL, expires_at = NULL, \
+         payment_id = COALESCE(payment_id, $9), provider_key = COALESCE(provider_key, $10)",
+        Some("status = 'FAILED_RETRYABLE'"),
+    )
+});
+
+/// [`renew`]'s write.
+static RENEW: LazyLock<FencedUpdate> = LazyLock::new(|| {
+    FencedUpdate::new(
+        "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
+         fingerprint = $9, fingerprint_version = $10, payment_id = $11, provider_key = $12, \
+         response_sealed = NULL, sealed_with = NULL, \
+         error_code = NULL, expires_at = NULL, purge_after = NULL, locked_until = $6, updated_at = $7, \
+         trace_id = $8, created_at = $7, region = $13",
+        Some(
+            "(status = 'EXPIRED' OR (status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $7))",
+        ),
+    )
+});
+
+/// [`set_payment`]'s write.
+static SET_PAYMENT: LazyLock<FencedUpdate> =
+    LazyLock::new(|| FencedUpdate::new("step = $6, payment_id = $7, provider_key = $8", None));
+
+/// [`forget_payment`]'s write.
+static FORGET_PAYMENT: LazyLock<FencedUpdate> =
+    LazyLock::new(|| FencedUpdate::new("step = $6, payment_id = NULL, provider_key = NULL", None));
+
+/// [`set_step`]'s write.
+static SET_STEP: LazyLock<FencedUpdate> =
+    LazyLock::new(|| FencedUpdate::new("step = $6, updated_at = $7", Some(UNFINISHED)));
+
+/// [`mark_unknown`]'s write.
+static MARK_UNKNOWN: LazyLock<FencedUpdate> = LazyLock::new(|| {
+    FencedUpdate::new(
+        "status = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = $6, updated_at = $7",
+        Some(UNFINISHED),
+    )
+});
+
+/// [`finish`]'s write.
+static FINISH: LazyLock<FencedUpdate> = LazyLock::new(|| {
+    FencedUpdate::new(
+        "status = $6, step = $7, response_sealed = $8, sealed_with = $9, \
+         error_code = $10, updated_at = $11, expires_at = $12, locked_until = $11",
+        Some(UNFINISHED),
+    )
+});
+
+/// The fenced writes, each finding its record by key
+/// ([`crate::sql::keyed_writes`]).
+pub fn keyed_writes() -> Vec<once_db::RoundQuery> {
+    [
+        ("take over", &TAKE_OVER),
+        ("restart", &RESTART),
+        ("renew", &RENEW),
+        ("set payment", &SET_PAYMENT),
+        ("forget payment", &FORGET_PAYMENT),
+        ("set step", &SET_STEP),
+        ("mark unknown", &MARK_UNKNOWN),
+        ("finish", &FINISH),
+    ]
+    .into_iter()
+    .map(|(name, update)| {
+        once_db::RoundQuery::new(name, update.sql.as_str(), "idempotency_requests_pkey")
+    })
+    .collect()
 }
 
 pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
@@ -211,17 +291,11 @@ pub async fn take_over<'e>(
     lease: std::time::Duration,
     trace_id: Option<&str>,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new(
-        "fence = fence + 1, status = 'IN_PROGRESS', locked_until = $6, updated_at = $7, \
-         trace_id = COALESCE($8, trace_id), takeovers = takeovers + 1",
-        Some(
-            "((status = 'IN_PROGRESS' AND locked_until <= $7) OR status = 'UNKNOWN_REQUIRES_RECOVERY')",
-        ),
-    )
-    .run(db, &seen.scope, seen.fence, |q| {
-        q.bind(now.plus(lease).0).bind(now.0).bind(trace_id)
-    })
-    .await
+    TAKE_OVER
+        .run(db, &seen.scope, seen.fence, |q| {
+            q.bind(now.plus(lease).0).bind(now.0).bind(trace_id)
+        })
+        .await
 }
 
 /// `FAILED_RETRYABLE` runs again under the same record: back to
@@ -232,20 +306,15 @@ pub async fn restart<'e>(
     claim: &Claim,
     payment: &PaymentId,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new(
-        "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
-         locked_until = $6, updated_at = $7, trace_id = COALESCE($8, trace_id), error_code = NULL, expires_at = NULL, \
-         payment_id = COALESCE(payment_id, $9), provider_key = COALESCE(provider_key, $10)",
-        Some("status = 'FAILED_RETRYABLE'"),
-    )
-    .run(db, &seen.scope, seen.fence, |q| {
-        q.bind(claim.now.plus(claim.lease).0)
-            .bind(claim.now.0)
-            .bind(claim.trace_id.as_deref())
-            .bind(payment.as_str())
-            .bind(payment.provider_key())
-    })
-    .await
+    RESTART
+        .run(db, &seen.scope, seen.fence, |q| {
+            q.bind(claim.now.plus(claim.lease).0)
+                .bind(claim.now.0)
+                .bind(claim.trace_id.as_deref())
+                .bind(payment.as_str())
+                .bind(payment.provider_key())
+        })
+        .await
 }
 
 /// Past the replay window: the key starts a new operation with a new
@@ -256,27 +325,18 @@ pub async fn renew<'e>(
     claim: &Claim,
     payment: &PaymentId,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new(
-        "fence = fence + 1, status = 'IN_PROGRESS', step = 'LOCAL_PAYMENT_CREATED', \
-         fingerprint = $9, fingerprint_version = $10, payment_id = $11, provider_key = $12, \
-         response_sealed = NULL, sealed_with = NULL, \
-         error_code = NULL, expires_at = NULL, purge_after = NULL, locked_until = $6, updated_at = $7, \
-         trace_id = $8, created_at = $7, region = $13",
-        Some(
-            "(status = 'EXPIRED' OR (status IN ('COMPLETED', 'FAILED_REPLAYABLE', 'FAILED_RETRYABLE') AND expires_at <= $7))",
-        ),
-    )
-    .run(db, &seen.scope, seen.fence, |q| {
-        q.bind(claim.now.plus(claim.lease).0)
-            .bind(claim.now.0)
-            .bind(claim.trace_id.as_deref())
-            .bind(&claim.fingerprint.hash)
-            .bind(i64::from(claim.fingerprint.version))
-            .bind(payment.as_str())
-            .bind(payment.provider_key())
-            .bind(&claim.region)
-    })
-    .await
+    RENEW
+        .run(db, &seen.scope, seen.fence, |q| {
+            q.bind(claim.now.plus(claim.lease).0)
+                .bind(claim.now.0)
+                .bind(claim.trace_id.as_deref())
+                .bind(&claim.fingerprint.hash)
+                .bind(i64::from(claim.fingerprint.version))
+                .bind(payment.as_str())
+                .bind(payment.provider_key())
+                .bind(&claim.region)
+        })
+        .await
 }
 
 /// The payment was created under this record: remember it.
@@ -286,7 +346,7 @@ pub async fn set_payment<'e>(
     fence: i64,
     payment: &PaymentId,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new("step = $6, payment_id = $7, provider_key = $8", None)
+    SET_PAYMENT
         .run(db, scope, fence, |q| {
             q.bind(Step::LocalPaymentCreated.as_str())
                 .bind(payment.as_str())
@@ -301,7 +361,7 @@ pub async fn forget_payment<'e>(
     scope: &Scope,
     fence: i64,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new("step = $6, payment_id = NULL, provider_key = NULL", None)
+    FORGET_PAYMENT
         .run(db, scope, fence, |q| q.bind(Step::Received.as_str()))
         .await
 }
@@ -313,7 +373,7 @@ pub async fn set_step<'e>(
     step: Step,
     now: UnixMillis,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new("step = $6, updated_at = $7", Some(UNFINISHED))
+    SET_STEP
         .run(db, scope, fence, |q| q.bind(step.as_str()).bind(now.0))
         .await
 }
@@ -325,12 +385,9 @@ pub async fn mark_unknown<'e>(
     now: UnixMillis,
     retry_at: UnixMillis,
 ) -> Result<(), StoreError> {
-    FencedUpdate::new(
-        "status = 'UNKNOWN_REQUIRES_RECOVERY', locked_until = $6, updated_at = $7",
-        Some(UNFINISHED),
-    )
-    .run(db, scope, fence, |q| q.bind(retry_at.0).bind(now.0))
-    .await
+    MARK_UNKNOWN
+        .run(db, scope, fence, |q| q.bind(retry_at.0).bind(now.0))
+        .await
 }
 
 /// A terminal state of a record, as [`finish`] writes it.
@@ -353,21 +410,17 @@ pub async fn finish<'e>(
     terminal: &Terminal<'_>,
 ) -> Result<(), StoreError> {
     let answer = terminal.answer;
-    FencedUpdate::new(
-        "status = $6, step = $7, response_sealed = $8, sealed_with = $9, \
-         error_code = $10, updated_at = $11, expires_at = $12, locked_until = $11",
-        Some(UNFINISHED),
-    )
-    .run(db, scope, fence, |q| {
-        q.bind(terminal.status.as_str())
-            .bind(terminal.step.as_str())
-            .bind(answer.map(|a| a.0.clone()))
-            .bind(answer.and_then(|a| a.key_id().map(str::to_owned)))
-            .bind(terminal.error_code)
-            .bind(terminal.now.0)
-            .bind(terminal.expires_at.0)
-    })
-    .await
+    FINISH
+        .run(db, scope, fence, |q| {
+            q.bind(terminal.status.as_str())
+                .bind(terminal.step.as_str())
+                .bind(answer.map(|a| a.0.clone()))
+                .bind(answer.and_then(|a| a.key_id().map(str::to_owned)))
+                .bind(terminal.error_code)
+                .bind(terminal.now.0)
+                .bind(terminal.expires_at.0)
+        })
+        .await
 }
 
 /// Purges stored answers past their window, a batch at a time (the sql
