@@ -80,7 +80,7 @@ pub async fn answers_within(db: &Database, within: std::time::Duration) -> Resul
 /// whatever the statistics say (`on_the_keyed_row!`).
 pub fn keyed_writes() -> Vec<RoundQuery> {
     let mut all = records::keyed_writes();
-    all.extend(hot_writes::keyed_writes());
+    all.push(hot_writes::keyed_write());
     all.push(gathered_writes::keyed_write());
     all
 }

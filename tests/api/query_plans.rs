@@ -7,7 +7,6 @@
 //! a partial index on that status, and the round reads the table (seen: the
 //! email sender's round at 110 ms over 1,000,000 sent emails, against
 //! 0.01 ms through its index; `bench/round-queries.sh`).
-
 //!
 //! And every write that finds its record by key and is guarded by the
 //! record's state (`once_node::sql::keyed_writes`) reaches it through the

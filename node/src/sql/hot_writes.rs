@@ -102,12 +102,12 @@ const FINISH_SQLITE: &str = concat!(
 
 /// The one-row finish, PostgreSQL's form ([`crate::sql::keyed_writes`]; a
 /// plan is asked of one statement, and SQLite's form is three).
-pub fn keyed_writes() -> Vec<once_db::RoundQuery> {
-    vec![once_db::RoundQuery::new(
+pub fn keyed_write() -> once_db::RoundQuery {
+    once_db::RoundQuery::new(
         "one-row finish",
         FINISH_POSTGRES,
         "idempotency_requests_pkey",
-    )]
+    )
 }
 
 /// The dialect's query, behind the savepoint move on SQLite. (PostgreSQL
