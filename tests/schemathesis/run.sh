@@ -44,8 +44,9 @@ if ! cmp -s "$requirements" "$venv/installed-requirements.txt"; then
   cp "$requirements" "$venv/installed-requirements.txt"
 fi
 
-# The binary the tests use (failpoints are inert unless a test arms one, and
-# this build is already there after `cargo test --features failpoints`).
+# The binary the tests use (failpoints are inert unless a test arms one).
+# .ci/run passes the one `cargo test --workspace` built; run alone, this
+# builds it (feature unification differs, so that is a build of its own).
 if [ -z "${ONCE:-}" ]; then
   cargo build --quiet --features failpoints --bin once
   ONCE=$target/debug/once
