@@ -197,6 +197,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api_service;
+pub(crate) mod append_in_flight;
 pub mod apply;
 pub mod authz;
 pub mod clock;

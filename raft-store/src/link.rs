@@ -67,6 +67,9 @@ pub(crate) struct Link {
     pub(crate) clock: Arc<ClockGuard>,
     pub(crate) versions: Arc<WireVersions>,
     pub(crate) round_trips: Mutex<RoundTrips>,
+    /// How long one append may take before the peer counts as not
+    /// answering ([`crate::append_in_flight`]).
+    pub(crate) append_budget: Duration,
 }
 
 /// The shortest round trip to a peer lately: the minimum of the current
@@ -135,6 +138,20 @@ impl Link {
                 vouched: None,
             },
         );
+    }
+
+    /// The error of an RPC not answered within `timeout`.
+    pub(crate) fn timed_out<E: std::error::Error>(
+        &self,
+        action: RPCTypes,
+        timeout: Duration,
+    ) -> RpcError<E> {
+        RpcError::Timeout(Timeout {
+            action,
+            id: self.id,
+            target: self.target,
+            timeout,
+        })
     }
 
     /// The error of an RPC the partition did not let through.
@@ -224,14 +241,7 @@ impl Link {
             .await;
         let response = match sent {
             Ok(r) => r,
-            Err(e) if e.is_timeout() => {
-                return Err(RpcError::Timeout(Timeout {
-                    action,
-                    id: self.id,
-                    target: self.target,
-                    timeout,
-                }));
-            }
+            Err(e) if e.is_timeout() => return Err(self.timed_out(action, timeout)),
             Err(e) if e.is_connect() => return Err(RpcError::Unreachable(Unreachable::new(&e))),
             Err(e) => return Err(RpcError::Network(NetworkError::new(&e))),
         };
@@ -262,12 +272,7 @@ impl Link {
         }
         let bytes = response.bytes().await.map_err(|e| {
             if e.is_timeout() {
-                RpcError::Timeout(Timeout {
-                    action,
-                    id: self.id,
-                    target: self.target,
-                    timeout,
-                })
+                self.timed_out(action, timeout)
             } else {
                 RpcError::Network(NetworkError::new(&e))
             }

@@ -5,7 +5,8 @@
 //! | what happened | openraft error | openraft does |
 //! |---|---|---|
 //! | connection refused / reset before sending | `Unreachable` | backs off |
-//! | timed out | `Timeout` | retries |
+//! | no answer within the append budget or the RPC's time | `Timeout` | retries |
+//! | openraft's wait ended first (the append goes on, [`crate::append_in_flight`]) | `Timeout` | retries, and gets the answer of the one in flight |
 //! | other transport failure, undecodable answer | `Network` | retries at once |
 //! | body over the limit (checked before sending, or 413) | `PayloadTooLarge` | halves the batch |
 //! | the peer answered with a Raft error | `RemoteError` | acts on it |
@@ -54,10 +55,12 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use openraft::error::NetworkError;
 use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 
 use tokio::sync::watch;
 
+use crate::append_in_flight::{self, AppendAnswer, AppendInFlight};
 use crate::clock::ClockGuard;
 use crate::link::Link;
 use crate::pipeline::{Lane, LaneAnswer, PIPELINED_SINCE, Pipeline};
@@ -90,6 +93,8 @@ pub struct Network {
     pipeline: Option<Pipeline>,
     /// The group whose RPCs this network carries.
     group: Arc<str>,
+    /// How long one append may take ([`crate::append_in_flight`]).
+    append_budget: Duration,
 }
 
 impl Network {
@@ -126,6 +131,7 @@ impl Network {
             versions: Arc::new(WireVersions::new(id, wire::WIRE_VERSION)),
             pipeline: None,
             group: Arc::from(once_store_client::groups::DIRECTORY),
+            append_budget: Duration::from_secs(1),
         })
     }
 
@@ -209,6 +215,15 @@ impl Network {
         Self { versions, ..self }
     }
 
+    /// Lets one append take up to `budget`, however long openraft waits
+    /// for it (1 s unless told; a member gives its `election_max`).
+    pub fn with_append_budget(self, budget: Duration) -> Self {
+        Self {
+            append_budget: budget,
+            ..self
+        }
+    }
+
     /// Names `group` on every RPC (the directory unless told): a peer
     /// refuses what reaches another of its groups.
     pub fn with_group(self, group: &str) -> Self {
@@ -235,7 +250,9 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                 clock: self.clock.clone(),
                 versions: self.versions.clone(),
                 round_trips: Mutex::default(),
+                append_budget: self.append_budget,
             }),
+            in_flight: None,
             confirmed: None,
             notices: None,
             pipeline: self.pipeline.clone(),
@@ -250,6 +267,9 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 #[derive(Debug)]
 pub struct Connection {
     link: Arc<Link>,
+    /// The append this connection sent alone and has no answer to yet
+    /// ([`crate::append_in_flight`]).
+    in_flight: Option<AppendInFlight>,
     /// The vote and log id the peer last confirmed holding, by a real
     /// answer on this connection: what a commit notice may be answered
     /// with without asking (module docs).
@@ -337,6 +357,31 @@ impl Connection {
         };
     }
 
+    /// Waits until `deadline` (openraft's) for the append in flight, and
+    /// takes its answer as a real answer on this connection: remembered,
+    /// and a lane opened after it. `Timeout` when it is still on its way;
+    /// it stays in flight for the next call.
+    async fn settle_in_flight(
+        &mut self,
+        deadline: tokio::time::Instant,
+        option: &RPCOption,
+    ) -> Result<(AppendInFlight, AppendAnswer), RpcError> {
+        let Some(in_flight) = self.in_flight.as_mut() else {
+            unreachable!("settle_in_flight is called with an append in flight");
+        };
+        let joined = tokio::time::timeout_at(deadline, &mut in_flight.answer)
+            .await
+            .map_err(|_| {
+                self.link
+                    .timed_out(RPCTypes::AppendEntries, option.hard_ttl())
+            })?;
+        let earlier = self.in_flight.take().expect("checked above");
+        let answer = joined.unwrap_or_else(|e| Err(RpcError::Network(NetworkError::new(&e))));
+        self.remember(earlier.vote, earlier.up_to, &answer);
+        self.open_lane();
+        Ok((earlier, answer))
+    }
+
     /// Whether appends to this peer go down lanes: this member pipelines
     /// and the peer orders lanes.
     fn pipelines(&self) -> bool {
@@ -367,6 +412,13 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: AppendEntriesRequest,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse, RpcError> {
+        let deadline = tokio::time::Instant::now() + option.hard_ttl();
+        if self.in_flight.is_some() {
+            let (earlier, answer) = self.settle_in_flight(deadline, &option).await?;
+            if let Some(known) = earlier.answer_for(&rpc, &answer) {
+                return known;
+            }
+        }
         if let Some(vote) = self.notices.as_ref().and_then(NoticeLane::take_higher_vote) {
             if vote > rpc.vote {
                 self.confirmed = None;
@@ -386,6 +438,13 @@ impl RaftNetwork<TypeConfig> for Connection {
                     self.confirmed = None;
                     return Ok(AppendEntriesResponse::HigherVote(vote));
                 }
+                // Its pushes are on their way still: so is the lane.
+                LaneAnswer::Pending => {
+                    self.lane = Some(lane);
+                    return Err(self
+                        .link
+                        .timed_out(RPCTypes::AppendEntries, option.hard_ttl()));
+                }
                 // Dropped: its pushes stop; this append goes alone.
                 LaneAnswer::Alone => {}
             }
@@ -398,11 +457,17 @@ impl RaftNetwork<TypeConfig> for Connection {
             lane.latest.send_replace(Some((rpc, option.hard_ttl())));
             return Ok(AppendEntriesResponse::Success);
         }
-        let vote = rpc.vote;
-        let sent_up_to = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
-        let answer = self.link.append(&rpc, &option, None).await;
-        self.remember(vote, sent_up_to, &answer);
-        self.open_lane();
+        let link = self.link.clone();
+        self.in_flight = Some(AppendInFlight {
+            vote: rpc.vote,
+            prev: rpc.prev_log_id,
+            up_to: append_in_flight::up_to(&rpc),
+            answer: tokio::spawn(async move {
+                let budget = RPCOption::new(link.append_budget);
+                link.append(&rpc, &budget, None).await
+            }),
+        });
+        let (_, answer) = self.settle_in_flight(deadline, &option).await?;
         answer
     }
 
@@ -413,6 +478,8 @@ impl RaftNetwork<TypeConfig> for Connection {
     ) -> Result<InstallSnapshotResponse, RpcError<InstallSnapshotError>> {
         self.confirmed = None;
         self.lane = None;
+        // An append still on its way finishes alone; its answer is moot.
+        self.in_flight = None;
         self.link
             .call(
                 SNAPSHOT_PATH,

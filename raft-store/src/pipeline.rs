@@ -166,7 +166,6 @@ impl Pipeline {
                 in_flight: 0,
                 broken: None,
                 committed: None,
-                ttl: Duration::from_secs(1),
             }),
             changed: watch::channel(0).0,
             metrics: self.metrics.clone(),
@@ -200,6 +199,10 @@ pub(crate) enum LaneAnswer {
     /// The lane cannot answer (its position is not the append's, or it
     /// broke): send the append alone and start a new lane after.
     Alone,
+    /// The sends that carry the append are still on their way after
+    /// openraft's wait: openraft is told `Timeout`, the lane goes on, and
+    /// openraft's next append asks it again.
+    Pending,
 }
 
 #[derive(Debug)]
@@ -231,8 +234,6 @@ struct State {
     broken: Option<Broken>,
     /// The commit index openraft last told this follower; pushes carry it.
     committed: Option<LogId>,
-    /// The time budget of one send: openraft's own, from its last append.
-    ttl: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -266,7 +267,6 @@ impl Lane {
                 return broken.into();
             }
             state.committed = rpc.leader_commit;
-            state.ttl = option.hard_ttl();
             if index(&rpc.prev_log_id) > index(&state.tail) {
                 // The follower's position is past what the lane sent (a
                 // snapshot, a lagging lane): the lane cannot vouch for it.
@@ -333,7 +333,9 @@ impl Shared {
         state.in_flight += 1;
         let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
         state.tail = last;
-        let option = RPCOption::new(state.ttl);
+        // A send runs to its answer within the append budget, however long
+        // openraft waits for it (crate::append_in_flight).
+        let option = RPCOption::new(self.link.append_budget);
         let shared = self.clone();
         tokio::spawn(async move {
             let answer = shared
@@ -389,7 +391,7 @@ impl Shared {
     }
 
     /// Waits until the follower holds the leader's log up to `last`, the
-    /// lane breaks, or `ttl` passes.
+    /// lane breaks, or `ttl` passes (`Pending`: the lane goes on).
     async fn held(&self, last: Option<u64>, ttl: Duration) -> LaneAnswer {
         let mut changed = self.changed.subscribe();
         let deadline = tokio::time::Instant::now() + ttl;
@@ -407,10 +409,7 @@ impl Shared {
                 .await
                 .is_err()
             {
-                if self.lock().broken.replace(Broken::Failed).is_none() {
-                    self.metrics.broken.inc();
-                }
-                return LaneAnswer::Alone;
+                return LaneAnswer::Pending;
             }
         }
     }

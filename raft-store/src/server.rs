@@ -373,6 +373,7 @@ async fn start_group(
     .with_clock(clock.clone())
     .with_versions(versions.clone())
     .with_pipeline(pipeline.clone())
+    .with_append_budget(t.election_max)
     .with_group(name);
     let campaigns = network.clone();
     let electing = network.clone();

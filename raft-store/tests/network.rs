@@ -108,6 +108,69 @@ async fn a_peer_that_does_not_answer_in_time_is_a_timeout() {
     assert!(matches!(err, RpcError::Timeout(_)), "{err:?}");
 }
 
+/// A peer that takes `delay` to answer every append `Success`, and counts
+/// them.
+async fn slow_counting_peer(delay: Duration) -> (String, Arc<AtomicUsize>) {
+    let appends = Arc::new(AtomicUsize::new(0));
+    let counted = appends.clone();
+    let app = Router::new().route(
+        APPEND_PATH,
+        post(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(delay).await;
+                Postcard(Ok::<_, RaftError>(AppendEntriesResponse::Success))
+            }
+        }),
+    );
+    (serve(app).await.to_string(), appends)
+}
+
+#[tokio::test]
+async fn an_append_answered_after_openraft_s_wait_answers_openraft_s_retry_without_a_second_send() {
+    let (addr, appends) = slow_counting_peer(Duration::from_millis(300)).await;
+    let mut c = connection_to(addr, 1 << 20).await;
+    let err = c
+        .append_entries(append_of(2, 10), RPCOption::new(Duration::from_millis(100)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Timeout(_)), "{err:?}");
+    // openraft sends the same entries again: the append in flight answers.
+    let answer = c
+        .append_entries(append_of(2, 10), RPCOption::new(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(answer, AppendEntriesResponse::Success);
+    assert_eq!(appends.load(Ordering::SeqCst), 1, "sent once");
+}
+
+#[tokio::test]
+async fn a_retry_with_more_entries_is_told_how_far_the_append_in_flight_reached() {
+    let (addr, appends) = slow_counting_peer(Duration::from_millis(300)).await;
+    let mut c = connection_to(addr, 1 << 20).await;
+    c.append_entries(append_of(2, 10), RPCOption::new(Duration::from_millis(100)))
+        .await
+        .unwrap_err();
+    let answer = c
+        .append_entries(append_of(5, 10), RPCOption::new(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let second = LogId::new(CommittedLeaderId::new(1, 1), 2);
+    assert_eq!(answer, AppendEntriesResponse::PartialSuccess(Some(second)));
+    assert_eq!(appends.load(Ordering::SeqCst), 1);
+    // openraft then sends the rest, over the wire.
+    let mut rest = append_of(5, 10);
+    rest.prev_log_id = Some(second);
+    rest.entries.drain(..2);
+    let answer = c
+        .append_entries(rest, RPCOption::new(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert_eq!(answer, AppendEntriesResponse::Success);
+    assert_eq!(appends.load(Ordering::SeqCst), 2);
+}
+
 // The simulated WAN (`once_raft_store::wan`) in the sender.
 
 fn wan(region: &str, peer_regions: &[(u64, &str)], latency_ms: u64) -> Arc<SimulatedWan> {

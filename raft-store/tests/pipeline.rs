@@ -17,7 +17,7 @@ use once_raft_store::log_store::AppendedBatch;
 use once_raft_store::network::{APPEND_PATH, Connection, Network};
 use once_raft_store::pipeline::{LANE_HEADER, LANE_SEQ_HEADER, PIPELINED_SINCE, Pipeline};
 use once_raft_store::types::{
-    AppendEntriesRequest, AppendEntriesResponse, Entry, LogId, Node, RaftError, Vote,
+    AppendEntriesRequest, AppendEntriesResponse, Entry, LogId, Node, RaftError, RpcError, Vote,
 };
 use once_raft_store::wire::{self, Postcard, VERSION_HEADER};
 use once_test_support::serve::serve;
@@ -77,6 +77,15 @@ struct Seen {
 /// append, and answers `Success` but to a lane append whose first entry is
 /// in `refuse` (`Conflict`, or `HigherVote(higher)` given one).
 async fn follower(refuse: BTreeSet<u64>, higher: Option<Vote>) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    slow_follower(refuse, higher, Duration::ZERO).await
+}
+
+/// [`follower`], taking `lane_delay` to answer each lane append.
+async fn slow_follower(
+    refuse: BTreeSet<u64>,
+    higher: Option<Vote>,
+    lane_delay: Duration,
+) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let app = Router::new().route(
@@ -98,6 +107,9 @@ async fn follower(refuse: BTreeSet<u64>, higher: Option<Vote>) -> (String, Arc<M
                     prev: rpc.prev_log_id.map(|l| l.index),
                     indexes,
                 });
+                if lane.is_some() {
+                    tokio::time::sleep(lane_delay).await;
+                }
                 let answer = match (refused, higher) {
                     (false, _) => AppendEntriesResponse::Success,
                     (true, Some(v)) => AppendEntriesResponse::HigherVote(v),
@@ -235,6 +247,36 @@ async fn a_push_the_follower_refuses_breaks_the_lane_and_openraft_s_append_goes_
             indexes: vec![3, 4, 5]
         }
     );
+}
+
+#[tokio::test]
+async fn a_push_slower_than_openraft_s_wait_keeps_its_lane_and_answers_openraft_s_next_append() {
+    let (addr, seen) = slow_follower(BTreeSet::new(), None, Duration::from_millis(300)).await;
+    let (mut c, appends) = pipelined_connection(addr).await;
+    c.append_entries(append(None, 1..=2), option())
+        .await
+        .unwrap();
+    appended(&appends, 3..=4);
+    seen_until(&seen, "the push", 2).await;
+
+    // openraft gives up on its append before the push is answered: a
+    // timeout, and the lane goes on.
+    let err = c
+        .append_entries(
+            append(Some(2), 3..=4),
+            RPCOption::new(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RpcError::Timeout(_)), "{err:?}");
+    // Its next append is answered by the push, with nothing sent again.
+    let answer = c
+        .append_entries(append(Some(2), 3..=4), option())
+        .await
+        .unwrap();
+    assert_eq!(answer, AppendEntriesResponse::Success);
+    let all = seen.lock().unwrap().clone();
+    assert_eq!(all.len(), 2, "{all:?}");
 }
 
 #[tokio::test]

@@ -873,6 +873,61 @@ async fn the_survivors_of_a_killed_leader_elect_one_of_them_in_one_election_acro
     }
 }
 
+/// Appends answered later than openraft waits for them (its heartbeat),
+/// as on a machine starved of CPU (RELIABILITY.md, finding 4): here every
+/// Raft RPC takes a 150 ms simulated round trip against a 100 ms
+/// heartbeat. openraft gives up on each append; the connection keeps it on
+/// its way and answers openraft's next append from it
+/// (`once_raft_store::append_in_flight`), so claims commit, every member
+/// holds them, and the first leader keeps the lead (its followers hear
+/// it). Before, no append was answered in time: nothing committed and the
+/// followers, hearing no one, campaigned again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_answered_after_the_heartbeat_still_commit_under_one_leader() {
+    let cluster = Cluster::start_with(
+        3,
+        &[
+            "--peer-regions",
+            PEER_REGIONS,
+            "--wan-latency",
+            "150",
+            "--heartbeat",
+            "100ms",
+            "--election-min",
+            "1500ms",
+            "--election-max",
+            "2000ms",
+        ],
+        |_| vec![],
+    )
+    .await;
+    let leader = cluster.wait_for_leader(&cluster.ids()).await;
+    let term = cluster
+        .status(leader)
+        .await
+        .expect("the leader answers")
+        .term;
+    let client = cluster.client(ClientOptions::default());
+    for n in 0..10 {
+        let key = format!("slow-{n}");
+        let reply = client
+            .claim(claim(&key, &format!("order-{key}"), "fp"))
+            .await
+            .unwrap();
+        assert!(matches!(reply, Reply::Claimed(_)), "{key}: {reply:?}");
+    }
+    cluster.wait_for_convergence(&cluster.ids()).await;
+    assert_eq!(assert_members_agree(&cluster).await.len(), 10);
+    for id in cluster.ids() {
+        let status = cluster.status(id).await.expect("every member answers");
+        assert_eq!(
+            (status.leader, status.term),
+            (Some(leader), term),
+            "member {id}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_heals() {
     let cluster = Cluster::start_with(3, &["--peer-regions", PEER_REGIONS], |_| vec![]).await;
