@@ -22,6 +22,7 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # UP_LOG sets the processes' log filter, e.g. UP_LOG=warn,openraft=info to see elections.
+# KEEP_LOGS=1 keeps every process's log with the report even when the run passes.
 # shellcheck disable=SC2086 # UP_ARGS is split into flags on purpose
 RUST_LOG="${UP_LOG:-warn,openraft=error}" "$ONCE" up --dir "$DIR/up" --listen "127.0.0.1:$(free_port)" ${UP_ARGS:-} >"$DIR/up.out" 2>&1 &
 UP_PID=$!
@@ -67,7 +68,7 @@ cp "$DIR/report/report.md" "$DIR/report/report.json" "$DIR/report/"*.svg "$OUT/"
 # The members' status over the run, always; a failed run also keeps every
 # process's log (warnings and errors) to investigate.
 cp "$DIR/members.log" "$OUT/" 2>/dev/null || true
-if [[ $status -ne 0 ]]; then cp -r "$DIR/up/logs" "$OUT/logs"; fi
+if [[ $status -ne 0 || -n ${KEEP_LOGS:-} ]]; then cp -r "$DIR/up/logs" "$OUT/logs"; fi
 python3 - "$OUT/report.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
