@@ -133,9 +133,9 @@
 //!
 //! # Reads
 //!
-//! - Linearizable reads use openraft's read index (`ensure_linearizable`),
-//!   coalesced: concurrent readers share one leadership round and one wait
-//!   for apply ([`read_index`]).
+//! - Linearizable reads use a read index, raft-store's own (openraft's
+//!   gives a quorum one heartbeat to answer), coalesced: concurrent readers
+//!   share one leadership round and one wait for apply ([`read_index`]).
 //! - A final record (`COMPLETED`, `FAILED_REPLAYABLE`) may be read from any
 //!   member's local copy: inside its replay window a final record never
 //!   changes (owner writes and lease takeovers only touch unfinished

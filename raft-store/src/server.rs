@@ -377,6 +377,7 @@ async fn start_group(
     .with_group(name);
     let campaigns = network.clone();
     let electing = network.clone();
+    let reading = network.clone();
     let raft = Raft::new(
         config.id,
         raft_config.clone(),
@@ -460,7 +461,7 @@ async fn start_group(
         state_machine: state_machine.clone(),
         group_commit,
         versions: versions.clone(),
-        read_index: ReadIndex::start(raft.clone()),
+        read_index: ReadIndex::start(raft.clone(), reading, t.election_max),
         raft_addr: format!("{}{prefix}", shared.raft_addr),
         api_addr: format!("{}{prefix}", shared.api_addr),
         wan: wan.clone(),

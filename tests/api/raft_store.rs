@@ -881,7 +881,11 @@ async fn the_survivors_of_a_killed_leader_elect_one_of_them_in_one_election_acro
 /// (`once_raft_store::append_in_flight`), so claims commit, every member
 /// holds them, and the first leader keeps the lead (its followers hear
 /// it). Before, no append was answered in time: nothing committed and the
-/// followers, hearing no one, campaigned again and again.
+/// followers, hearing no one, campaigned again and again. Linearizable
+/// reads (each claim read back, the regions as the router's readiness
+/// reads them) are answered too: raft-store's read index gives its
+/// leadership round the append budget, where openraft's gave it one
+/// heartbeat and every read failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_answered_after_the_heartbeat_still_commit_under_one_leader() {
     let cluster = Cluster::start_with(
@@ -915,7 +919,10 @@ async fn appends_answered_after_the_heartbeat_still_commit_under_one_leader() {
             .await
             .unwrap();
         assert!(matches!(reply, Reply::Claimed(_)), "{key}: {reply:?}");
+        let read = client.record(&scope(&key)).await.unwrap();
+        assert!(read.is_some(), "{key} read back linearizably");
     }
+    client.regions().await.unwrap();
     cluster.wait_for_convergence(&cluster.ids()).await;
     assert_eq!(assert_members_agree(&cluster).await.len(), 10);
     for id in cluster.ids() {
@@ -1025,6 +1032,11 @@ async fn isolating_the_leaders_region_moves_claims_to_the_other_two_until_it_hea
             .await;
         assert!(matches!(reply, Ok(Reply::Claimed(_))), "{key}: {reply:?}");
     }
+    // Nor does the isolated member, which may still take itself for the
+    // leader, answer a linearizable read: its copy lacks the majority's
+    // claims, and no majority takes its vote.
+    let read = stranded.record(&scope("during-0")).await;
+    assert!(read.is_err(), "the isolated member read {read:?}");
 
     // Healing: the isolated member rejoins under the new term, drops its
     // uncommitted claim and catches up with the majority's.
