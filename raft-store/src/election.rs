@@ -63,6 +63,7 @@ use crate::clock::ClockGuard;
 use crate::log_store::LogStore;
 use crate::network::Network;
 use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest, Silence};
+use crate::quorum;
 use crate::succession::Succession;
 use crate::types::{NodeId, Raft};
 
@@ -210,7 +211,7 @@ impl Elections {
                     .mul_f64(0.25 + rand::rng().random::<f64>() / 4.0);
             let silence = self.silence.clone();
             let asking = silence.asking();
-            if self.pre_vote(&configs, id).await {
+            if self.pre_vote(id).await {
                 // Meanwhile it granted another candidate's pre-vote (a
                 // lower id's, or a longer log's): that one campaigns.
                 if let Some(other) = self.silence.granted_since(asking.since()) {
@@ -237,7 +238,7 @@ impl Elections {
 
     /// Whether a majority of every voter configuration, this member
     /// included, would vote for it.
-    async fn pre_vote(&mut self, configs: &[BTreeSet<NodeId>], id: NodeId) -> bool {
+    async fn pre_vote(&mut self, id: NodeId) -> bool {
         let last_log_id = match self.log.get_log_state().await {
             Ok(state) => state.last_log_id,
             Err(e) => {
@@ -246,16 +247,7 @@ impl Elections {
             }
         };
         let request = PreVoteRequest { last_log_id };
-        let nodes: Vec<_> = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            m.membership_config
-                .membership()
-                .nodes()
-                .filter(|(peer, _)| **peer != id && configs.iter().any(|c| c.contains(peer)))
-                .map(|(peer, node)| (*peer, node.clone()))
-                .collect()
-        };
+        let (configs, nodes) = quorum::voters_but(&self.raft.metrics().borrow(), id);
         let mut asks = tokio::task::JoinSet::new();
         for (peer, node) in nodes {
             let mut network = self.network.clone();
@@ -266,14 +258,9 @@ impl Elections {
             });
         }
         let mut yes = BTreeSet::from([id]);
-        let agreed = |yes: &BTreeSet<NodeId>| {
-            configs
-                .iter()
-                .all(|c| c.iter().filter(|v| yes.contains(v)).count() > c.len() / 2)
-        };
         // Decided at the majority's last answer: a dead or cut-off voter's
         // silence is not waited out (the set's drop aborts its question).
-        while !agreed(&yes)
+        while !quorum::majority_of_every(&configs, &yes)
             && let Some(Ok((peer, answer))) = asks.join_next().await
         {
             match answer {
@@ -286,6 +273,6 @@ impl Elections {
                 }
             }
         }
-        agreed(&yes)
+        quorum::majority_of_every(&configs, &yes)
     }
 }

@@ -214,6 +214,7 @@ pub mod network;
 pub mod pipeline;
 pub mod pipeline_gate;
 pub mod pre_vote;
+pub(crate) mod quorum;
 pub mod raft_service;
 pub mod read_index;
 pub mod server;

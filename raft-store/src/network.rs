@@ -224,6 +224,11 @@ impl Network {
         }
     }
 
+    /// How long one append may take ([`Self::with_append_budget`]).
+    pub fn append_budget(&self) -> Duration {
+        self.append_budget
+    }
+
     /// Names `group` on every RPC (the directory unless told): a peer
     /// refuses what reaches another of its groups.
     pub fn with_group(self, group: &str) -> Self {
@@ -366,6 +371,8 @@ impl Connection {
         deadline: tokio::time::Instant,
         option: &RPCOption,
     ) -> Result<(AppendInFlight, AppendAnswer), RpcError> {
+        // Awaited where it lies: openraft may drop this call at its own
+        // timeout, and the append must stay in flight when it does.
         let Some(in_flight) = self.in_flight.as_mut() else {
             unreachable!("settle_in_flight is called with an append in flight");
         };

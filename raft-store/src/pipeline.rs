@@ -48,6 +48,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::sync::{broadcast, watch};
 
+use crate::append_in_flight;
 use crate::link::Link;
 use crate::log_store::AppendedBatch;
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, RpcError, Vote};
@@ -260,7 +261,7 @@ impl Lane {
         rpc: &AppendEntriesRequest,
         option: &RPCOption,
     ) -> LaneAnswer {
-        let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+        let last = append_in_flight::up_to(rpc);
         {
             let mut state = self.shared.lock();
             if let Some(broken) = state.broken {
@@ -331,7 +332,7 @@ impl Shared {
         let seq = state.next_seq;
         state.next_seq += 1;
         state.in_flight += 1;
-        let last = rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id);
+        let last = append_in_flight::up_to(&rpc);
         state.tail = last;
         // A send runs to its answer within the append budget, however long
         // openraft waits for it (crate::append_in_flight).

@@ -43,6 +43,7 @@ use tokio::time::Instant;
 
 use crate::network::Network;
 use crate::protocol::Answer;
+use crate::quorum;
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, Node, NodeId, Raft, Vote};
 
 type Waiter = oneshot::Sender<Answer<()>>;
@@ -53,9 +54,11 @@ pub struct ReadIndex {
 }
 
 impl ReadIndex {
-    /// Checks leadership through `network`, each round within `budget`.
-    pub fn start(raft: Raft, network: Network, budget: Duration) -> Self {
+    /// Checks leadership through `network`, each round within its append
+    /// budget.
+    pub fn start(raft: Raft, network: Network) -> Self {
         let (queue, rx) = mpsc::channel(4096);
+        let budget = network.append_budget();
         tokio::spawn(run(
             Leadership {
                 raft,
@@ -101,6 +104,7 @@ struct Leadership {
 
 /// What the leader's metrics said when its check started.
 struct Leading {
+    me: NodeId,
     vote: Vote,
     /// Every voter configuration (two during a joint change).
     configs: Vec<BTreeSet<NodeId>>,
@@ -134,18 +138,14 @@ impl Leadership {
                     .last_applied
                     .is_some_and(|applied| &applied.leader_id == m.vote.leader_id());
                 if own_term_applied {
-                    let configs = m.membership_config.membership().get_joint_config().clone();
+                    let (configs, others) = quorum::voters_but(&m, m.id);
                     let matching = m.replication.clone().unwrap_or_default();
-                    let others = m
-                        .membership_config
-                        .membership()
-                        .nodes()
-                        .filter(|(peer, _)| {
-                            **peer != m.id && configs.iter().any(|c| c.contains(peer))
-                        })
-                        .map(|(peer, node)| (*peer, node.clone(), matched(&matching, *peer)))
+                    let others = others
+                        .into_iter()
+                        .map(|(peer, node)| (peer, node, matched(&matching, peer)))
                         .collect();
                     return Ok(Leading {
+                        me: m.id,
                         vote: m.vote,
                         configs,
                         others,
@@ -167,7 +167,6 @@ impl Leadership {
     /// Step 2: a majority of every voter configuration takes `leading`'s
     /// vote, asked now.
     async fn quorum_takes(&mut self, leading: Leading, deadline: Instant) -> Answer<()> {
-        let me = self.raft.metrics().borrow().id;
         let mut asks = tokio::task::JoinSet::new();
         for (peer, node, matching) in leading.others {
             let mut network = self.network.clone();
@@ -186,13 +185,8 @@ impl Leadership {
                 (peer, answer)
             });
         }
-        let mut took = BTreeSet::from([me]);
-        let agreed = |took: &BTreeSet<NodeId>| {
-            leading
-                .configs
-                .iter()
-                .all(|c| c.iter().filter(|v| took.contains(v)).count() > c.len() / 2)
-        };
+        let mut took = BTreeSet::from([leading.me]);
+        let agreed = |took: &BTreeSet<NodeId>| quorum::majority_of_every(&leading.configs, took);
         // Decided at the majority's last answer: a dead or cut-off voter's
         // silence is not waited out (the set's drop aborts its question).
         while !agreed(&took) {

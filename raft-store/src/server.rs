@@ -461,7 +461,7 @@ async fn start_group(
         state_machine: state_machine.clone(),
         group_commit,
         versions: versions.clone(),
-        read_index: ReadIndex::start(raft.clone(), reading, t.election_max),
+        read_index: ReadIndex::start(raft.clone(), reading),
         raft_addr: format!("{}{prefix}", shared.raft_addr),
         api_addr: format!("{}{prefix}", shared.api_addr),
         wan: wan.clone(),
