@@ -141,6 +141,9 @@ pub struct Region {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Process {
     pub url: String,
+    /// Its admin listener (probes, metrics), when it has one of its own.
+    #[serde(default)]
+    pub admin_url: Option<String>,
     #[serde(default)]
     pub pid: Option<i32>,
 }
@@ -160,6 +163,14 @@ pub struct StoreMember {
     pub id: Option<u64>,
     #[serde(default)]
     pub raft_addr: Option<String>,
+}
+
+impl Process {
+    /// Where its probes are answered as Kubernetes asks them: the admin
+    /// listener, or its own URL for one that serves both on one port.
+    pub fn admin(&self) -> &str {
+        self.admin_url.as_deref().unwrap_or(&self.url)
+    }
 }
 
 impl StoreMember {

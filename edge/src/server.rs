@@ -30,6 +30,10 @@
 //! (`max_header_bytes`) and the role's body limit, and the number of
 //! connections by `max_connections`.
 //!
+//! A listener marked [`Server::on_own_thread`] (the router's admin one)
+//! is served on a runtime with a thread of its own, so its probes are not
+//! queued behind the role's other work.
+//!
 //! On shutdown the listener closes, every connection finishes the request
 //! it is serving and closes (hyper's graceful shutdown), and connections
 //! still open after the drain deadline are dropped.
@@ -74,6 +78,7 @@ pub struct Server {
     limits: ServerLimits,
     metrics: EdgeMetrics,
     tls: Option<TlsAcceptor>,
+    own_thread: bool,
 }
 
 impl std::fmt::Debug for Server {
@@ -83,6 +88,7 @@ impl std::fmt::Debug for Server {
             .field("listener", &self.listener)
             .field("limits", &self.limits)
             .field("tls", &self.tls.is_some())
+            .field("own_thread", &self.own_thread)
             .finish_non_exhaustive()
     }
 }
@@ -103,7 +109,25 @@ impl Server {
             limits,
             metrics,
             tls: None,
+            own_thread: false,
         })
+    }
+
+    /// Serves this listener, when through [`serve_together`], on a thread
+    /// and runtime of its own, so its requests are not queued behind the
+    /// role's other work: a router whose public listener is swamped by a
+    /// retry storm still answers its probes and its operator on the admin
+    /// one (RELIABILITY.md, finding 17). Linkerd's proxy serves its admin
+    /// endpoints the same way. Handlers run there too: connections their
+    /// clients open are driven by this runtime, which [`serve_together`]
+    /// keeps until every listener has drained. Not for a role whose shared
+    /// clients are used after its listeners stop (a node's jobs finish on
+    /// its database pool after the drain).
+    pub fn on_own_thread(self) -> Self {
+        Self {
+            own_thread: true,
+            ..self
+        }
     }
 
     /// Serves TLS with `config` (which says whether a client certificate is
@@ -135,6 +159,7 @@ impl Server {
             limits,
             metrics,
             tls,
+            own_thread: _,
         } = self;
         let service = requests(router, &limits);
         let (stop, stopping) = watch::channel(false);
@@ -194,26 +219,67 @@ impl Server {
     }
 }
 
+impl Server {
+    /// [`Server::serve`] on the runtime this runs on: the socket is taken
+    /// off the reactor it was bound on and registered with this one, or
+    /// its connections would still wait on the runtime it was bound on.
+    async fn moved_here(
+        self,
+        router: Router,
+        shutdown: impl Future<Output = ()> + Send,
+        drain: Duration,
+    ) {
+        let name = self.name;
+        let listener = self
+            .listener
+            .into_std()
+            .and_then(|std| std.set_nonblocking(true).map(|()| std))
+            .and_then(TcpListener::from_std);
+        match listener {
+            Ok(listener) => {
+                Self { listener, ..self }
+                    .serve(router, shutdown, drain)
+                    .await
+            }
+            Err(e) => {
+                tracing::error!(listener = name, error = %e, "cannot move the listener to its own runtime; not serving")
+            }
+        }
+    }
+}
+
 /// Serves each listener with its router until `shutdown` resolves, then
 /// drains them all, each for at most `drain`; returns when all are done.
 /// A role with a public and an admin listener serves both through this.
+/// A listener marked [`Server::on_own_thread`] runs on a runtime of its own
+/// (one worker thread), which lives until every listener has drained:
+/// connections its handlers opened may be in use by the others until then.
 pub async fn serve_together(
     listeners: Vec<(Server, Router)>,
     shutdown: impl Future<Output = ()> + Send,
     drain: Duration,
 ) {
     let (stop, stopping) = watch::channel(false);
+    let mut own_runtimes = Vec::new();
     let serving: Vec<_> = listeners
         .into_iter()
         .map(|(server, router)| {
             let mut stopping = stopping.clone();
-            tokio::spawn(server.serve(
-                router,
-                async move {
-                    let _ = stopping.wait_for(|stop| *stop).await;
-                },
-                drain,
-            ))
+            let stopped = async move {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            };
+            let own = server
+                .own_thread
+                .then(|| own_runtime(server.name))
+                .flatten();
+            match own {
+                Some(runtime) => {
+                    let task = runtime.spawn(server.moved_here(router, stopped, drain));
+                    own_runtimes.push(runtime);
+                    task
+                }
+                None => tokio::spawn(server.serve(router, stopped, drain)),
+            }
         })
         .collect();
     shutdown.await;
@@ -221,6 +287,25 @@ pub async fn serve_together(
     for listener in serving {
         let _ = listener.await;
     }
+    for runtime in own_runtimes {
+        // Its listener is done; this drops what its handlers left
+        // without blocking the caller's runtime.
+        runtime.shutdown_background();
+    }
+}
+
+/// A runtime with one worker thread named after the listener; `None` (the
+/// listener then runs on the role's runtime) if the thread cannot start.
+fn own_runtime(name: &'static str) -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name(format!("{name}-listener"))
+        .enable_all()
+        .build()
+        .inspect_err(|e| {
+            tracing::warn!(listener = name, error = %e, "no thread of its own; serving on the role's runtime");
+        })
+        .ok()
 }
 
 /// The per-request layers around a role's router. Each sits where it does

@@ -164,3 +164,82 @@ async fn a_kept_alive_connection_is_closed_by_the_idle_timeout() {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     assert!(closed_within(&mut idle, Duration::from_secs(5)).await);
 }
+
+/// `GET path` over a plain socket from a thread of its own, whatever the
+/// test's runtime is doing: the status line, or the error.
+fn get_blocking(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_listener_on_its_own_thread_answers_while_the_roles_runtime_is_stuck() {
+    use once_edge::server::serve_together;
+    use std::sync::mpsc;
+
+    // The public handler holds the role's only runtime thread until the
+    // test lets go: everything else on that runtime waits behind it.
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let released = Arc::new(std::sync::Mutex::new(released));
+    let public = Router::new().route(
+        "/stuck",
+        get(move || {
+            let (entered_tx, released) = (entered_tx.clone(), released.clone());
+            async move {
+                entered_tx.send(()).unwrap();
+                let _ = released
+                    .lock()
+                    .unwrap()
+                    .recv_timeout(Duration::from_secs(30));
+                "done"
+            }
+        }),
+    );
+    let admin = Router::new().route("/healthz", get(|| async { "ok" }));
+    let bind = |name| {
+        Server::bind(
+            name,
+            "127.0.0.1:0".parse().unwrap(),
+            ServerLimits::default(),
+            EdgeMetrics::default(),
+        )
+    };
+    let public_server = bind("public").await.unwrap();
+    let admin_server = bind("admin").await.unwrap().on_own_thread();
+    let (public_addr, admin_addr) = (public_server.local_addr(), admin_server.local_addr());
+    let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(serve_together(
+        vec![(public_server, public), (admin_server, admin)],
+        async move {
+            let _ = stopping.await;
+        },
+        Duration::from_secs(1),
+    ));
+
+    let probe = std::thread::spawn(move || {
+        let stuck = std::thread::spawn(move || get_blocking(public_addr, "/stuck"));
+        entered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the public handler runs");
+        // The role's runtime is held now; the admin listener answers anyway.
+        let health = get_blocking(admin_addr, "/healthz");
+        release.send(()).unwrap();
+        (health, stuck.join().unwrap())
+    });
+    let (health, stuck) = tokio::task::spawn_blocking(move || probe.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(health.unwrap(), "HTTP/1.1 200 OK");
+    assert_eq!(stuck.unwrap(), "HTTP/1.1 200 OK");
+    stop.send(()).unwrap();
+    serving.await.unwrap();
+}

@@ -20,6 +20,7 @@ use crate::config::RouterConfig;
 use crate::metrics::Metrics;
 use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
+use crate::reachability::Reachability;
 use crate::regions::RegionHealth;
 use crate::state::{RouterState, SharedState};
 use crate::{admin, console, forward, health, ops};
@@ -84,8 +85,20 @@ impl RouterApp {
             metrics.edge.clone(),
         )
         .await
-        .with_context(|| format!("binding the admin listener {}", config.admin_listen))?;
+        .with_context(|| format!("binding the admin listener {}", config.admin_listen))?
+        // Probes and operators are answered while forwards swamp the public
+        // listener (RELIABILITY.md, finding 17).
+        .on_own_thread();
+        let reachability = Reachability::new(
+            config.fail_fast,
+            config
+                .nodes
+                .regions()
+                .flat_map(|r| config.nodes.urls(r))
+                .map(String::as_str),
+        );
         let state = Arc::new(RouterState {
+            reachability,
             placements: Arc::new(PlacementCache::new(store.clone())),
             store,
             health,

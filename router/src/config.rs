@@ -7,6 +7,7 @@ use std::time::Duration;
 use once_edge::{AdminToken, ServerLimits, TenantLimits};
 
 use crate::nodes::NodeDirectory;
+use crate::reachability::FailFast;
 
 /// A configuration the router refuses to start with.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,9 @@ pub struct RouterConfig {
     pub body_limit: usize,
     /// Longest wait for a node's answer to a forwarded request.
     pub node_timeout: Duration,
+    /// How long a node that refused a connection is skipped
+    /// ([`crate::reachability`]).
+    pub fail_fast: FailFast,
     pub drain_timeout: Duration,
     /// Each region's node admin listeners (`--node-admins`): where the
     /// console reads stuck records and the audit trail and sends resolve
@@ -140,6 +144,7 @@ impl RouterConfig {
             wan_latency: Duration::ZERO,
             body_limit: 64 * 1024,
             node_timeout: Duration::from_secs(25),
+            fail_fast: FailFast::default(),
             drain_timeout: Duration::from_secs(10),
             node_admins: None,
             drill_reports: None,

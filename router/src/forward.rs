@@ -3,11 +3,17 @@
 //!
 //! ```text
 //! client ─► 401? ─► 429? ─► body ≤ --body-limit (413), in time (408) ─► home = placement(tenant) or own region
-//!   ─► [WAN wait if home ≠ own region] ─► node (round-robin; next node on connect error)
+//!   ─► [WAN wait if home ≠ own region] ─► node (round-robin; next node on connect error;
+//!                                            nodes that refused a connection lately skipped)
 //!        ├─ answer        ─► stream back + X-Once-Region
 //!        ├─ 421           ─► re-read the tenant's placement ─► re-send once ─► answer (even a 421)
-//!        └─ no answer     ─► 503 SERVICE_UNAVAILABLE, Retry-After: 1
+//!        ├─ no answer     ─► 503 SERVICE_UNAVAILABLE, Retry-After: 1
+//!        └─ every node skipped ─► 503 SERVICE_UNAVAILABLE at once, Retry-After: the backoff left
 //! ```
+//!
+//! A node that refused a connection is skipped for a backoff, one request
+//! probing it when that ends ([`crate::reachability`]): a paused or dead
+//! node costs each request nothing instead of a connect timeout.
 //!
 //! A region cut off by `/admin/partition` ([`crate::partition`]) is
 //! answered like a node that refuses connections: 503 with `Retry-After: 1`,
@@ -24,7 +30,7 @@
 //! Re-sending is safe for the same reason client retries are: the request
 //! carries its `Idempotency-Key`, and the node decides exactly once.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -32,11 +38,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use once_edge::{ApiError, Caller};
+use once_edge::{ApiError, Caller, InternalCause};
 use tracing::Instrument;
 
 use crate::headers;
 use crate::metrics::Metrics;
+use crate::reachability::Admission;
 use crate::state::{RouterState, SharedState};
 
 /// Names the region whose node answered, on every forwarded answer.
@@ -74,6 +81,10 @@ pub enum ForwardError {
     NoNodes(String),
     #[error("region {0} is cut off from this router by a simulated partition")]
     Partitioned(String),
+    #[error(
+        "every node of region {region} refused a connection lately; the next is tried in {retry_in:?}"
+    )]
+    KnownDown { region: String, retry_in: Duration },
     #[error("node {url} of region {region} did not answer")]
     Unreachable {
         region: String,
@@ -220,7 +231,17 @@ async fn send(
         // Our span becomes the node's parent; the caller's trace continues.
         once_telemetry::context::inject_current(&mut headers);
         let mut last = None;
+        let mut skipped: Option<Duration> = None;
         for url in state.config.nodes.rotation(region) {
+            // Held until the attempt is reported: one probe at a time.
+            let _probe = match state.reachability.admit(url, Instant::now()) {
+                Admission::Dial => None,
+                Admission::Probe(probe) => Some(probe),
+                Admission::Skip { retry_in } => {
+                    skipped = Some(skipped.map_or(retry_in, |s| s.min(retry_in)));
+                    continue;
+                }
+            };
             tracing::Span::current().record("node", url);
             let result = state
                 .http
@@ -231,8 +252,12 @@ async fn send(
                 .send()
                 .await;
             match result {
-                Ok(response) => return Ok(response),
+                Ok(response) => {
+                    state.reachability.connected(url);
+                    return Ok(response);
+                }
                 Err(e) if e.is_connect() => {
+                    state.reachability.refused(url, Instant::now());
                     tracing::warn!(url, error = %e, "node refused the connection; trying the region's next node");
                     last = Some((url.to_owned(), e));
                 }
@@ -242,8 +267,8 @@ async fn send(
                 }
             }
         }
-        match last {
-            Some((url, source)) => {
+        match (last, skipped) {
+            (Some((url, source)), _) => {
                 state.metrics.unreachable.get_or_create(&Metrics::region(region)).inc();
                 Err(ForwardError::Unreachable {
                     region: region.to_owned(),
@@ -251,7 +276,14 @@ async fn send(
                     source,
                 })
             }
-            None => Err(ForwardError::NoNodes(region.to_owned())),
+            (None, Some(retry_in)) => {
+                state.metrics.failed_fast.get_or_create(&Metrics::region(region)).inc();
+                Err(ForwardError::KnownDown {
+                    region: region.to_owned(),
+                    retry_in,
+                })
+            }
+            (None, None) => Err(ForwardError::NoNodes(region.to_owned())),
         }
     }
     .instrument(span)
@@ -270,17 +302,28 @@ fn stream_back(region: &str, response: reqwest::Response) -> Response {
     answer
 }
 
-/// The node's 503, with `Retry-After: 1`: the client retries with the same
+/// The node's 503, with a `Retry-After` (1 s, or the whole seconds until a
+/// node known down is tried again): the client retries with the same
 /// `Idempotency-Key`, which is safe whatever the node did.
 fn unavailable(error: ForwardError) -> (String, Response) {
-    let region = match &error {
+    let (region, retry_after) = match &error {
+        ForwardError::KnownDown { region, retry_in } => (
+            region.clone(),
+            retry_in.as_secs_f64().ceil().max(1.0) as u64,
+        ),
         ForwardError::NoNodes(region)
         | ForwardError::Partitioned(region)
-        | ForwardError::Unreachable { region, .. } => region.clone(),
+        | ForwardError::Unreachable { region, .. } => (region.clone(), 1),
     };
+    let known_down = matches!(error, ForwardError::KnownDown { .. });
     let mut response = ApiError::Unavailable(error.into()).into_response();
+    if known_down {
+        // Logged once when the node went down, counted in
+        // `router_failed_fast_total`: not a log line per retry.
+        response.extensions_mut().remove::<InternalCause>();
+    }
     response
         .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
     (region, response)
 }

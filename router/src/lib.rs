@@ -23,6 +23,8 @@
 //! - [`console`]: the operator console at `/console` (admin listener):
 //!   regions in the failover state machine, store members, tenants, stuck
 //!   records with the resolve action, drill reports.
+//! - [`reachability`]: nodes that refused a connection lately, skipped
+//!   (fail fast) until a probe or a health check reaches them again.
 //! - [`partition`]: regions a drill has cut off from this router (their
 //!   nodes count as unreachable for forwarding and health checks).
 //! - [`ops`], [`metrics`]: health/readiness/metrics endpoints, Prometheus
@@ -39,6 +41,7 @@
 //!             ◄── answer streamed back + X-Once-Region ─────────────┤
 //!             421 (node is not home) ─► re-read placement ─► resend once to the new home
 //!             no answer ─► 503 SERVICE_UNAVAILABLE, Retry-After: 1
+//!             every node refused a connection lately ─► 503 at once, Retry-After: the backoff left
 //!
 //! health checker ── GET /readyz every interval ──► every node of every region
 //!   N rounds all failed ─► store: region Down ─► for each tenant homed there:
@@ -67,9 +70,11 @@ pub mod nodes;
 pub mod ops;
 pub mod partition;
 pub mod placement;
+pub mod reachability;
 pub mod regions;
 pub mod state;
 
 pub use app::RouterApp;
 pub use config::{HealthConfig, RouterConfig};
 pub use nodes::NodeDirectory;
+pub use reachability::FailFast;

@@ -47,6 +47,10 @@ pub struct Metrics {
     pub misdirected: Counter,
     /// `router_node_unreachable_total{region}`: forwards that got no answer.
     pub unreachable: Family<RegionLabels, Counter>,
+    /// `router_failed_fast_total{region}`: `503`s answered without dialling,
+    /// every node of the region having refused a connection lately
+    /// ([`crate::reachability`]).
+    pub failed_fast: Family<RegionLabels, Counter>,
     /// `router_placement_moves_total{from,to,trigger}`: tenants this router moved.
     pub placement_moves: Family<MoveLabels, Counter>,
     /// `router_region_failovers_total{region}`: regions this router declared down.
@@ -99,6 +103,12 @@ impl Metrics {
             "Forwards that got no answer from the region's nodes",
             unreachable.clone(),
         );
+        let failed_fast = Family::<RegionLabels, Counter>::default();
+        registry.register(
+            "router_failed_fast",
+            "503s answered without dialling: every node of the region refused a connection lately",
+            failed_fast.clone(),
+        );
         let placement_moves = Family::<MoveLabels, Counter>::default();
         registry.register(
             "router_placement_moves",
@@ -144,6 +154,7 @@ impl Metrics {
             request_duration,
             misdirected,
             unreachable,
+            failed_fast,
             placement_moves,
             region_failovers,
             region_healthy,

@@ -10,6 +10,7 @@ use crate::failover::Mover;
 use crate::metrics::Metrics;
 use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
+use crate::reachability::Reachability;
 use crate::regions::RegionHealth;
 
 /// Shared by reference count; nothing in it is cloned per request.
@@ -30,6 +31,9 @@ pub struct RouterState {
     /// Regions a drill has cut off from this router (`/admin/partition`):
     /// forwards and health checks treat their nodes as unreachable.
     pub partition: RegionCut,
+    /// Nodes that refused a connection lately: requests skip them
+    /// (fail fast) until one probe or a health check reaches them again.
+    pub reachability: Reachability,
     pub metrics: Arc<Metrics>,
     /// One client for every forward and health check: its connection pool
     /// keeps connections to each node warm.

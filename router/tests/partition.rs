@@ -19,7 +19,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use once_edge::AdminToken;
 use once_test_support::client::json_of;
-use once_test_support::fixtures::{ACME_KEY, ROUTER_ADMIN_TOKEN as ADMIN_TOKEN};
+use once_test_support::fixtures::ROUTER_ADMIN_TOKEN as ADMIN_TOKEN;
 use once_test_support::router_admin::RouterAdmin;
 use once_test_support::serve::serve;
 use once_test_support::wait::until;
@@ -95,14 +95,7 @@ async fn router(region: &str, us: SocketAddr, eu: SocketAddr) -> TestRouter {
 }
 
 async fn pay(router: &str) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("{router}/payments"))
-        .bearer_auth(ACME_KEY)
-        .header("Idempotency-Key", "cut-1")
-        .body(r#"{"amount":"1.00"}"#)
-        .send()
-        .await
-        .unwrap()
+    common::pay(router, "cut-1").await
 }
 
 #[tokio::test]

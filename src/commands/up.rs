@@ -442,7 +442,7 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     for (node, region) in running.nodes.iter_mut().zip(&layout.regions) {
         node.wait_ready(
             plan.pki.http(),
-            &format!("https://{}/readyz", region.node),
+            &format!("http://{}/readyz", region.node_admin),
             START_LIMIT,
         )
         .await?;
@@ -451,7 +451,7 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     router
         .wait_ready(
             plan.pki.http(),
-            &format!("http://{}/readyz", plan.listen),
+            &format!("http://{}/readyz", plan.layout.router_admin),
             START_LIMIT,
         )
         .await?;

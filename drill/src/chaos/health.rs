@@ -1,6 +1,6 @@
 //! When the cluster counts as healthy again after a fault: every process
 //! `cluster.json` names is alive, every node and the router answer
-//! `/readyz`, and raft-store has a leader whose voters are every region's
+//! `/readyz` on their admin listeners, and raft-store has a leader whose voters are every region's
 //! member, each within a few entries of the leader. The next fault waits
 //! for it, so faults follow one another instead of piling up into an
 //! outage no deployment survives (two of three store members down).
@@ -54,8 +54,11 @@ async fn unhealthy(ctx: &Ctx) -> Option<String> {
             }
         }
     }
-    let ready = std::iter::once(cluster.router.url.clone())
-        .chain(cluster.regions.iter().map(|r| r.node.url.clone()));
+    // Asked where Kubernetes asks (the manifests' readinessProbe): the
+    // admin listener. Whether the public one keeps up under a fault is
+    // what the clients' attempts measure.
+    let ready = std::iter::once(cluster.router.admin().to_owned())
+        .chain(cluster.regions.iter().map(|r| r.node.admin().to_owned()));
     for url in ready {
         let url = format!("{}/readyz", url.trim_end_matches('/'));
         match ctx.http.get(&url).send().await {

@@ -33,3 +33,17 @@ pub async fn start_router(
     tokio::spawn(app.run_until(std::future::pending()));
     addresses
 }
+
+/// `acme` pays 1.00 through the router at `router` (`http://…`) under
+/// `idempotency_key`. Not every test file here pays.
+#[allow(dead_code)]
+pub async fn pay(router: &str, idempotency_key: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{router}/payments"))
+        .bearer_auth(ACME_KEY)
+        .header("Idempotency-Key", idempotency_key)
+        .body(r#"{"amount":"1.00"}"#)
+        .send()
+        .await
+        .unwrap()
+}

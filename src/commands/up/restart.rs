@@ -79,10 +79,12 @@ impl Process {
 
     /// Where it answers once it serves: the router's and a node's
     /// `/readyz`; a member's status, which a blank member answers too.
+    /// Where it says it is ready: a router's and a node's admin listener,
+    /// where Kubernetes asks (the public one may be swamped by clients).
     fn ready_url(self, plan: &Plan) -> String {
         match self {
-            Self::Router => format!("http://{}/readyz", plan.listen),
-            Self::Node(i) => format!("https://{}/readyz", plan.layout.regions[i].node),
+            Self::Router => format!("http://{}/readyz", plan.layout.router_admin),
+            Self::Node(i) => format!("http://{}/readyz", plan.layout.regions[i].node_admin),
             Self::Store(i) => format!("https://{}/api/status", plan.layout.regions[i].store_api),
         }
     }
