@@ -405,6 +405,11 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
     {
         return;
     }
+    // Out of the directory: from here on, healing adds it back to every
+    // group, however far the rest got (run 11 of RELIABILITY.md: a group
+    // without a leader stopped the removal halfway, and the member stayed
+    // out of the directory for the rest of the run).
+    applied.removed_member = Some((id, raft_addr.clone(), member.region.clone()));
     // Every other group the member votes in: out of each too, before its
     // disk is wiped (a voter that lost its log and vote must never count).
     for group in ctx.store_groups().unwrap_or_default() {
@@ -423,7 +428,6 @@ async fn membership(ctx: &Ctx, pick: u32, record: &mut FaultRecord, applied: &mu
             return;
         }
     }
-    applied.removed_member = Some((id, raft_addr.clone(), member.region.clone()));
     if let Ok((now, _)) = ctx.leader_and_followers().await {
         record.saw(format!("voters now {:?}", now.status.voters));
     }
@@ -490,8 +494,10 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
             "group {group}: add store-{region} (id {id}) back as a learner"
         ));
         record.check(admin::add_learner(&ctx.operator, &urls, id, &addr).await);
+        // A group that cannot be read now is left as it is; the directory
+        // and the other groups still get the member back.
         let Some(mut voters) = record.check(group_voters(ctx, &urls).await) else {
-            return;
+            continue;
         };
         if !voters.contains(&id) {
             voters.push(id);
