@@ -213,6 +213,22 @@ async fn resolve_refuses_what_it_cannot_account_for(backend: Backend) {
         "{refused:?}"
     );
 
+    // Stuck, then held by a recovery pass: busy for the lease, not refused.
+    let stuck = claimed_unknown(&app, "k-res-recovering", "res-recovering").await;
+    let now = app.state.clock.now();
+    let held = app
+        .state
+        .store
+        .recovery
+        .take_over(&stuck, now, app.state.config.lease)
+        .await
+        .unwrap()
+        .expect("the recovery pass takes the stuck record")
+        .record;
+    assert_eq!(held.status, Status::InProgress);
+    let busy = resolve_unknown(&app.state, &held.scope, verdict(ResolvedOutcome::Charged)).await;
+    assert!(matches!(busy, Err(ResolveError::Busy { .. })), "{busy:?}");
+
     // An operation that lost its merchant reference never made a payment.
     let taken = match claim(&app, "k-res-duplicate", "res-3").await {
         ClaimOutcome::BusinessKeyTaken { record, .. } => record,

@@ -80,6 +80,12 @@ pub async fn resolve_unknown(
         .load(scope)
         .await?
         .ok_or(ResolveError::NotFound)?;
+    if seen.status == Status::InProgress && !seen.lease_expired(now) && seen.takeovers > 0 {
+        // It was stuck, and a recovery pass (or a retry) holds it now: it
+        // is left unknown again or finished within the lease. Busy, so the
+        // operator tries again, not refused as a first attempt is.
+        return Err(busy);
+    }
     let awaiting = seen.status == Status::UnknownRequiresRecovery
         || (seen.status == Status::InProgress && seen.lease_expired(now));
     if !awaiting {
