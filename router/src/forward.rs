@@ -251,13 +251,10 @@ async fn send(
                 .timeout(state.config.node_timeout)
                 .send()
                 .await;
+            state.reachability.record(url, &result);
             match result {
-                Ok(response) => {
-                    state.reachability.connected(url);
-                    return Ok(response);
-                }
+                Ok(response) => return Ok(response),
                 Err(e) if e.is_connect() => {
-                    state.reachability.refused(url, Instant::now());
                     tracing::warn!(url, error = %e, "node refused the connection; trying the region's next node");
                     last = Some((url.to_owned(), e));
                 }
@@ -306,16 +303,16 @@ fn stream_back(region: &str, response: reqwest::Response) -> Response {
 /// node known down is tried again): the client retries with the same
 /// `Idempotency-Key`, which is safe whatever the node did.
 fn unavailable(error: ForwardError) -> (String, Response) {
-    let (region, retry_after) = match &error {
+    let (region, retry_after, known_down) = match &error {
         ForwardError::KnownDown { region, retry_in } => (
             region.clone(),
             retry_in.as_secs_f64().ceil().max(1.0) as u64,
+            true,
         ),
         ForwardError::NoNodes(region)
         | ForwardError::Partitioned(region)
-        | ForwardError::Unreachable { region, .. } => (region.clone(), 1),
+        | ForwardError::Unreachable { region, .. } => (region.clone(), 1, false),
     };
-    let known_down = matches!(error, ForwardError::KnownDown { .. });
     let mut response = ApiError::Unavailable(error.into()).into_response();
     if known_down {
         // Logged once when the node went down, counted in

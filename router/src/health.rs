@@ -221,15 +221,7 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
             // Any answer means the node takes connections: requests stop
             // failing fast for it ([`crate::reachability`]).
             let answer = request.await;
-            match &answer {
-                Ok(_) => {
-                    state.reachability.connected(url);
-                }
-                Err(e) if e.is_connect() => {
-                    state.reachability.refused(url, std::time::Instant::now());
-                }
-                Err(_) => {}
-            }
+            state.reachability.record(url, &answer);
             match answer {
                 Ok(r) if r.status().is_success() => {
                     Answer::Ready(StoreGroups::in_reach_of(r.headers()))

@@ -217,8 +217,25 @@ impl Reachability {
         }
     }
 
-    /// Nodes skipped now, for `/metrics`.
-    pub fn unreachable(&self) -> usize {
+    /// What one attempt to reach `url` says of it: any answer means it
+    /// takes connections, a connection that could not be made counts
+    /// against it, any other failure (a timeout after connecting) says
+    /// nothing about connecting. Forwards and health checks report here.
+    pub fn record<T>(&self, url: &str, attempt: &Result<T, reqwest::Error>) {
+        match attempt {
+            Ok(_) => {
+                self.connected(url);
+            }
+            Err(e) if e.is_connect() => {
+                self.refused(url, Instant::now());
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Nodes skipped now.
+    #[cfg(test)]
+    fn unreachable(&self) -> usize {
         self.nodes
             .values()
             .filter(|n| lock(n).down.is_some())
