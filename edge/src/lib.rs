@@ -30,6 +30,8 @@
 //! - [`ops`]: `/healthz`, `/readyz`, `/metrics`.
 //! - [`metrics`]: the edge's own counters (connections, shed, deadlines,
 //!   per-tenant admission).
+//! - [`own_runtime`]: a runtime with a thread of its own, for probes and
+//!   control loops that must not wait behind client work.
 //! - [`shutdown`]: SIGTERM, Ctrl-C and the supervisor's lifeline.
 //!
 //! # A request through the edge
@@ -51,6 +53,7 @@ pub mod limits;
 pub mod metrics;
 pub mod observe;
 pub mod ops;
+pub mod own_runtime;
 pub mod path;
 pub mod public_tls;
 pub mod server;
@@ -63,6 +66,7 @@ pub use error::{ApiError, ErrorBody, ErrorCode, InternalCause};
 pub use identity::{PrincipalId, TenantId};
 pub use limits::ServerLimits;
 pub use metrics::EdgeMetrics;
+pub use own_runtime::OwnRuntime;
 pub use public_tls::PublicTls;
 pub use server::Server;
 pub use shutdown::{LIFELINE_ENV, shutdown_signal};

@@ -30,9 +30,9 @@
 //! (`max_header_bytes`) and the role's body limit, and the number of
 //! connections by `max_connections`.
 //!
-//! A listener marked [`Server::on_own_thread`] (the router's admin one)
-//! is served on a runtime with a thread of its own, so its probes are not
-//! queued behind the role's other work.
+//! A listener given a runtime with [`Server::on_runtime`] (the router's
+//! admin one, on its [`crate::own_runtime::OwnRuntime`]) is served there,
+//! so its probes are not queued behind the role's other work.
 //!
 //! On shutdown the listener closes, every connection finishes the request
 //! it is serving and closes (hyper's graceful shutdown), and connections
@@ -58,6 +58,7 @@ use once_tls::Identity;
 use std::panic::AssertUnwindSafe;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -78,7 +79,8 @@ pub struct Server {
     limits: ServerLimits,
     metrics: EdgeMetrics,
     tls: Option<TlsAcceptor>,
-    own_thread: bool,
+    /// Where [`serve_together`] serves it; `None`: the caller's runtime.
+    runtime: Option<Handle>,
 }
 
 impl std::fmt::Debug for Server {
@@ -88,7 +90,7 @@ impl std::fmt::Debug for Server {
             .field("listener", &self.listener)
             .field("limits", &self.limits)
             .field("tls", &self.tls.is_some())
-            .field("own_thread", &self.own_thread)
+            .field("own_runtime", &self.runtime.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -109,23 +111,21 @@ impl Server {
             limits,
             metrics,
             tls: None,
-            own_thread: false,
+            runtime: None,
         })
     }
 
-    /// Serves this listener, when through [`serve_together`], on a thread
-    /// and runtime of its own, so its requests are not queued behind the
-    /// role's other work: a router whose public listener is swamped by a
-    /// retry storm still answers its probes and its operator on the admin
-    /// one (RELIABILITY.md, finding 17). Linkerd's proxy serves its admin
-    /// endpoints the same way. Handlers run there too: connections their
-    /// clients open are driven by this runtime, which [`serve_together`]
-    /// keeps until every listener has drained. Not for a role whose shared
-    /// clients are used after its listeners stop (a node's jobs finish on
-    /// its database pool after the drain).
-    pub fn on_own_thread(self) -> Self {
+    /// Serves this listener, when through [`serve_together`], on
+    /// `runtime` (an [`crate::own_runtime::OwnRuntime`]'s), so its requests
+    /// are not queued behind the role's other work: a router whose public
+    /// listener is swamped by a retry storm still answers its probes and
+    /// its operator on the admin one (RELIABILITY.md, finding 17).
+    /// Linkerd's proxy serves its admin endpoints the same way. Handlers
+    /// run there too, and connections their clients open are driven by that
+    /// runtime: the caller keeps it until [`serve_together`] has returned.
+    pub fn on_runtime(self, runtime: Handle) -> Self {
         Self {
-            own_thread: true,
+            runtime: Some(runtime),
             ..self
         }
     }
@@ -159,7 +159,7 @@ impl Server {
             limits,
             metrics,
             tls,
-            own_thread: _,
+            runtime: _,
         } = self;
         let service = requests(router, &limits);
         let (stop, stopping) = watch::channel(false);
@@ -251,16 +251,13 @@ impl Server {
 /// Serves each listener with its router until `shutdown` resolves, then
 /// drains them all, each for at most `drain`; returns when all are done.
 /// A role with a public and an admin listener serves both through this.
-/// A listener marked [`Server::on_own_thread`] runs on a runtime of its own
-/// (one worker thread), which lives until every listener has drained:
-/// connections its handlers opened may be in use by the others until then.
+/// A listener given a runtime ([`Server::on_runtime`]) is served there.
 pub async fn serve_together(
     listeners: Vec<(Server, Router)>,
     shutdown: impl Future<Output = ()> + Send,
     drain: Duration,
 ) {
     let (stop, stopping) = watch::channel(false);
-    let mut own_runtimes = Vec::new();
     let serving: Vec<_> = listeners
         .into_iter()
         .map(|(server, router)| {
@@ -268,16 +265,8 @@ pub async fn serve_together(
             let stopped = async move {
                 let _ = stopping.wait_for(|stop| *stop).await;
             };
-            let own = server
-                .own_thread
-                .then(|| own_runtime(server.name))
-                .flatten();
-            match own {
-                Some(runtime) => {
-                    let task = runtime.spawn(server.moved_here(router, stopped, drain));
-                    own_runtimes.push(runtime);
-                    task
-                }
+            match server.runtime.clone() {
+                Some(runtime) => runtime.spawn(server.moved_here(router, stopped, drain)),
                 None => tokio::spawn(server.serve(router, stopped, drain)),
             }
         })
@@ -287,25 +276,6 @@ pub async fn serve_together(
     for listener in serving {
         let _ = listener.await;
     }
-    for runtime in own_runtimes {
-        // Its listener is done; this drops what its handlers left
-        // without blocking the caller's runtime.
-        runtime.shutdown_background();
-    }
-}
-
-/// A runtime with one worker thread named after the listener; `None` (the
-/// listener then runs on the role's runtime) if the thread cannot start.
-fn own_runtime(name: &'static str) -> Option<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name(format!("{name}-listener"))
-        .enable_all()
-        .build()
-        .inspect_err(|e| {
-            tracing::warn!(listener = name, error = %e, "no thread of its own; serving on the role's runtime");
-        })
-        .ok()
 }
 
 /// The per-request layers around a role's router. Each sits where it does

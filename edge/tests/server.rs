@@ -214,7 +214,11 @@ async fn a_listener_on_its_own_thread_answers_while_the_roles_runtime_is_stuck()
         )
     };
     let public_server = bind("public").await.unwrap();
-    let admin_server = bind("admin").await.unwrap().on_own_thread();
+    let own = once_edge::OwnRuntime::start("admin").unwrap();
+    let admin_server = bind("admin")
+        .await
+        .unwrap()
+        .on_runtime(own.handle().clone());
     let (public_addr, admin_addr) = (public_server.local_addr(), admin_server.local_addr());
     let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(serve_together(

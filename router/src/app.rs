@@ -1,5 +1,14 @@
 //! Build (connect, bind) and run (serve, refresh, health-check, drain) a
 //! router.
+//!
+//! Two runtimes: the process's, where the public listener forwards clients'
+//! requests, and the control runtime (a thread of its own), where the admin
+//! listener answers probes and operators and the control loops run — the
+//! placement refresher, the health checker and the failovers it starts. A
+//! retry storm on the public listener then cannot starve what tells
+//! Kubernetes the router is alive, nor what loads the table it routes by
+//! (RELIABILITY.md, finding 17). Each runtime has its own clients (store and
+//! HTTP): a pooled connection is driven by the runtime that opened it.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,7 +21,7 @@ use axum::middleware::from_fn_with_state;
 use once_edge::observe::{self, Observe, SpanOnly, TraceHeaders};
 use once_edge::server::serve_together;
 use once_edge::tenants::{self, TenantGates};
-use once_edge::{ApiKeys, Server};
+use once_edge::{ApiKeys, OwnRuntime, Server};
 use once_store_client::client::ClientOptions;
 use once_store_client::groups::StoreGroups;
 
@@ -31,6 +40,8 @@ pub struct RouterApp {
     public: Server,
     admin: Server,
     state: SharedState,
+    /// The admin listener's and the control loops' runtime.
+    control: OwnRuntime,
 }
 
 impl RouterApp {
@@ -39,39 +50,9 @@ impl RouterApp {
     /// store is electing, and `/readyz` says when it can route.
     pub async fn build(config: RouterConfig, api_keys: ApiKeys) -> anyhow::Result<Self> {
         config.validate()?;
-        let store = StoreGroups::new(
-            &config.store_endpoints,
-            &config.store_groups,
-            // Short: a placement read sits on a request's path after a 421.
-            ClientOptions {
-                attempt_timeout: Duration::from_secs(2),
-                deadline: Duration::from_secs(5),
-                // Declared like the node's, so a simulated partition of the
-                // store applies to this router too: a router cut off with
-                // its region cannot write failovers the majority never saw.
-                region: Some(config.region.clone()),
-                tls: config.tls.clone(),
-                ..ClientOptions::default()
-            },
-        )
-        .context("building the raft-store client")?;
-        let store = Arc::new(store);
-        // Mutual TLS to nodes with the router's certificate (their URLs are
-        // https, checked by validate), plaintext without one.
-        let http = match &config.tls {
-            Some(tls) => tls.http_client(),
-            None => reqwest::Client::builder(),
-        };
-        let http = http
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(1))
-            // Below the nodes' idle timeout (60 s by default), so a pooled
-            // connection is never one the node is closing.
-            .pool_idle_timeout(Duration::from_secs(30))
-            // Redirects are the client's business, not the router's.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .context("building the HTTP client")?;
+        let control = OwnRuntime::start("router-control").context("starting the control thread")?;
+        let store = Arc::new(store_client(&config)?);
+        let http = node_client(&config)?;
         let health = RegionHealth::new(config.nodes.regions(), config.health);
         let metrics = Arc::new(Metrics::new());
         let public = Server::bind("public", config.listen, config.limits, metrics.edge.clone())
@@ -86,9 +67,7 @@ impl RouterApp {
         )
         .await
         .with_context(|| format!("binding the admin listener {}", config.admin_listen))?
-        // Probes and operators are answered while forwards swamp the public
-        // listener (RELIABILITY.md, finding 17).
-        .on_own_thread();
+        .on_runtime(control.handle().clone());
         let reachability = Reachability::new(
             config.fail_fast,
             config
@@ -99,12 +78,16 @@ impl RouterApp {
         );
         let state = Arc::new(RouterState {
             reachability,
-            placements: Arc::new(PlacementCache::new(store.clone())),
+            placements: Arc::new(PlacementCache::new(
+                store.clone(),
+                Arc::new(store_client(&config)?),
+            )),
             store,
             health,
             partition: RegionCut::new(&config.region),
             metrics,
             http,
+            control_http: node_client(&config)?,
             api_keys: Arc::new(api_keys),
             config,
         });
@@ -112,6 +95,7 @@ impl RouterApp {
             public,
             admin,
             state,
+            control,
         })
     }
 
@@ -131,7 +115,7 @@ impl RouterApp {
 
     /// Serves until `signal`, then drains in-flight requests for up to
     /// `drain_timeout`. The placement refresher and the health checker run
-    /// alongside and stop with it.
+    /// alongside on the control runtime and stop with it.
     pub async fn run_until(
         self,
         signal: impl Future<Output = ()> + Send + 'static,
@@ -140,14 +124,15 @@ impl RouterApp {
             public,
             admin,
             state,
+            control,
         } = self;
-        let refresher = tokio::spawn(
+        let refresher = control.handle().spawn(
             state
                 .placements
                 .clone()
                 .keep_fresh(state.config.placement_refresh, state.metrics.clone()),
         );
-        let checker = tokio::spawn(health::watch_regions(state.clone()));
+        let checker = control.handle().spawn(health::watch_regions(state.clone()));
         let drain = state.config.drain_timeout;
         let listeners = vec![
             (public, public_router(state.clone())),
@@ -156,8 +141,50 @@ impl RouterApp {
         serve_together(listeners, signal, drain).await;
         refresher.abort();
         checker.abort();
+        // Only now: the admin listener and the control clients' connections
+        // lived on it until every listener drained.
+        drop(control);
         Ok(())
     }
+}
+
+/// A raft-store client for one runtime's use.
+fn store_client(config: &RouterConfig) -> anyhow::Result<StoreGroups> {
+    StoreGroups::new(
+        &config.store_endpoints,
+        &config.store_groups,
+        // Short: a placement read sits on a request's path after a 421.
+        ClientOptions {
+            attempt_timeout: Duration::from_secs(2),
+            deadline: Duration::from_secs(5),
+            // Declared like the node's, so a simulated partition of the
+            // store applies to this router too: a router cut off with
+            // its region cannot write failovers the majority never saw.
+            region: Some(config.region.clone()),
+            tls: config.tls.clone(),
+            ..ClientOptions::default()
+        },
+    )
+    .context("building the raft-store client")
+}
+
+/// An HTTP client to the nodes for one runtime's use: mutual TLS with the
+/// router's certificate (their URLs are https, checked by validate),
+/// plaintext without one.
+fn node_client(config: &RouterConfig) -> anyhow::Result<reqwest::Client> {
+    let http = match &config.tls {
+        Some(tls) => tls.http_client(),
+        None => reqwest::Client::builder(),
+    };
+    http.tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(1))
+        // Below the nodes' idle timeout (60 s by default), so a pooled
+        // connection is never one the node is closing.
+        .pool_idle_timeout(Duration::from_secs(30))
+        // Redirects are the client's business, not the router's.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .context("building the HTTP client")
 }
 
 /// The public listener. A forwarded request is authenticated (401) and

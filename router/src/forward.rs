@@ -181,20 +181,31 @@ fn home_of(state: &RouterState, tenant: &str) -> String {
 }
 
 /// After a 421: the tenant's home as the store says now. If the store
-/// cannot be read, the node's hint (when it names a region we can reach),
-/// else the home we had.
+/// cannot be read, or the router has not loaded its table yet, the node's
+/// hint (when it names a region we can reach), else the home we had.
 async fn rehome(state: &RouterState, tenant: &str, tried: &str, answer: &HeaderMap) -> String {
     let hint = answer
         .get(X_ONCE_HOME_REGION)
         .and_then(|v| v.to_str().ok())
         .filter(|r| state.config.nodes.contains(r))
         .map(str::to_owned);
-    let home = match state.placements.refresh_tenant(tenant).await {
-        Ok(Some(placement)) => placement.home,
-        Ok(None) => state.config.region.clone(),
-        Err(e) => {
-            tracing::warn!(error = %e, "placement re-read after a 421 failed; using the node's hint");
-            hint.clone().unwrap_or_else(|| tried.to_owned())
+    let by_hint = || hint.clone().unwrap_or_else(|| tried.to_owned());
+    let home = if !state.placements.is_loaded() {
+        // Every tenant homed elsewhere meets a 421 until the table is read
+        // (the refresher is at it, on the control runtime). A store read
+        // for each on the client's path would only compete with it: under
+        // a retry storm a restarted router never loaded its table
+        // (RELIABILITY.md, finding 17). The node fenced by placement, so
+        // its hint is the placement it holds.
+        by_hint()
+    } else {
+        match state.placements.refresh_tenant(tenant).await {
+            Ok(Some(placement)) => placement.home,
+            Ok(None) => state.config.region.clone(),
+            Err(e) => {
+                tracing::warn!(error = %e, "placement re-read after a 421 failed; using the node's hint");
+                by_hint()
+            }
         }
     };
     tracing::info!(tenant, tried, home = %home, hint = ?hint, "misdirected: re-sending to the home region");

@@ -209,7 +209,7 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
     let timeout = state.config.health.interval;
     let checks = state.config.nodes.urls(region).iter().map(|url| {
         let request = state
-            .http
+            .control_http
             .get(format!("{url}/readyz"))
             .header(
                 once_edge::ops::ANSWER_WITHIN_HEADER,

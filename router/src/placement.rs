@@ -19,7 +19,12 @@ use crate::metrics::Metrics;
 
 #[derive(Debug)]
 pub struct PlacementCache {
+    /// The whole table's reads, on the control runtime.
     store: Arc<StoreGroups>,
+    /// One tenant's read on a request's path (after a 421), on the public
+    /// runtime: a client of its own, so the refresher never waits on a
+    /// connection that runtime drives.
+    lookups: Arc<StoreGroups>,
     /// A std lock: held only to copy in or out, never across an await.
     /// Shared placements: tenants moved together by an evacuation point at
     /// one.
@@ -31,9 +36,10 @@ pub struct PlacementCache {
 }
 
 impl PlacementCache {
-    pub fn new(store: Arc<StoreGroups>) -> Self {
+    pub fn new(store: Arc<StoreGroups>, lookups: Arc<StoreGroups>) -> Self {
         Self {
             store,
+            lookups,
             by_tenant: RwLock::new(HashMap::new()),
             loaded: AtomicBool::new(false),
             refresh_now: Notify::new(),
@@ -159,7 +165,7 @@ impl PlacementCache {
     pub async fn refresh_tenant(&self, tenant: &str) -> Result<Option<Placement>, ClientError> {
         self.refresh_now.notify_one();
         let placement = self
-            .store
+            .lookups
             .of_tenant(tenant)
             .await?
             .placement(tenant)

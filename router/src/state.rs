@@ -23,7 +23,9 @@ pub struct RouterState {
     /// is one the node would authenticate too (it checks again).
     pub api_keys: Arc<ApiKeys>,
     /// raft-store's groups: placements in each, region status in the
-    /// directory.
+    /// directory. Used on the control runtime only (the control loops and
+    /// the admin listener); a forward's one-tenant read has its own client
+    /// in [`PlacementCache`].
     pub store: Arc<StoreGroups>,
     pub placements: Arc<PlacementCache>,
     /// This router's health-check view of each region.
@@ -35,9 +37,12 @@ pub struct RouterState {
     /// (fail fast) until one probe or a health check reaches them again.
     pub reachability: Reachability,
     pub metrics: Arc<Metrics>,
-    /// One client for every forward and health check: its connection pool
-    /// keeps connections to each node warm.
+    /// One client for every forward: its connection pool keeps connections
+    /// to each node warm.
     pub http: reqwest::Client,
+    /// The health checker's and the console's client to the nodes, used on
+    /// the control runtime only, so their connections are driven there.
+    pub control_http: reqwest::Client,
 }
 
 impl RouterState {

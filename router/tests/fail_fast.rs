@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use once_router::FailFast;
 
+use once_test_support::metrics::metric;
 use once_test_support::wait::until;
 use tokio::net::TcpSocket;
 
@@ -73,16 +74,13 @@ async fn pay(router: &str) -> reqwest::Response {
     common::pay(router, "fail-fast-1").await
 }
 
-async fn failed_fast(admin: &str) -> u64 {
-    let text = reqwest::get(format!("{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(r#"router_failed_fast_total{region="us"} "#))
-        .map_or(0, |v| v.parse().unwrap())
+async fn failed_fast(admin: &str) -> f64 {
+    metric(
+        &reqwest::Client::new(),
+        admin,
+        r#"router_failed_fast_total{region="us"}"#,
+    )
+    .await
 }
 
 fn skipped_for(longest: Duration) -> FailFast {
@@ -123,7 +121,7 @@ async fn a_node_that_refused_is_not_dialled_again_within_its_backoff() {
         "Retry-After is the backoff left, got {retry_after}"
     );
     assert_eq!(received.load(Ordering::SeqCst), 0, "nothing was dialled");
-    assert!(failed_fast(&admin).await >= 1);
+    assert!(failed_fast(&admin).await >= 1.0);
 }
 
 #[tokio::test]

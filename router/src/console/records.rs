@@ -114,7 +114,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
     url: reqwest::Url,
 ) -> anyhow::Result<T> {
     let response = state
-        .http
+        .control_http
         .get(url)
         .bearer_auth(admin_bearer(state))
         .timeout(READ_TIMEOUT)
@@ -219,7 +219,7 @@ pub async fn resolve(
         ],
     )?;
     let response = state
-        .http
+        .control_http
         .post(url)
         .bearer_auth(admin_bearer(state))
         .timeout(Duration::from_secs(10))

@@ -13,12 +13,26 @@ use once_test_support::fixtures::ACME_KEY;
 use once_test_support::ports::closed_addr;
 
 /// Starts a router of `region` over `nodes` (`region=url` each), serving
-/// until the test ends: its public and its admin address.
+/// until the test ends: its public and its admin address. (`control.rs`
+/// runs its router on a runtime of its own instead.)
+#[allow(dead_code)]
 pub async fn start_router(
     region: &str,
     nodes: &[String],
     adjust: impl FnOnce(&mut RouterConfig),
 ) -> (SocketAddr, SocketAddr) {
+    let app = build_router(region, nodes, adjust).await;
+    let addresses = (app.address(), app.admin_address());
+    tokio::spawn(app.run_until(std::future::pending()));
+    addresses
+}
+
+/// The router [`start_router`] starts, bound but not serving yet.
+pub async fn build_router(
+    region: &str,
+    nodes: &[String],
+    adjust: impl FnOnce(&mut RouterConfig),
+) -> RouterApp {
     let mut config = RouterConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         region,
@@ -28,10 +42,7 @@ pub async fn start_router(
     config.health.interval = Duration::from_secs(60);
     adjust(&mut config);
     let keys = ApiKeys::from_plaintext_list(&format!("acme:checkout:{ACME_KEY}")).unwrap();
-    let app = RouterApp::build(config, keys).await.unwrap();
-    let addresses = (app.address(), app.admin_address());
-    tokio::spawn(app.run_until(std::future::pending()));
-    addresses
+    RouterApp::build(config, keys).await.unwrap()
 }
 
 /// `acme` pays 1.00 through the router at `router` (`http://…`) under

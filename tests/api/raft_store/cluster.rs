@@ -72,7 +72,6 @@ pub struct Cluster {
     raft_port: u16,
     api_port: u16,
     admin_port: u16,
-    proxy_port: u16,
     /// Extra `once store` flags for every member.
     extra_args: Vec<String>,
     /// The cluster's CA; each member's certificate is issued at its start.
@@ -110,7 +109,6 @@ impl Cluster {
             raft_port: free_port(),
             api_port: free_port(),
             admin_port: free_port(),
-            proxy_port: free_port(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=n {
@@ -135,7 +133,11 @@ impl Cluster {
         let raft_addr = SocketAddr::new(member_ip(id), self.raft_port);
         let api_addr = SocketAddr::new(member_ip(id), self.api_port);
         let admin_addr = SocketAddr::new(member_ip(id), self.admin_port);
-        let proxy = LinkProxy::start(SocketAddr::new(member_ip(id), self.proxy_port), raft_addr)
+        // The proxy lives as long as the test and binds at once, so the
+        // kernel may choose its port: nothing can take it between a choice
+        // and a bind (a chosen port could be, by a `once up` another test
+        // started, whose processes bind the ports it chose seconds later).
+        let proxy = LinkProxy::start(SocketAddr::new(member_ip(id), 0), raft_addr)
             .await
             .expect("proxy binds");
         self.members.insert(
