@@ -7,8 +7,10 @@
 //!
 //! # Layout
 //!
-//! - [`app`]: build (store client, HTTP client, bind) and run (serve,
-//!   placement refresher, health checker, drain).
+//! - [`app`]: build (store clients, HTTP clients, bind) and run (serve,
+//!   placement refresher, health checker, drain) on two runtimes: the
+//!   process's for forwards, a control thread for the admin listener and
+//!   the control loops.
 //! - [`config`]: validated configuration; [`nodes`]: `--nodes`, the node
 //!   URLs of each region and their round-robin rotation.
 //! - [`state`]: what handlers and background tasks share.
