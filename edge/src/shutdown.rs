@@ -29,7 +29,9 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = terminate => {},
-        _ = lifeline => tracing::warn!("the supervising process is gone (stdin closed): shutting down"),
+        // `once up` closes the pipe when it stops a child too (tokio's
+        // `Child::wait` drops stdin first), often before its SIGTERM lands.
+        _ = lifeline => tracing::warn!("stdin closed (the supervising process stops this one, or is gone): shutting down"),
     }
 }
 

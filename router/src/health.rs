@@ -1,7 +1,9 @@
 //! Region health checks and automatic failover.
 //!
 //! Every `--health-check-interval` the router asks every node of every
-//! region for `/readyz` (timeout = the interval). A round fails for a region
+//! region for `/readyz` (an answer counts if it comes within the interval;
+//! a later one still finishes, so its connection is kept for the next
+//! round). A round fails for a region
 //! when *every* node of it fails; after `--health-check-failures` failed
 //! rounds in a row the region is down: with `--auto-failover` the router
 //! moves every tenant homed there to its first healthy standby in one store
@@ -42,6 +44,16 @@ use crate::failover::{Trigger, now_ms};
 use crate::metrics::Metrics;
 use crate::regions::Verdict;
 use crate::state::{RouterState, SharedState};
+
+/// How long a health check's request may go on after its round judged it
+/// failed (the round waits one interval). A connection still being opened
+/// — a mutual-TLS handshake on a loaded machine can take a second — is
+/// finished and kept for the next round instead of being dropped with this
+/// one, which left every later round to open a new one within its 200 ms
+/// and fail too (RELIABILITY.md, finding 20). The client's connect timeout
+/// (1 s) fits within it; a node that takes connections but never answers
+/// (paused) holds at most this long over rounds' worth of checks.
+const CHECK_LIMIT: Duration = Duration::from_secs(2);
 
 /// Checks regions until the task is aborted.
 pub async fn watch_regions(state: SharedState) {
@@ -215,19 +227,31 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
                 once_edge::ops::ANSWER_WITHIN_HEADER,
                 timeout.as_millis().to_string(),
             )
-            .timeout(timeout)
+            .timeout(CHECK_LIMIT)
             .send();
+        // Its own task: the check may outlive the round that judges it.
+        let check = tokio::spawn(async move {
+            let response = request.await?;
+            let (status, headers) = (response.status(), response.headers().clone());
+            // Read to its end, so the connection goes back to the pool.
+            response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, headers))
+        });
         async move {
+            let Ok(Ok(answer)) = tokio::time::timeout(timeout, check).await else {
+                // Not in time (or the task panicked): a failed check; the
+                // request goes on, and its connection is kept.
+                return Answer::Failed;
+            };
             // Any answer means the node takes connections: requests stop
             // failing fast for it ([`crate::reachability`]).
-            let answer = request.await;
             state.reachability.record(url, &answer);
             match answer {
-                Ok(r) if r.status().is_success() => {
-                    Answer::Ready(StoreGroups::in_reach_of(r.headers()))
+                Ok((status, headers)) if status.is_success() => {
+                    Answer::Ready(StoreGroups::in_reach_of(&headers))
                 }
-                Ok(r) if waits_on_store(&r) => {
-                    Answer::WaitingOnStore(StoreGroups::waiting_on_of(r.headers()))
+                Ok((status, headers)) if waits_on_store(status, &headers) => {
+                    Answer::WaitingOnStore(StoreGroups::waiting_on_of(&headers))
                 }
                 _ => Answer::Failed,
             }
@@ -261,10 +285,9 @@ fn union(a: Option<Groups>, b: Option<Groups>) -> Option<Groups> {
     Some(a)
 }
 
-fn waits_on_store(response: &reqwest::Response) -> bool {
-    response.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
-        && response
-            .headers()
+fn waits_on_store(status: reqwest::StatusCode, headers: &reqwest::header::HeaderMap) -> bool {
+    status == reqwest::StatusCode::SERVICE_UNAVAILABLE
+        && headers
             .get(once_edge::ops::WAITING_ON_HEADER)
             .is_some_and(|v| v == once_edge::ops::SHARED_STORE)
 }

@@ -35,6 +35,11 @@ const CLOCK_TOLERANCE_SECONDS: i64 = 5;
 /// How long a rolling restart waits for the cluster to be healthy again
 /// before the next process, as a rollout waits for readiness.
 const ROLLOUT_READY_LIMIT: Duration = Duration::from_secs(60);
+/// How long healing asks again for a group's leader (and its membership
+/// change) before it gives up: under load a group can be without one for
+/// seconds, and a member not made a voter again stays out for the rest of
+/// the run (RELIABILITY.md, finding 18).
+const HEALING_LEADER_WAIT: Duration = Duration::from_secs(60);
 
 /// What a fault left to heal.
 #[derive(Debug, Default)]
@@ -477,6 +482,26 @@ async fn group_voters(ctx: &Ctx, urls: &[String]) -> anyhow::Result<Vec<u64>> {
         .with_context(|| format!("no member of {urls:?} says it leads"))
 }
 
+/// `step` (a read of a group's leader, or a change it must make) asked
+/// again every half second while it fails, for up to
+/// [`HEALING_LEADER_WAIT`]: its last error if it never succeeds. Each step
+/// is one that can be repeated (adding a learner twice, setting the same
+/// voters twice).
+async fn until_led<T, E, Fut>(mut step: impl FnMut() -> Fut) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + HEALING_LEADER_WAIT;
+    loop {
+        match step().await {
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// Adds the member back as a learner (the leader streams it a snapshot,
 /// blocking until it caught up) and makes every member a voter again: in
 /// every other group first, then in the directory.
@@ -493,10 +518,10 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
         record.did(format!(
             "group {group}: add store-{region} (id {id}) back as a learner"
         ));
-        record.check(admin::add_learner(&ctx.operator, &urls, id, &addr).await);
-        // A group that cannot be read now is left as it is; the directory
-        // and the other groups still get the member back.
-        let Some(mut voters) = record.check(group_voters(ctx, &urls).await) else {
+        record.check(until_led(|| admin::add_learner(&ctx.operator, &urls, id, &addr)).await);
+        // A group that cannot be read even then is left as it is; the
+        // directory and the other groups still get the member back.
+        let Some(mut voters) = record.check(until_led(|| group_voters(ctx, &urls)).await) else {
             continue;
         };
         if !voters.contains(&id) {
@@ -506,11 +531,13 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
         record.did(format!(
             "group {group}: change membership: voters {voters:?}"
         ));
-        record.check(admin::change_membership(&ctx.operator, &urls, voters).await);
+        record.check(
+            until_led(|| admin::change_membership(&ctx.operator, &urls, voters.clone())).await,
+        );
     }
     record.did(format!("add store-{region} (id {id}) back as a learner"));
-    record.check(admin::add_learner(&ctx.operator, &urls, id, raft_addr).await);
-    let Some((leader, _)) = record.check(ctx.leader_and_followers().await) else {
+    record.check(until_led(|| admin::add_learner(&ctx.operator, &urls, id, raft_addr)).await);
+    let Some((leader, _)) = record.check(until_led(|| ctx.leader_and_followers()).await) else {
         return;
     };
     let mut voters = leader.status.voters.clone();
@@ -519,7 +546,8 @@ async fn readd_member(ctx: &Ctx, id: u64, raft_addr: &str, region: &str, record:
         voters.sort_unstable();
     }
     record.did(format!("change membership: voters {voters:?}"));
-    record.check(admin::change_membership(&ctx.operator, &urls, voters).await);
+    record
+        .check(until_led(|| admin::change_membership(&ctx.operator, &urls, voters.clone())).await);
     let admin_url = ctx
         .stores()
         .ok()
