@@ -81,6 +81,14 @@ impl ChildProcess {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Logs how it ended, for one found gone that `once up` did not stop:
+    /// a signal names the kind of killer (RELIABILITY.md, finding 19).
+    pub fn log_exit(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            tracing::warn!(process = %self.name, pid = self.pid, %status, "found exited");
+        }
+    }
+
     /// Waits until `url` answers 2xx, failing early if the process exits.
     /// `http` presents `once up`'s certificate to a store member.
     pub async fn wait_ready(
@@ -119,6 +127,7 @@ impl ChildProcess {
     /// so its listeners are free for the next process.
     pub async fn end(&mut self, how: Stop, grace: Duration) -> Result<Stopped, StillRunning> {
         if self.exited() {
+            self.log_exit();
             return Ok(Stopped::AlreadyGone);
         }
         match how {

@@ -246,6 +246,7 @@ pub(crate) async fn restart_region(
         if !slot.exited() {
             continue;
         }
+        slot.log_exit();
         let mut child = process.spawn(plan, &[])?;
         child
             .wait_ready(plan.pki.http(), &process.ready_url(plan), START_LIMIT)
