@@ -67,7 +67,25 @@ async fn router(node: &str, fail_fast: FailFast, health_every: Duration) -> (Str
         config.auto_failover = false;
     })
     .await;
-    (format!("http://{public}"), format!("http://{admin}"))
+    let admin = format!("http://{admin}");
+    // The first health check round runs at once, on the router's control
+    // thread: wait until it has met the refusing node, or it could reach
+    // the node after the test lets it listen and end its backoff early.
+    until(
+        "the first health check round",
+        Duration::from_secs(10),
+        || async {
+            metric(
+                &reqwest::Client::new(),
+                &admin,
+                r#"router_region_consecutive_failures{region="us"}"#,
+            )
+            .await
+                >= 1.0
+        },
+    )
+    .await;
+    (format!("http://{public}"), admin)
 }
 
 async fn pay(router: &str) -> reqwest::Response {
