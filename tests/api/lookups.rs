@@ -389,6 +389,11 @@ async fn after_a_failover_the_new_home_lists_the_same_payments_in_the_same_order
         .await;
         made.push(created_id(&created));
     }
+    // The home answers before a payment's finish is written (decision
+    // 0054): until it lands, a listing shows that payment `pending`, the
+    // home's own too (CI saw it). This test is about what a new home lists
+    // once they have landed, compared with the home's listing then.
+    finishes_landed(&store).await;
     let at_home = list(&client, &east.url, ACME_KEY, "").await;
     assert_eq!(
         at_home.status,
@@ -405,11 +410,6 @@ async fn after_a_failover_the_new_home_lists_the_same_payments_in_the_same_order
     let by_account_at_home = list(&client, &east.url, ACME_KEY, "accountId=acc_1").await;
     let paged_at_home = page_through(&client, &east.url, ACME_KEY, "", 2, || {}).await;
     assert_eq!(paged_at_home, ids(&at_home));
-
-    // The home answers before a payment's finish is written (decision
-    // 0054): until it lands, other regions show that payment `pending`.
-    // This test is about what a new home lists once they have landed.
-    finishes_landed(&store).await;
 
     // Fail acme over to eu-west, whose database has none of these rows.
     place(&store, "acme", 1, "eu-west", &["us-east"]).await;
