@@ -9,10 +9,10 @@ under ROOT): each inline link `[text](target)` and each reference definition
 `[label]: target` whose target is not a URL (`scheme:`) nor a bare anchor
 (`#...`) must name a file or folder that exists, relative to the Markdown
 file, and must not leave the repository (an absolute path, or `..` past the
-root). Links inside code (fenced blocks, `inline code`) are not links and are
-skipped. An anchor after the path (`file.md#section`) is not checked: headings
-change wording more often than files move, and a stale anchor still lands on
-the right page.
+root). An anchor (`file.md#section`, or `#section` within the file) must name
+a heading of that Markdown file, slugged as GitHub does (lower case, punctuation
+dropped, spaces to hyphens, `-1`, `-2` … for repeats). Links inside code
+(fenced blocks, `inline code`) are not links and are skipped.
 
 Prints each broken link as `file:line: target (reason)` and a last line
 `N broken links`; exits 1 when N > 0. Why: the docs are read from a clone (and
@@ -71,20 +71,65 @@ def links(text):
             yield number, reference.group(1)
 
 
+HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def slug(heading):
+    """GitHub's anchor for a heading's text."""
+    text = re.sub(r"<[^>]+>", "", heading)
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link keeps its text
+    text = text.replace("`", "").strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+_anchors = {}
+
+
+def anchors(path):
+    """Every anchor the Markdown file at `path` defines."""
+    if path not in _anchors:
+        found, seen, in_fence = set(), {}, None
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                fence = FENCE.match(line)
+                if fence:
+                    if in_fence is None:
+                        in_fence = fence.group(1)
+                    elif fence.group(1) == in_fence:
+                        in_fence = None
+                    continue
+                heading = None if in_fence else HEADING.match(line)
+                if heading:
+                    base = slug(heading.group(2))
+                    n = seen.get(base, 0)
+                    seen[base] = n + 1
+                    found.add(base if n == 0 else f"{base}-{n}")
+                for name in re.findall(r'<a\s+(?:name|id)="([^"]+)"', line):
+                    found.add(name)
+        _anchors[path] = found
+    return _anchors[path]
+
+
 def problem(root, md_file, target):
     """Why `target`, linked from `md_file`, is broken; None if it is not."""
-    if target.startswith("#") or SCHEME.match(target):
+    if SCHEME.match(target):
         return None
-    path = target.split("#", 1)[0].split("?", 1)[0]
-    if not path:
-        return None
+    path, _, anchor = target.partition("#")
+    path = path.split("?", 1)[0]
     if path.startswith("/"):
         return "absolute path: points outside the repository"
-    resolved = os.path.normpath(os.path.join(root, os.path.dirname(md_file), path))
+    if path:
+        resolved = os.path.normpath(os.path.join(root, os.path.dirname(md_file), path))
+    else:
+        resolved = os.path.join(root, md_file)
     if os.path.relpath(resolved, root).startswith(".."):
         return "leaves the repository"
     if not os.path.exists(resolved):
         return "no such file"
+    if anchor and resolved.endswith(".md") and os.path.isfile(resolved):
+        if anchor.lower() not in anchors(resolved):
+            return "no such heading"
     return None
 
 
