@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use once_edge::{ApiError, ErrorCode};
 use once_node::domain::{IdempotencyKey, Money, PaymentId};
+use once_node::payments::headers;
 use serde_json::json;
 
 use crate::helpers::*;
@@ -86,9 +87,14 @@ fn document_states_the_contract(doc: &serde_json::Value) {
         (&key["in"], &key["required"]),
         (&json!("header"), &json!(true))
     );
-    assert_eq!(key["schema"]["pattern"], IdempotencyKey::pattern());
+    // Bare or the IETF draft's sf-string (headers::idempotency_key).
+    assert_eq!(key["schema"]["pattern"], headers::idempotency_key_pattern());
     assert_eq!(key["schema"]["minLength"], 1);
-    assert_eq!(key["schema"]["maxLength"], IdempotencyKey::MAX_LEN);
+    assert_eq!(
+        key["schema"]["maxLength"],
+        headers::IDEMPOTENCY_KEY_MAX_FIELD_LEN
+    );
+    assert!(headers::IDEMPOTENCY_KEY_MAX_FIELD_LEN > IdempotencyKey::MAX_LEN);
     let version = param(create, "Api-Version");
     assert_eq!(version["required"], false);
     assert_eq!(version["schema"]["enum"], json!(["2026-11-01"]));
@@ -227,7 +233,10 @@ fn no_enum_repeats_a_value(node: &serde_json::Value, at: &str) {
                         );
                     }
                 }
-                no_enum_repeats_a_value(value, &format!("{at}/{name}"));
+                no_enum_repeats_a_value(
+                    value,
+                    &format!("{at}/{}", name.replace('~', "~0").replace('/', "~1")),
+                );
             }
         }
         serde_json::Value::Array(items) => {

@@ -45,8 +45,7 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, ApiError> 
 /// printable ASCII) is refused with what is wrong: the draft defines the
 /// header as exactly an sf-string.
 fn structured_string(raw: &[u8]) -> Result<String, String> {
-    const NOT: &str =
-        "Idempotency-Key starts with a double quote but is not a Structured Field string (RFC 8941)";
+    const NOT: &str = "Idempotency-Key starts with a double quote but is not a Structured Field string (RFC 8941)";
     let item: sfv::Item = sfv::Parser::new(raw)
         .with_version(sfv::Version::Rfc8941)
         .parse()
@@ -194,10 +193,7 @@ mod tests {
             assert!(message.contains("RFC 8941"), "{message}");
         }
         // Well-formed strings that are no key: the key's own rules.
-        for value in [
-            &br#""""#[..],
-            format!("\"{}\"", "k".repeat(256)).as_bytes(),
-        ] {
+        for value in [&br#""""#[..], format!("\"{}\"", "k".repeat(256)).as_bytes()] {
             assert_eq!(key(value).unwrap_err().0, ErrorCode::IdempotencyKeyInvalid);
         }
     }
