@@ -97,7 +97,10 @@ fn document_states_the_contract(doc: &serde_json::Value) {
     assert!(headers::IDEMPOTENCY_KEY_MAX_FIELD_LEN > IdempotencyKey::MAX_LEN);
     let version = param(create, "Api-Version");
     assert_eq!(version["required"], false);
-    assert_eq!(version["schema"]["enum"], json!(["2026-11-01"]));
+    assert_eq!(version["schema"]["$ref"], "#/components/schemas/ApiVersion");
+    let versions = &doc["components"]["schemas"]["ApiVersion"];
+    assert_eq!(versions["enum"], json!(["2026-11-01"]));
+    assert_eq!(versions["x-enum-varnames"], json!(["V2026_11_01"]));
     assert_eq!(
         param(fetch, "id")["schema"]["pattern"],
         PaymentId::pattern()
@@ -109,10 +112,25 @@ fn document_states_the_contract(doc: &serde_json::Value) {
     assert_eq!(body[0]["additionalProperties"], false);
     assert_eq!(fields["accountId"]["pattern"], "^[A-Za-z0-9_-]{1,64}$");
     assert_eq!(fields["merchantReference"]["maxLength"], 128);
+    // One `Channel` and one `PaymentStatus`, which every schema refers to.
     assert_eq!(
-        fields["channel"]["enum"],
-        json!(["web", "mobile", "pos", null])
+        fields["channel"]["oneOf"],
+        json!([{"$ref": "#/components/schemas/Channel"}, {"type": "null"}])
     );
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["Channel"]["enum"], json!(["web", "mobile", "pos"]));
+    assert_eq!(
+        schemas["PaymentStatus"]["enum"],
+        json!(["pending", "succeeded", "declined"])
+    );
+    for payment in ["PaymentV1", "PaymentV2"] {
+        let fields = &schemas[payment]["properties"];
+        assert_eq!(
+            fields["status"]["$ref"],
+            "#/components/schemas/PaymentStatus"
+        );
+        assert_eq!(fields["channel"]["$ref"], "#/components/schemas/Channel");
+    }
     let pairs = body[1]["oneOf"].as_array().unwrap();
     assert_eq!(pairs.len(), Money::exponents().len());
     let eur = regex::Regex::new(

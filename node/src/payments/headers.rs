@@ -5,8 +5,9 @@
 //! document sit side by side, made from the same constants.
 
 use axum::http::HeaderMap;
+use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::{ObjectBuilder, Required, Type};
+use utoipa::openapi::{Object, ObjectBuilder, Ref, Required, Type};
 
 use crate::domain::IdempotencyKey;
 use crate::error::ApiError;
@@ -93,6 +94,30 @@ pub fn api_version(headers: &HeaderMap) -> Result<String, ApiError> {
     }
 }
 
+/// The component name of [`api_version_schema`].
+pub const API_VERSION_SCHEMA: &str = "ApiVersion";
+
+/// The `ApiVersion` component: the versions this build serves, each member
+/// named for generators (`x-enum-varnames`: `V2026_11_01`, where a value
+/// starting with a digit would otherwise be `VALUE_0`).
+pub fn api_version_schema() -> Object {
+    let names: Vec<String> = SUPPORTED_API_VERSIONS
+        .iter()
+        .map(|v| format!("V{}", v.replace('-', "_")))
+        .collect();
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some("An API version this build serves."))
+        .enum_values(Some(SUPPORTED_API_VERSIONS.iter().copied()))
+        .default(Some(DEFAULT_API_VERSION.into()))
+        .extensions(Some(
+            ExtensionsBuilder::new()
+                .add("x-enum-varnames", names)
+                .build(),
+        ))
+        .build()
+}
+
 /// The document's header parameters of `POST /payments`.
 #[derive(Debug)]
 pub struct CreateHeaders;
@@ -108,10 +133,6 @@ impl utoipa::IntoParams for CreateHeaders {
                 serde_json::json!("\"8e03978e-40d5-43e8-bc93-6894a57f9324\""),
                 serde_json::json!("order-2026-0001-attempt"),
             ]);
-        let version = ObjectBuilder::new()
-            .schema_type(Type::String)
-            .enum_values(Some(SUPPORTED_API_VERSIONS.iter().copied()))
-            .default(Some(DEFAULT_API_VERSION.into()));
         vec![
             ParameterBuilder::new()
                 .name("Idempotency-Key")
@@ -137,7 +158,7 @@ impl utoipa::IntoParams for CreateHeaders {
                     "The API version the request is written against; part of the \
                      request's fingerprint. Any other value is 400 VALIDATION_FAILED.",
                 ))
-                .schema(Some(version))
+                .schema(Some(Ref::from_schema_name(API_VERSION_SCHEMA)))
                 .build(),
         ]
     }
