@@ -290,9 +290,7 @@ impl ApiError {
             Self::KeyRequired
             | Self::KeyInvalid(_)
             | Self::KeyMalformed(_)
-            | Self::MalformedJson(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
             Self::KeyReusedWithDifferentRequest
             | Self::InProgress { .. }
             | Self::DuplicateMerchantReference { .. }

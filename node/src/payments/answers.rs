@@ -198,18 +198,22 @@ fn seconds() -> ObjectBuilder {
 /// Refusals made by the server before the routes (an invalid path, a shed
 /// or late request, a panic) carry neither.
 fn with_trace_headers(mut answer: ResponseBuilder, always: bool) -> ResponseBuilder {
-    let sent = if always { ALWAYS_SENT } else { "Sent" };
+    let sent = if always {
+        format!("{ALWAYS_SENT} ")
+    } else {
+        "Sent when the answer passed through the routes: ".to_owned()
+    };
     answer = answer.header(
         "X-Trace-Id",
         header(
-            &format!("{sent} when the answer passed through the routes: the trace of this request (32 hex digits)."),
+            &format!("{sent}the trace of this request (32 hex digits)."),
             string().pattern(Some("^[0-9a-f]{32}$")),
         ),
     );
     answer.header(
         "traceresponse",
         header(
-            &format!("{sent} when the answer passed through the routes: W3C Trace Context `traceresponse`."),
+            &format!("{sent}W3C Trace Context `traceresponse`."),
             string().pattern(Some("^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")),
         ),
     )
