@@ -1,7 +1,7 @@
 """Make a payment through `once` with a client generated from its API document.
 
 The client package `once_client` is generated, not committed: from the
-document a node serves (see README.md beside this file, or
+document a node serves (docs/api.md, "Call it from your language", or
 tests/clients/run.sh, which CI runs against a real `once up`):
 
     openapi-python-client generate --url "$NODE/openapi.json" \

@@ -3,7 +3,7 @@
 // generated/schema.d.ts (not committed), `openapi-fetch` calls the API with
 // those types, so a request or answer the document does not allow does not
 // compile. tests/clients/run.sh does all of it against a real `once up` in
-// CI; README.md beside this file says how to run it by hand.
+// CI; docs/api.md ("Call it from your language") says how to run it by hand.
 //
 // What it shows, in the order a payment API is used:
 // 1. one `Idempotency-Key` for the operation, reused by every retry: after a
