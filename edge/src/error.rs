@@ -25,6 +25,7 @@ use serde::Serialize;
 pub enum ErrorCode {
     IdempotencyKeyRequired,
     IdempotencyKeyInvalid,
+    IdempotencyKeyMalformed,
     IdempotencyKeyReusedWithDifferentRequest,
     IdempotencyRequestInProgress,
     DuplicateMerchantReference,
@@ -49,9 +50,10 @@ pub enum ErrorCode {
 impl ErrorCode {
     /// Every code. The node's API document test checks this against the
     /// enum's derived schema, so a new code cannot be left out.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         Self::IdempotencyKeyRequired,
         Self::IdempotencyKeyInvalid,
+        Self::IdempotencyKeyMalformed,
         Self::IdempotencyKeyReusedWithDifferentRequest,
         Self::IdempotencyRequestInProgress,
         Self::DuplicateMerchantReference,
@@ -77,6 +79,7 @@ impl ErrorCode {
         match self {
             Self::IdempotencyKeyRequired => "IDEMPOTENCY_KEY_REQUIRED",
             Self::IdempotencyKeyInvalid => "IDEMPOTENCY_KEY_INVALID",
+            Self::IdempotencyKeyMalformed => "IDEMPOTENCY_KEY_MALFORMED",
             Self::IdempotencyKeyReusedWithDifferentRequest => {
                 "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST"
             }
@@ -130,6 +133,10 @@ pub enum ApiError {
     KeyRequired,
     #[error("{0}")]
     KeyInvalid(String),
+    /// The header starts as a Structured Field string (RFC 8941, the IETF
+    /// draft's form) and is not one.
+    #[error("{0}")]
+    KeyMalformed(String),
     #[error("this Idempotency-Key was already used with a different request")]
     KeyReusedWithDifferentRequest,
     #[error("a request with this Idempotency-Key is still being processed")]
@@ -200,6 +207,9 @@ impl ApiError {
         let examples = vec![
             Self::KeyRequired,
             Self::KeyInvalid("Idempotency-Key must not be empty".into()),
+            Self::KeyMalformed(
+                "Idempotency-Key starts with a double quote but is not a Structured Field string (RFC 8941): unterminated string at 4".into(),
+            ),
             Self::KeyReusedWithDifferentRequest,
             Self::InProgress {
                 retry_after: Duration::from_secs(2),
@@ -248,6 +258,7 @@ impl ApiError {
             match example {
                 Self::KeyRequired
                 | Self::KeyInvalid(_)
+                | Self::KeyMalformed(_)
                 | Self::KeyReusedWithDifferentRequest
                 | Self::InProgress { .. }
                 | Self::DuplicateMerchantReference { .. }
@@ -276,9 +287,10 @@ impl ApiError {
 
     pub fn status_code(&self) -> StatusCode {
         match self {
-            Self::KeyRequired | Self::KeyInvalid(_) | Self::MalformedJson(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::KeyRequired
+            | Self::KeyInvalid(_)
+            | Self::KeyMalformed(_)
+            | Self::MalformedJson(_) => StatusCode::BAD_REQUEST,
             Self::KeyReusedWithDifferentRequest
             | Self::InProgress { .. }
             | Self::DuplicateMerchantReference { .. }
@@ -305,6 +317,7 @@ impl ApiError {
         match self {
             Self::KeyRequired => ErrorCode::IdempotencyKeyRequired,
             Self::KeyInvalid(_) => ErrorCode::IdempotencyKeyInvalid,
+            Self::KeyMalformed(_) => ErrorCode::IdempotencyKeyMalformed,
             Self::KeyReusedWithDifferentRequest => {
                 ErrorCode::IdempotencyKeyReusedWithDifferentRequest
             }

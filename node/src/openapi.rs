@@ -12,8 +12,17 @@
 //! - every answer per status, with its error codes, headers, examples and
 //!   links, is [`crate::payments::answers`];
 //! - here: the components, the bearer scheme, the body's currency/amount
-//!   pairing ([`ExactRequestBody`]) and the `required` flag of response
-//!   headers ([`document`]).
+//!   pairing ([`ExactRequestBody`]), the enums every schema shares
+//!   ([`SharedEnums`]) and the `required` flag of response headers
+//!   ([`document`]).
+//!
+//! The document is what clients in other languages are generated from
+//! (`tests/clients/run.sh`, `openapi-python-client` and `openapi-typescript`
+//! in CI), so it names a thing once: one error body (`ErrorBody`, its
+//! `errorCode` the one `ErrorCode` enum), one `PaymentStatus`, one
+//! `Channel`; no enum lists a value twice (a generator names members after
+//! values, and stops at a repeat); operation ids are verbs on the resource
+//! (`createPayment`, `getPayment`, `listPayments`).
 
 use serde_json::Value;
 use utoipa::openapi::RefOr;
@@ -31,7 +40,7 @@ use crate::payments::response::{AmountV2, PaymentV1, PaymentV2, PendingBody};
     info(title = "once", description = "Exactly-once payments API. Every error is `{errorCode, message}` with a stable code from `ErrorCode`; see docs/api.md. Every route also answers `404 NOT_FOUND` to an unknown path and `405 METHOD_NOT_ALLOWED` (with `Allow`) to a method it does not take."),
     paths(crate::routes::create, crate::routes::fetch, crate::lookups::list),
     components(schemas(PaymentRequest, PaymentV1, PaymentV2, AmountV2, PendingBody, PaymentListV2, ErrorBody, ErrorCode)),
-    modifiers(&BearerAuth, &ExactRequestBody),
+    modifiers(&BearerAuth, &ExactRequestBody, &SharedEnums),
     tags((name = "payments", description = "Create and read payments"))
 )]
 #[derive(Debug)]
@@ -125,6 +134,31 @@ impl Modify for ExactRequestBody {
                 "PaymentRequest".into(),
                 RefOr::T(crate::payments::command::schema::payment_request(fields)),
             );
+        }
+    }
+}
+
+/// `PaymentStatus`, `Channel` and `ApiVersion` as components of their own,
+/// which the payment renderings, the request body and the `Api-Version`
+/// header refer to: inline, each field would be an enum type of its own in
+/// a generated client (`PaymentV1Status`, `PaymentV2Status`, …) for what is
+/// one set of values.
+#[derive(Debug)]
+struct SharedEnums;
+
+impl Modify for SharedEnums {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use crate::payments::headers;
+        use crate::payments::response::schema;
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (name, enumeration) in [
+            (schema::PAYMENT_STATUS, schema::payment_status()),
+            (schema::CHANNEL, schema::channel()),
+            (headers::API_VERSION_SCHEMA, headers::api_version_schema()),
+        ] {
+            components
+                .schemas
+                .insert(name.into(), RefOr::T(enumeration.into()));
         }
     }
 }

@@ -14,6 +14,7 @@ on_every_backend!(
     a_retry_after_the_window_is_a_new_operation_still_guarded_by_the_business_key,
     the_sweeper_purges_answers_and_later_metadata_in_batches,
     replays_keep_the_schema_version_they_were_rendered_with,
+    the_quoted_and_bare_forms_of_a_key_replay_each_other,
 );
 
 async fn a_completed_payment_replays_byte_for_byte(backend: Backend) {
@@ -378,4 +379,57 @@ async fn replays_keep_the_schema_version_they_were_rendered_with(backend: Backen
         1
     );
     v2.stop().await;
+}
+
+/// The IETF draft sends `Idempotency-Key` as an RFC 8941 sf-string; clients
+/// written before it send the key bare. Both name one key (decision 0074):
+/// whichever form comes first, the other replays its answer byte for byte.
+async fn the_quoted_and_bare_forms_of_a_key_replay_each_other(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let app = TestApp::spawn(&db).await;
+    // (the form sent first, the form of its retry); the last key has an
+    // escaped quote and backslash, which the bare form carries as they are.
+    let pairs = [
+        ("k-sf-1", r#""k-sf-1""#),
+        (r#""k-sf-2""#, "k-sf-2"),
+        (r#""k \"sf\" 3\\""#, r#"k "sf" 3\"#),
+    ];
+    for (i, (first_form, retry_form)) in pairs.into_iter().enumerate() {
+        let body = payment_body("acc_1", "10.00", &format!("order-sf-{i}"));
+        let first = send(app.post(ACME_KEY, Some(first_form), &body)).await;
+        assert_eq!((first.status, first.replayed), (201, false), "{first_form}");
+        let retry = send(app.post(ACME_KEY, Some(retry_form), &body)).await;
+        assert_eq!(
+            (retry.status, retry.replayed),
+            (201, true),
+            "{retry_form} replays {first_form}: {}",
+            String::from_utf8_lossy(&retry.body)
+        );
+        assert_eq!(retry.body, first.body, "{retry_form} after {first_form}");
+        // Another body under the other form is the same key's mismatch.
+        let other = payment_body("acc_1", "10.01", &format!("order-sf-{i}"));
+        let mismatch = send(app.post(ACME_KEY, Some(retry_form), &other)).await;
+        assert_eq!(
+            (mismatch.status, mismatch.error_code().as_str()),
+            (409, "IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST")
+        );
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 3);
+    assert_eq!(app.provider.approved_charges(), 3, "one charge per key");
+
+    // A value that starts as an sf-string and is not one is refused before
+    // anything is written, with its own code.
+    let body = payment_body("acc_1", "10.00", "order-sf-malformed");
+    for malformed in [r#""k-sf-4"#, r#""k-sf-4";p=1"#, r#""k\x""#] {
+        let refused = send(app.post(ACME_KEY, Some(malformed), &body)).await;
+        assert_eq!(
+            (refused.status, refused.error_code().as_str()),
+            (400, "IDEMPOTENCY_KEY_MALFORMED"),
+            "{malformed}"
+        );
+    }
+    assert_eq!(db.count("SELECT COUNT(*) FROM payments").await, 3);
+    let after = send(app.post(ACME_KEY, Some("k-sf-4"), &body)).await;
+    assert_eq!((after.status, after.replayed), (201, false));
+    app.stop().await;
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use once_edge::{ApiError, ErrorCode};
 use once_node::domain::{IdempotencyKey, Money, PaymentId};
+use once_node::payments::headers;
 use serde_json::json;
 
 use crate::helpers::*;
@@ -69,6 +70,7 @@ async fn probes_answer_and_openapi_declares_the_contract(backend: Backend) {
 /// What `/openapi.json` must say for a generated client or a fuzzer
 /// (schemathesis in `.ci/run`) to meet the server's real rules.
 fn document_states_the_contract(doc: &serde_json::Value) {
+    no_enum_repeats_a_value(doc, "#");
     let create = &doc["paths"]["/payments"]["post"];
     let fetch = &doc["paths"]["/payments/{id}"]["get"];
     let param = |operation: &serde_json::Value, name: &str| {
@@ -85,12 +87,20 @@ fn document_states_the_contract(doc: &serde_json::Value) {
         (&key["in"], &key["required"]),
         (&json!("header"), &json!(true))
     );
-    assert_eq!(key["schema"]["pattern"], IdempotencyKey::pattern());
+    // Bare or the IETF draft's sf-string (headers::idempotency_key).
+    assert_eq!(key["schema"]["pattern"], headers::idempotency_key_pattern());
     assert_eq!(key["schema"]["minLength"], 1);
-    assert_eq!(key["schema"]["maxLength"], IdempotencyKey::MAX_LEN);
+    assert_eq!(
+        key["schema"]["maxLength"],
+        headers::IDEMPOTENCY_KEY_MAX_FIELD_LEN
+    );
+    assert!(headers::IDEMPOTENCY_KEY_MAX_FIELD_LEN > IdempotencyKey::MAX_LEN);
     let version = param(create, "Api-Version");
     assert_eq!(version["required"], false);
-    assert_eq!(version["schema"]["enum"], json!(["2026-11-01"]));
+    assert_eq!(version["schema"]["$ref"], "#/components/schemas/ApiVersion");
+    let versions = &doc["components"]["schemas"]["ApiVersion"];
+    assert_eq!(versions["enum"], json!(["2026-11-01"]));
+    assert_eq!(versions["x-enum-varnames"], json!(["V2026_11_01"]));
     assert_eq!(
         param(fetch, "id")["schema"]["pattern"],
         PaymentId::pattern()
@@ -102,10 +112,25 @@ fn document_states_the_contract(doc: &serde_json::Value) {
     assert_eq!(body[0]["additionalProperties"], false);
     assert_eq!(fields["accountId"]["pattern"], "^[A-Za-z0-9_-]{1,64}$");
     assert_eq!(fields["merchantReference"]["maxLength"], 128);
+    // One `Channel` and one `PaymentStatus`, which every schema refers to.
     assert_eq!(
-        fields["channel"]["enum"],
-        json!(["web", "mobile", "pos", null])
+        fields["channel"]["oneOf"],
+        json!([{"$ref": "#/components/schemas/Channel"}, {"type": "null"}])
     );
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(schemas["Channel"]["enum"], json!(["web", "mobile", "pos"]));
+    assert_eq!(
+        schemas["PaymentStatus"]["enum"],
+        json!(["pending", "succeeded", "declined"])
+    );
+    for payment in ["PaymentV1", "PaymentV2"] {
+        let fields = &schemas[payment]["properties"];
+        assert_eq!(
+            fields["status"]["$ref"],
+            "#/components/schemas/PaymentStatus"
+        );
+        assert_eq!(fields["channel"]["$ref"], "#/components/schemas/Channel");
+    }
     let pairs = body[1]["oneOf"].as_array().unwrap();
     assert_eq!(pairs.len(), Money::exponents().len());
     let eur = regex::Regex::new(
@@ -135,27 +160,26 @@ fn document_states_the_contract(doc: &serde_json::Value) {
     for error in ApiError::examples() {
         assert!(codes.contains(&error.code().as_str()), "{error:?}");
     }
+    // Every refusal is the one shared error model (a generator makes one
+    // type of it, not one per answer), each code it answers shown by an
+    // example.
+    let list = &doc["paths"]["/payments"]["get"];
     let mut answered = std::collections::HashSet::new();
-    for operation in [create, fetch] {
+    for operation in [create, fetch, list] {
         for (status, response) in operation["responses"].as_object().unwrap() {
-            let schema = &response["content"]["application/json"]["schema"];
-            let narrowed = schema["allOf"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|part| part["properties"]["errorCode"]["enum"].as_array())
-                .flatten();
-            for code in narrowed {
-                answered.insert(code.as_str().unwrap().to_owned());
-            }
             if status.starts_with('4') && status != "431" || status.starts_with('5') {
-                assert!(
-                    !response["content"]["application/json"]["examples"]
-                        .as_object()
-                        .unwrap()
-                        .is_empty(),
-                    "{status} has examples"
+                let content = &response["content"]["application/json"];
+                assert_eq!(
+                    content["schema"],
+                    json!({"$ref": "#/components/schemas/ErrorBody"}),
+                    "{status}"
                 );
+                let examples = content["examples"].as_object().unwrap();
+                assert!(!examples.is_empty(), "{status} has examples");
+                for example in examples.values() {
+                    let code = example["value"]["errorCode"].as_str().unwrap();
+                    answered.insert(code.to_owned());
+                }
             }
         }
     }
@@ -209,6 +233,37 @@ fn document_states_the_contract(doc: &serde_json::Value) {
         "bearer"
     );
     assert_eq!(create["security"], json!([{"bearer": []}]));
+}
+
+/// Every `enum` anywhere in the document lists each value once: a generator
+/// names a member after its value, and `openapi-python-client` stops on the
+/// whole document at a repeated one (the 503 `errorCode` enum once listed
+/// `SERVICE_UNAVAILABLE` twice, one entry per message).
+fn no_enum_repeats_a_value(node: &serde_json::Value, at: &str) {
+    match node {
+        serde_json::Value::Object(fields) => {
+            for (name, value) in fields {
+                if let ("enum", Some(values)) = (name.as_str(), value.as_array()) {
+                    for (i, v) in values.iter().enumerate() {
+                        assert!(
+                            !values[..i].contains(v),
+                            "{at}/enum lists {v} twice: {values:?}"
+                        );
+                    }
+                }
+                no_enum_repeats_a_value(
+                    value,
+                    &format!("{at}/{}", name.replace('~', "~0").replace('/', "~1")),
+                );
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                no_enum_repeats_a_value(item, &format!("{at}/{i}"));
+            }
+        }
+        _ => {}
+    }
 }
 
 async fn sigterm_drains_and_exits_cleanly(backend: Backend) {

@@ -96,6 +96,10 @@ async fn bad_input_changes_nothing(backend: Backend) {
         (None, "IDEMPOTENCY_KEY_REQUIRED"),
         (Some(String::new()), "IDEMPOTENCY_KEY_INVALID"),
         (Some("k".repeat(256)), "IDEMPOTENCY_KEY_INVALID"),
+        // The IETF draft's form: well-formed but empty, then malformed.
+        (Some(r#""""#.into()), "IDEMPOTENCY_KEY_INVALID"),
+        (Some(r#""k-bad"#.into()), "IDEMPOTENCY_KEY_MALFORMED"),
+        (Some(r#""k-bad";v=1"#.into()), "IDEMPOTENCY_KEY_MALFORMED"),
     ];
     for (key, code) in &key_cases {
         let answer = send(app.post(ACME_KEY, key.as_deref(), &valid)).await;
@@ -114,6 +118,20 @@ async fn bad_input_changes_nothing(backend: Backend) {
     assert_eq!(
         (answer.status, answer.error_code().as_str()),
         (400, "IDEMPOTENCY_KEY_INVALID")
+    );
+    // ... and inside the draft's quotes, where they are no sf-string.
+    let raw = reqwest::header::HeaderValue::from_bytes("\"clé\"".as_bytes()).unwrap();
+    let answer = send(
+        app.client
+            .post(format!("{}/payments", app.url))
+            .bearer_auth(ACME_KEY)
+            .header("idempotency-key", raw)
+            .body(valid.clone()),
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.error_code().as_str()),
+        (400, "IDEMPOTENCY_KEY_MALFORMED")
     );
 
     nothing_written(&db).await;

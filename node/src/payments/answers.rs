@@ -5,6 +5,13 @@
 //! [`ApiError::into_response`] really makes), its headers, its examples and,
 //! on the answers that name a payment, the link to read it.
 //!
+//! Every refusal's body is the one shared `ErrorBody` component, its
+//! `errorCode` the one `ErrorCode` enum: the codes a status answers are
+//! named in its description and shown one example each, not narrowed in an
+//! inline schema, because a generator makes a type of every inline enum (one
+//! `…Response503ErrorCode` per operation and status) and a client then has
+//! as many error models as answers instead of one.
+//!
 //! Which refusals an operation can answer is listed here per operation;
 //! the document test (`tests/api/ops.rs`) checks every code appears on one
 //! of them or on the edge's answers to no operation (404, 405).
@@ -17,7 +24,7 @@ use utoipa::openapi::example::ExampleBuilder;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::response::{Response, ResponseBuilder};
-use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder};
+use utoipa::openapi::schema::OneOfBuilder;
 use utoipa::openapi::{ContentBuilder, ObjectBuilder, Ref, RefOr, Type};
 
 use crate::domain::{Money, PaymentId, TenantId, UnixMillis};
@@ -41,6 +48,7 @@ pub const ALWAYS_SENT: &str = "Always sent.";
 const CREATE_REFUSALS: &[ErrorCode] = &[
     ErrorCode::IdempotencyKeyRequired,
     ErrorCode::IdempotencyKeyInvalid,
+    ErrorCode::IdempotencyKeyMalformed,
     ErrorCode::ValidationFailed,
     ErrorCode::Unauthorized,
     ErrorCode::Forbidden,
@@ -190,18 +198,22 @@ fn seconds() -> ObjectBuilder {
 /// Refusals made by the server before the routes (an invalid path, a shed
 /// or late request, a panic) carry neither.
 fn with_trace_headers(mut answer: ResponseBuilder, always: bool) -> ResponseBuilder {
-    let sent = if always { ALWAYS_SENT } else { "Sent" };
+    let sent = if always {
+        format!("{ALWAYS_SENT} ")
+    } else {
+        "Sent when the answer passed through the routes: ".to_owned()
+    };
     answer = answer.header(
         "X-Trace-Id",
         header(
-            &format!("{sent} when the answer passed through the routes: the trace of this request (32 hex digits)."),
+            &format!("{sent}the trace of this request (32 hex digits)."),
             string().pattern(Some("^[0-9a-f]{32}$")),
         ),
     );
     answer.header(
         "traceresponse",
         header(
-            &format!("{sent} when the answer passed through the routes: W3C Trace Context `traceresponse`."),
+            &format!("{sent}W3C Trace Context `traceresponse`."),
             string().pattern(Some("^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")),
         ),
     )
@@ -369,7 +381,7 @@ fn declined() -> Response {
         .content(
             "application/json",
             json_content(
-                error_schema(&[ErrorCode::InsufficientFunds]),
+                Ref::from_schema_name("ErrorBody"),
                 [("INSUFFICIENT_FUNDS".into(), body)],
             ),
         )
@@ -384,21 +396,6 @@ fn headers_too_large() -> Response {
              hyper answers before the routes, with no body.",
         )
         .build()
-}
-
-/// `ErrorBody` with `errorCode` narrowed to `codes`.
-fn error_schema(codes: &[ErrorCode]) -> utoipa::openapi::Schema {
-    AllOfBuilder::new()
-        .item(Ref::from_schema_name("ErrorBody"))
-        .item(
-            ObjectBuilder::new().property(
-                "errorCode",
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .enum_values(Some(codes.iter().map(|c| c.as_str()))),
-            ),
-        )
-        .into()
 }
 
 /// Answered by the server around the routes (`once_edge::server`), so
@@ -426,8 +423,12 @@ fn carried_by(
         .filter(|(_, r)| r.headers().contains_key(name))
         .map(|(e, _)| e)
         .collect();
-    let mut codes: Vec<&str> = carrying.iter().map(|e| e.code().as_str()).collect();
-    codes.dedup();
+    let mut codes: Vec<&str> = Vec::new();
+    for code in carrying.iter().map(|e| e.code().as_str()) {
+        if !codes.contains(&code) {
+            codes.push(code);
+        }
+    }
     match carrying.len() {
         0 => None,
         n if n == errors.len() => Some(ALWAYS_SENT.to_owned()),
@@ -450,8 +451,14 @@ fn refusals(codes: &[ErrorCode], replayed: &[u16]) -> BTreeMap<String, RefOr<Res
     by_status
         .into_iter()
         .map(|(status, errors)| {
-            let mut status_codes: Vec<ErrorCode> = errors.iter().map(ApiError::code).collect();
-            status_codes.dedup();
+            // Several errors can share a code (a 503 for an unavailable
+            // store and for a missed deadline): each code once.
+            let mut status_codes: Vec<ErrorCode> = Vec::new();
+            for code in errors.iter().map(ApiError::code) {
+                if !status_codes.contains(&code) {
+                    status_codes.push(code);
+                }
+            }
             let description = format!(
                 "{}: {}",
                 status_codes
@@ -483,7 +490,7 @@ fn refusals(codes: &[ErrorCode], replayed: &[u16]) -> BTreeMap<String, RefOr<Res
             let always_traced = !errors.iter().any(before_the_routes);
             let mut answer = ResponseBuilder::new().description(description).content(
                 "application/json",
-                json_content(error_schema(&status_codes), examples),
+                json_content(Ref::from_schema_name("ErrorBody"), examples),
             );
             // The headers each error's own answer carries, required when all do.
             let made: Vec<axum::response::Response> = ApiError::examples()

@@ -53,7 +53,7 @@ impl ResponseSchema {
 pub struct PaymentV1 {
     #[schema(schema_with = schema::payment_id)]
     pub id: String,
-    #[schema(schema_with = schema::payment_status)]
+    #[schema(schema_with = schema::status_field)]
     pub status: String,
     pub account_id: String,
     #[schema(schema_with = schema::decimal)]
@@ -61,7 +61,7 @@ pub struct PaymentV1 {
     #[schema(schema_with = schema::currency_code)]
     pub currency: String,
     pub merchant_reference: String,
-    #[schema(schema_with = schema::response_channel)]
+    #[schema(schema_with = schema::channel_field)]
     pub channel: String,
     #[schema(schema_with = schema::created_at)]
     pub created_at: String,
@@ -75,12 +75,12 @@ pub struct PaymentV2 {
     pub object: &'static str,
     #[schema(schema_with = schema::payment_id)]
     pub id: String,
-    #[schema(schema_with = schema::payment_status)]
+    #[schema(schema_with = schema::status_field)]
     pub status: String,
     pub account_id: String,
     pub amount: AmountV2,
     pub merchant_reference: String,
-    #[schema(schema_with = schema::response_channel)]
+    #[schema(schema_with = schema::channel_field)]
     pub channel: String,
     /// The region that took the payment (its first owner; a region that
     /// finished it after a failover keeps this name).

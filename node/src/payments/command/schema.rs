@@ -6,10 +6,10 @@
 //! each check compare the two.
 
 use serde_json::json;
-use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder, SchemaType};
+use utoipa::openapi::schema::{AllOfBuilder, OneOfBuilder};
 use utoipa::openapi::{Object, ObjectBuilder, RefOr, Schema, Type};
 
-use super::{ACCOUNT_ID_MAX_LEN, Channel, MERCHANT_REFERENCE_MAX_LEN};
+use super::{ACCOUNT_ID_MAX_LEN, MERCHANT_REFERENCE_MAX_LEN};
 use crate::domain::Money;
 
 fn string() -> ObjectBuilder {
@@ -75,15 +75,13 @@ pub fn currency() -> Object {
         .build()
 }
 
-pub fn channel() -> Object {
-    let mut values: Vec<serde_json::Value> =
-        Channel::ALL.iter().map(|c| json!(c.as_str())).collect();
-    values.push(serde_json::Value::Null);
-    ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+/// The shared `Channel` or null: absent or null is `web`.
+pub fn channel() -> Schema {
+    OneOfBuilder::new()
+        .item(crate::payments::response::schema::channel_field())
+        .item(ObjectBuilder::new().schema_type(Type::Null))
         .description(Some("Where the payer is; absent or null is `web`."))
-        .enum_values(Some(values))
-        .build()
+        .into()
 }
 
 /// The body's currency and amount, one branch per currency exponent: the

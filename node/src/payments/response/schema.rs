@@ -5,7 +5,7 @@
 use serde_json::json;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::{SchemaFormat, SchemaType};
-use utoipa::openapi::{KnownFormat, Object, ObjectBuilder, Required, Type};
+use utoipa::openapi::{KnownFormat, Object, ObjectBuilder, Ref, Required, Type};
 
 use crate::domain::{Money, PaymentId};
 use crate::payments::command::Channel;
@@ -48,6 +48,8 @@ pub fn payment_id() -> Object {
         .build()
 }
 
+/// The `PaymentStatus` component ([`crate::openapi`]): one enum that every
+/// rendering of a payment refers to, so a generated client has one type of it.
 pub fn payment_status() -> Object {
     string()
         .description(Some(
@@ -57,11 +59,28 @@ pub fn payment_status() -> Object {
         .build()
 }
 
-pub fn response_channel() -> Object {
+/// The `Channel` component: where the payer is, shared by the request body
+/// and both renderings of a payment.
+pub fn channel() -> Object {
     string()
+        .description(Some("Where the payer is."))
         .enum_values(Some(Channel::ALL.map(Channel::as_str)))
         .build()
 }
+
+/// A payment's `status` field: the shared `PaymentStatus`.
+pub fn status_field() -> Ref {
+    Ref::from_schema_name(PAYMENT_STATUS)
+}
+
+/// A payment's `channel` field: the shared `Channel`.
+pub fn channel_field() -> Ref {
+    Ref::from_schema_name(CHANNEL)
+}
+
+/// The shared enums' component names.
+pub const PAYMENT_STATUS: &str = "PaymentStatus";
+pub const CHANNEL: &str = "Channel";
 
 /// `payment`, the object type of schema 2.
 pub fn object_payment() -> Object {
