@@ -26,7 +26,7 @@ pub struct Cluster {
     /// or one process: see [`crate::control`]); absent for clusters `once
     /// up` did not start.
     #[serde(default)]
-    pub control: Option<Endpoint>,
+    pub control: Option<ControlEndpoint>,
     /// The cluster's CA and the operator certificate the drill presents to
     /// the store members (mutual TLS); absent for a cluster in plaintext.
     #[serde(default)]
@@ -36,6 +36,14 @@ pub struct Cluster {
     /// serves group `g` under `/groups/g`. Empty: one group.
     #[serde(default)]
     pub store_groups: Vec<String>,
+}
+
+/// `once up`'s control endpoint and the bearer token it admits (made
+/// afresh each run; only `cluster.json`, mode 0600, holds it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlEndpoint {
+    pub url: String,
+    pub token: String,
 }
 
 /// Where `once up` keeps the CA and the operator's certificate.

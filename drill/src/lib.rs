@@ -250,7 +250,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
             let what = match &cluster.control {
                 Some(control) => {
                     let restarted = async {
-                        control::Control::new(&control.url)?
+                        control::Control::new(control)?
                             .restart_region(&region.name)
                             .await
                     };

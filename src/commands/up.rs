@@ -15,7 +15,12 @@
 //! Drills steer the processes through `once up`'s control endpoint
 //! (`cluster.json` → `control.url`, see `control`): restart a killed
 //! region, or restart one process — gracefully, as a crash, with its wall
-//! clock skewed, or a store member with its data wiped.
+//! clock skewed, or a store member with its data wiped. It admits only
+//! requests with the control token (`cluster.json` → `control.token`) and a
+//! JSON body, sent to its own loopback address ([`perimeter`]).
+//!
+//! `DIR` is 0700 and every file in it 0600, whatever the umask
+//! ([`private_dir`]).
 //!
 //! Every internal link is mutual TLS ([`pki`]): `once up` makes a local CA
 //! and a certificate per process in `DIR/tls/` on the first start, reuses
@@ -24,7 +29,9 @@
 mod children;
 mod control;
 mod layout;
+mod perimeter;
 mod pki;
+mod private_dir;
 mod restart;
 mod shutdown;
 mod skew;
@@ -463,6 +470,9 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     // Before any child exists, and for the whole run: a SIGTERM at any
     // moment from here on stops the cluster (see `shutdown`).
     let mut shutdown = Shutdown::listen().context("listening for SIGTERM and Ctrl-C")?;
+    // Before anything is written: the directory and every file in it are
+    // the owner's alone (see `private_dir`).
+    private_dir::enclose(&args.dir)?;
     std::fs::create_dir_all(args.dir.join("logs"))
         .with_context(|| format!("creating {}", args.dir.display()))?;
     // Every path written down (cluster.json's database URLs, the children's
@@ -537,15 +547,20 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let console_url = format!("http://{}/console", layout.router_admin);
     let cluster_path = args.dir.join("cluster.json");
     let running = Arc::new(tokio::sync::Mutex::new(running));
-    let control_url = control::serve(control::Control {
-        plan: plan.clone(),
-        running: running.clone(),
-        cluster_path: cluster_path.clone(),
-    })
+    // Fresh each run, like the endpoint's port: only cluster.json has it.
+    let control_token = format!("ctl_{}", generate_key().trim_start_matches("sk_"));
+    let control_url = control::serve(
+        control::Control {
+            plan: plan.clone(),
+            running: running.clone(),
+            cluster_path: cluster_path.clone(),
+        },
+        once_edge::AdminToken::new(control_token.clone()).context("the control token")?,
+    )
     .await?;
     let running_now = running.lock().await;
     let cluster = json!({
-        "control": { "url": control_url },
+        "control": { "url": control_url, "token": control_token },
         "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
         "admin_token": admin_token,

@@ -58,7 +58,8 @@ async fn status_200(client: &reqwest::Client, url: &str) -> bool {
 
 pub(super) async fn one_process_at_a_time(dir: &Path) {
     let cluster = cluster_now(dir);
-    let control = Control::new(cluster["control"]["url"].as_str().unwrap()).unwrap();
+    let control =
+        Control::new(&serde_json::from_value(cluster["control"].clone()).unwrap()).unwrap();
     // Not the router's region (its first): the router's own store member
     // and node are left alone.
     let region = cluster["regions"][2]["name"].as_str().unwrap().to_owned();
@@ -125,11 +126,14 @@ async fn requests_it_must_refuse_change_nothing(dir: &Path, control: &Control, r
         running.contains("409") && running.contains("still running"),
         "{running}"
     );
+    let cluster = cluster_now(dir);
     let bad_body = reqwest::Client::new()
         .post(format!(
             "{}/processes/{node}/restart",
-            cluster_now(dir)["control"]["url"].as_str().unwrap()
+            cluster["control"]["url"].as_str().unwrap()
         ))
+        .bearer_auth(cluster["control"]["token"].as_str().unwrap())
+        .header("content-type", "application/json")
         .body(r#"{"stop": "gently"}"#)
         .send()
         .await
