@@ -293,7 +293,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         timeline.record(format!("failback of {} requested", region.name));
         let result = failback::fail_back(
             cluster.router.admin(),
-            &cluster.admin_token,
+            cluster.router_admin_token(),
             &region.name,
             &affected,
             &client,

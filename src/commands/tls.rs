@@ -16,8 +16,13 @@ use super::config_error;
 pub const ROLE_HELP: &str = "\
 Secrets:
   ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
-  admin listener; at least 16 characters, or the process exits with code 64. Unset: the
-  operator endpoints are off (404). Never passed as a flag: a command line shows in `ps`.
+  admin listener; at least 16 characters and not guessable (64 bits or more by its own
+  characters' entropy: `aaaaaaaaaaaaaaaa` is refused), or the process exits with code 64.
+  Unset: the operator endpoints are off (404). Never passed as a flag: a command line shows
+  in `ps`. Give each role its own (node admin, router admin, store operator), so one leaked
+  token does not open the others.
+  ONCE_NODE_ADMIN_TOKEN (environment only, routers): the nodes' admin token, which the
+  console presents to read and resolve records on the nodes; unset: the router's own.
 
 Mutual TLS:
   --tls-ca, --tls-cert and --tls-key (or ONCE_TLS_CA, ONCE_TLS_CERT, ONCE_TLS_KEY) name the

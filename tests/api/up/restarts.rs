@@ -225,7 +225,7 @@ async fn home_again(client: &reqwest::Client, cluster: &serde_json::Value, regio
         .as_str()
         .or(router["url"].as_str())
         .unwrap();
-    let token = cluster["admin_token"].as_str().unwrap();
+    let token = cluster["admin_tokens"]["router"].as_str().unwrap();
     eventually(Duration::from_secs(30), || async {
         let answer = client
             .post(format!("{admin}/admin/failback"))
@@ -288,7 +288,7 @@ async fn the_store_leader_not_the_node_stamps_its_records(
                 "{node_admin}/admin/records/{}/k-skewed",
                 tenant["id"].as_str().unwrap()
             ))
-            .bearer_auth(cluster["admin_token"].as_str().unwrap());
+            .bearer_auth(cluster["admin_tokens"]["node"].as_str().unwrap());
         async move {
             let records: Vec<serde_json::Value> = request
                 .send()
@@ -355,7 +355,10 @@ async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
     cluster: &serde_json::Value,
 ) {
     let operator = Operator::with_tls(
-        Some(&once_edge::AdminToken::new(cluster["admin_token"].as_str().unwrap()).unwrap()),
+        Some(
+            &once_edge::AdminToken::new(cluster["admin_tokens"]["store"].as_str().unwrap())
+                .unwrap(),
+        ),
         Some(&super::operator_tls(cluster)),
     );
     let regions = cluster["regions"].as_array().unwrap();
