@@ -67,10 +67,10 @@ for round in $(seq 1 "${ROUNDS:-4}"); do
     for mode in new replay; do
       # The warm-up runs first, then the measured run with the node's CPU
       # clock read around it.
-      "$NEW" bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency 32 \
+      ONCE_BENCH_API_KEY=$KEY "$NEW" bench --url http://127.0.0.1:$PORT --mode $mode --concurrency 32 \
         --duration 2 --label warmup >/dev/null 2>&1
       before=$(cpu_ticks)
-      json=$("$NEW" bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency 32 \
+      json=$(ONCE_BENCH_API_KEY=$KEY "$NEW" bench --url http://127.0.0.1:$PORT --mode $mode --concurrency 32 \
         --duration "$SECS" --warmup 0 --label "$build-$mode-r$round" 2>/dev/null)
       cpu_us=$(( ($(cpu_ticks) - before) * TICK_US ))
       json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["node_cpu_us_per_req"]=int(sys.argv[2])/r["requests"]; print(json.dumps(r))' "$json" "$cpu_us")

@@ -87,7 +87,7 @@ for broker in $BROKERS; do
   # 1. Steady load.
   if [[ " $PHASES " == *" steady "* ]]; then
   start_node "$PG/$DB" $broker $STREAM
-  $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 64 \
+  ONCE_BENCH_API_KEY=$KEY $BIN bench --url http://127.0.0.1:$PORT --mode new --concurrency 64 \
     --rate 500 --duration "$SECS" --warmup 2 --label "events-$broker" > "$WORK/bench.json" 2>/dev/null
   paid=$(q "SELECT count(*) FROM payments WHERE status = 'succeeded'")
   wait_for "SELECT count(*) FROM ledger_entries" "$paid" 60
@@ -127,7 +127,7 @@ for broker in $BROKERS; do
   if [[ " $PHASES " == *" restart "* && $broker = nats ]]; then
   start_node "$PG/$DB" $broker $STREAM
   since=$(q "SELECT coalesce(max(seq), 0) FROM outbox")
-  $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 64 \
+  ONCE_BENCH_API_KEY=$KEY $BIN bench --url http://127.0.0.1:$PORT --mode new --concurrency 64 \
     --rate "$RATE" --duration "$SECS" --warmup 0 --label "restart-$broker" > "$WORK/bench.json" 2>/dev/null &
   load=$!
   # Halfway through the load (a point in it, not a wait for a condition).

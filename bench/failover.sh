@@ -64,7 +64,7 @@ for run in $(seq 1 "$RUNS"); do
   OTHERS=$(json "$C" "','.join(r['name'] for r in d['regions'][1:])")
   ROUTER=$(json "$C" "d['router']['url']")
   ROUTER_ADMIN=$(json "$C" "d['router'].get('admin_url') or d['router']['url']")
-  TOKEN=$(json "$C" "d['admin_token']")
+  TOKEN=$(json "$C" "d['admin_tokens']['store']")
   KEY=$(json "$C" "[t['api_key'] for t in d['tenants'] if t['home_region']=='$VICTIM'][0]")
   NODE_PID=$(json "$C" "d['regions'][0]['node']['pid']")
   STORE_PID=$(json "$C" "d['regions'][0]['store']['pid']")
@@ -87,7 +87,7 @@ for run in $(seq 1 "$RUNS"); do
     --count "$TENANTS" --home "$VICTIM" --standbys "$OTHERS" --concurrency 64)
   # The router's cache holds them all (it re-reads the table every 2 s).
   for _ in $(seq 1 300); do
-    CACHED=$(curl -s -H "Authorization: Bearer $TOKEN" "$ROUTER_ADMIN/metrics" | awk '/^router_placements /{print int($2)}')
+    CACHED=$(curl -s "$ROUTER_ADMIN/metrics" | awk '/^router_placements /{print int($2)}')
     [[ -n $CACHED && $CACHED -ge $TENANTS ]] && break; sleep 0.2
   done
   TERM_BEFORE=$(max_term)

@@ -28,7 +28,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for side in before after; do
     bin=$BEFORE; [ "$side" = after ] && bin=$AFTER
     for mode in new replay; do
-      json=$($bin bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency 32 \
+      json=$(ONCE_BENCH_API_KEY=$KEY $bin bench --url http://127.0.0.1:$PORT --mode $mode --concurrency 32 \
         --duration "$SECS" --warmup 2 --label "$side-$mode" 2>/dev/null)
       python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("| %s | %s | %s | %.0f | %.2f | %.2f |" % (sys.argv[2], sys.argv[3], r["mode"], r["throughput"], r["p50_ms"], r["p99_ms"]))' "$json" "$round" "$side"
     done

@@ -128,11 +128,11 @@ run_backend() { # label database-url
   start_node "$2"
   for mode in new replay; do
     for c in "${CLIENTS[@]}"; do
-      $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
+      ONCE_BENCH_API_KEY=$KEY $BIN bench --url http://127.0.0.1:$PORT --mode $mode --concurrency "$c" \
         --duration 2 --label warmup >/dev/null 2>&1
       scrape > "$WORK/metrics.before"
       cpu_start
-      json=$($BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode $mode --concurrency "$c" \
+      json=$(ONCE_BENCH_API_KEY=$KEY $BIN bench --url http://127.0.0.1:$PORT --mode $mode --concurrency "$c" \
         --duration "$SECS" --warmup 0 --label "$1-$mode-$c" 2>/dev/null)
       cpu_stop "$1"
       lag=–

@@ -52,7 +52,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 load() { # seconds label
-  $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency "$CLIENTS" \
+  ONCE_BENCH_API_KEY=$KEY $BIN bench --url http://127.0.0.1:$PORT --mode new --concurrency "$CLIENTS" \
     --duration "$1" --warmup 0 --label "$2" 2>/dev/null
 }
 load 2 warmup > /dev/null

@@ -113,7 +113,7 @@ for region in $(json "$C" "' '.join(r['name'] for r in d['regions'])"); do
     for _ in $(seq 1 150); do curl -sf "$admin/readyz" >/dev/null && break; sleep 0.2; done
   fi
   for c in $HOME_CLIENTS; do
-    "$ONCE" bench --url "$url" --api-key "$key" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
+    ONCE_BENCH_API_KEY="$key" "$ONCE" bench --url "$url" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
       --label "tenant of $region rtt=${RTT_MS}ms $mode" > "$DIR/home-$region-$c.txt"
     python3 - "$DIR/home-$region-$c.txt" "$RTT_MS" "$region" "$c" <<'PY'
 import json, sys
@@ -125,13 +125,13 @@ PY
 done
 fi
 curl -sf --cacert "$ONCE_TLS_CA" --cert "$ONCE_TLS_CERT" --key "$ONCE_TLS_KEY" -X POST \
-  -H "Authorization: Bearer $(json "$C" "d['admin_token']")" "$STORE/admin/elect" >/dev/null
+  -H "Authorization: Bearer $(json "$C" "d['admin_tokens']['store']")" "$STORE/admin/elect" >/dev/null
 for _ in $(seq 1 100); do
   [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
 done
 echo "# leader: member $STORE_ID ($HOME_REGION); tenant homed in $HOME_REGION; router in $HOME_REGION"
 has_phase wan && for c in $CLIENTS; do
-  "$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
+  ONCE_BENCH_API_KEY="$KEY" "$ONCE" bench --url "$ROUTER" --concurrency "$c" --duration "$SECONDS_PER_RUN" \
     --label "home-region rtt=${RTT_MS}ms $mode" | tee "$DIR/bench-$c.txt"
   python3 - "$DIR/bench-$c.txt" "$RTT_MS" <<'PY'
 import json, sys
@@ -147,7 +147,7 @@ if has_phase provider; then
 PROVIDER=$(json "$C" "d['provider']['url']")
 curl -sf -X POST "$PROVIDER/faults" -H 'Content-Type: application/json' \
   -d '{"mode":"latency","count":1000000,"ms":100}' >/dev/null
-"$ONCE" bench --url "$ROUTER" --api-key "$KEY" --concurrency 1 --duration "$SECONDS_PER_RUN" \
+ONCE_BENCH_API_KEY="$KEY" "$ONCE" bench --url "$ROUTER" --concurrency 1 --duration "$SECONDS_PER_RUN" \
   --label "home-region rtt=${RTT_MS}ms provider=100ms $mode" | tee "$DIR/bench-provider.txt"
 python3 - "$DIR/bench-provider.txt" "$RTT_MS" <<'PY'
 import json, sys

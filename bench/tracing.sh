@@ -32,7 +32,7 @@ run() { # label, then env assignments
   NODE=$!
   for _ in $(seq 1 100); do grep -q listening "$WORK/node.out" 2>/dev/null && break; sleep 0.1; done
   grep -q listening "$WORK/node.out" || { echo "node did not start" >&2; cat "$WORK/node.err" >&2; exit 1; }
-  $BIN bench --url http://127.0.0.1:$PORT --api-key $KEY --mode new --concurrency 32 --duration "$SECS" --warmup 2 --label "$label" 2>/dev/null
+  ONCE_BENCH_API_KEY=$KEY $BIN bench --url http://127.0.0.1:$PORT --mode new --concurrency 32 --duration "$SECS" --warmup 2 --label "$label" 2>/dev/null
   kill -TERM $NODE; wait $NODE 2>/dev/null || true
 }
 

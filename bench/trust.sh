@@ -122,10 +122,10 @@ for config in ${CONFIGS:-node-pg up-1 up-3-wan}; do
       bin=$BASE; [ $build = trust ] && bin=$NEW
       start "$bin" "$config"
       for mode in new replay; do
-        "$NEW" bench --url "$URL" --api-key "$API_KEY" --mode $mode --concurrency "$CLIENTS" \
+        ONCE_BENCH_API_KEY="$API_KEY" "$NEW" bench --url "$URL" --mode $mode --concurrency "$CLIENTS" \
           --duration 2 --label warmup >/dev/null 2>&1
         before=$(cpu_ticks "$config")
-        json=$("$NEW" bench --url "$URL" --api-key "$API_KEY" --mode $mode --concurrency "$CLIENTS" \
+        json=$(ONCE_BENCH_API_KEY="$API_KEY" "$NEW" bench --url "$URL" --mode $mode --concurrency "$CLIENTS" \
           --duration "$SECS" --warmup 0 --label "$config/$build/$mode/r$round" 2>/dev/null)
         cpu_us=$(( ($(cpu_ticks "$config") - before) * TICK_US ))
         json=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cpu_us_per_req"]=int(sys.argv[2])/max(r["requests"],1); print(json.dumps(r))' "$json" "$cpu_us")

@@ -5,6 +5,7 @@ pub mod certs;
 pub mod drill;
 pub mod edge;
 pub mod events;
+pub mod key_files;
 pub mod keys;
 pub mod migrate;
 pub mod node;

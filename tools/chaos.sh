@@ -34,7 +34,7 @@ grep -q '^once is up' "$DIR/up.out" || { cat "$DIR/up.out"; exit 1; }
 python3 - "$DIR/up/cluster.json" >"$DIR/members.log" 2>&1 <<'PY' &
 import json, ssl, sys, time, urllib.request
 cluster = json.load(open(sys.argv[1]))
-token = cluster["admin_token"]
+token = cluster["admin_tokens"]["store"]
 # The members speak mutual TLS only: present once up's operator certificate.
 tls = cluster.get("tls")
 context = None

@@ -13,8 +13,16 @@ use serde::{Deserialize, Serialize};
 pub struct Cluster {
     pub router: Endpoint,
     pub provider: Endpoint,
-    /// The bearer token of the router's and nodes' `/admin/*` endpoints.
+    /// One bearer token for the router's and nodes' `/admin/*` endpoints
+    /// and the store members' operator endpoints, for a deployment that
+    /// uses one; `admin_tokens` wins where it names a role's own.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub admin_token: String,
+    /// A token per role and power (`once up` makes three, so a leaked one
+    /// opens only its own); see [`Cluster::router_admin_token`] and its
+    /// siblings.
+    #[serde(default)]
+    pub admin_tokens: AdminTokens,
     pub tenants: Vec<Tenant>,
     pub regions: Vec<Region>,
     /// The data key file the nodes seal with: the drill opens raft-store's
@@ -26,7 +34,7 @@ pub struct Cluster {
     /// or one process: see [`crate::control`]); absent for clusters `once
     /// up` did not start.
     #[serde(default)]
-    pub control: Option<Endpoint>,
+    pub control: Option<ControlEndpoint>,
     /// The cluster's CA and the operator certificate the drill presents to
     /// the store members (mutual TLS); absent for a cluster in plaintext.
     #[serde(default)]
@@ -36,6 +44,30 @@ pub struct Cluster {
     /// serves group `g` under `/groups/g`. Empty: one group.
     #[serde(default)]
     pub store_groups: Vec<String>,
+}
+
+/// The admin token of each role, where it has its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminTokens {
+    /// The nodes' `/admin/*` (records, resolving them).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// The router's `/admin/*` (failover, failback, the partition switch,
+    /// the console).
+    #[serde(default)]
+    pub router: Option<String>,
+    /// The store members' operator endpoints (membership, elections,
+    /// record dumps, the partition switch).
+    #[serde(default)]
+    pub store: Option<String>,
+}
+
+/// `once up`'s control endpoint and the bearer token it admits (made
+/// afresh each run; only `cluster.json`, mode 0600, holds it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlEndpoint {
+    pub url: String,
+    pub token: String,
 }
 
 /// Where `once up` keeps the CA and the operator's certificate.
@@ -85,11 +117,35 @@ impl Cluster {
         ))
     }
 
-    /// The operator of the store members: the admin token, and the
-    /// operator's certificate with mutual TLS.
+    /// The router's admin token: its own, else the one shared token.
+    pub fn router_admin_token(&self) -> &str {
+        self.admin_tokens
+            .router
+            .as_deref()
+            .unwrap_or(&self.admin_token)
+    }
+
+    /// The nodes' admin token: their own, else the one shared token.
+    pub fn node_admin_token(&self) -> &str {
+        self.admin_tokens
+            .node
+            .as_deref()
+            .unwrap_or(&self.admin_token)
+    }
+
+    /// The store operator's token: its own, else the one shared token.
+    pub fn store_operator_token(&self) -> &str {
+        self.admin_tokens
+            .store
+            .as_deref()
+            .unwrap_or(&self.admin_token)
+    }
+
+    /// The operator of the store members: the store operator's token, and
+    /// the operator's certificate with mutual TLS.
     pub fn operator(&self) -> anyhow::Result<once_store_client::admin::Operator> {
-        let token = once_edge::AdminToken::new(self.admin_token.clone())
-            .map_err(|e| anyhow::anyhow!("the cluster's admin token: {e}"))?;
+        let token = once_edge::AdminToken::new(self.store_operator_token())
+            .map_err(|e| anyhow::anyhow!("the cluster's store operator token: {e}"))?;
         Ok(once_store_client::admin::Operator::with_tls(
             Some(&token),
             self.operator_tls()?.as_ref(),
@@ -276,5 +332,28 @@ mod tests {
                 .to_string()
                 .contains("eu-west, us-east")
         );
+        // One token for everything: each role's is that one.
+        assert_eq!(
+            [
+                cluster.router_admin_token(),
+                cluster.node_admin_token(),
+                cluster.store_operator_token()
+            ],
+            ["t"; 3]
+        );
+    }
+
+    #[test]
+    fn each_role_is_sent_its_own_token_when_the_cluster_has_one() {
+        let json = r#"{ "router": {"url": "http://r"}, "provider": {"url": "http://p"},
+          "admin_tokens": {"node": "n", "router": "r", "store": "s"},
+          "control": {"url": "http://127.0.0.1:1", "token": "c"},
+          "tenants": [{"id": "acme", "api_key": "k", "home_region": "eu-west"}],
+          "regions": [] }"#;
+        let cluster: Cluster = serde_json::from_str(json).unwrap();
+        assert_eq!(cluster.router_admin_token(), "r");
+        assert_eq!(cluster.node_admin_token(), "n");
+        assert_eq!(cluster.store_operator_token(), "s");
+        assert_eq!(cluster.control.unwrap().token, "c");
     }
 }

@@ -10,12 +10,17 @@
 //! ```
 //!
 //! `{process}` is `router`, `node-<region>` or `store-<region>`. `once up`
-//! serves these same types, so both sides agree on the wire format.
+//! serves these same types, so both sides agree on the wire format. Every
+//! request carries the control token (`cluster.json` → `control.token`) as
+//! a bearer token and a JSON body; `once up` refuses any other.
 
 use std::time::Duration;
 
 use anyhow::Context;
+use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
+
+pub use crate::cluster::ControlEndpoint;
 
 /// How `once up` stops the process before starting it again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +91,7 @@ pub struct Restarted {
 #[derive(Debug, Clone)]
 pub struct Control {
     url: String,
+    token: secrecy::SecretString,
     http: reqwest::Client,
 }
 
@@ -94,10 +100,11 @@ pub struct Control {
 const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
 
 impl Control {
-    /// The endpoint at `url` (`cluster.json`'s `control.url`).
-    pub fn new(url: &str) -> anyhow::Result<Self> {
+    /// The endpoint `cluster.json` names (`control`: its URL and token).
+    pub fn new(endpoint: &ControlEndpoint) -> anyhow::Result<Self> {
         Ok(Self {
-            url: url.trim_end_matches('/').to_owned(),
+            url: endpoint.url.trim_end_matches('/').to_owned(),
+            token: secrecy::SecretString::from(endpoint.token.clone()),
             http: reqwest::Client::builder()
                 .timeout(RESTART_TIMEOUT)
                 .build()
@@ -111,7 +118,8 @@ impl Control {
     pub async fn restart_region(&self, region: &str) -> anyhow::Result<serde_json::Value> {
         let request = self
             .http
-            .post(format!("{}/regions/{region}/restart", self.url));
+            .post(format!("{}/regions/{region}/restart", self.url))
+            .json(&serde_json::json!({}));
         let body = self
             .answer(request, &format!("restarting region {region}"))
             .await?;
@@ -140,6 +148,7 @@ impl Control {
     /// and the endpoint's message.
     async fn answer(&self, request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<String> {
         let response = request
+            .bearer_auth(self.token.expose_secret())
             .send()
             .await
             .with_context(|| format!("{what}: the control endpoint at {}", self.url))?;

@@ -391,13 +391,13 @@ fn partition_switches(
         return Vec::new();
     };
     let mut switches: Vec<Box<dyn PartitionSwitch>> = vec![Box::new(
-        HttpSwitch::isolate_store_member(own.admin(), &cluster.admin_token, http.clone()),
+        HttpSwitch::isolate_store_member(own.admin(), cluster.store_operator_token(), http.clone()),
     )];
     for other in cluster.regions.iter().filter(|r| r.name != region.name) {
         if let Some(store) = &other.store {
             switches.push(Box::new(HttpSwitch::store_member_cutting(
                 store.admin(),
-                &cluster.admin_token,
+                cluster.store_operator_token(),
                 &region.name,
                 http.clone(),
             )));
@@ -405,7 +405,7 @@ fn partition_switches(
     }
     switches.push(Box::new(HttpSwitch::router_cutting(
         cluster.router.admin(),
-        &cluster.admin_token,
+        cluster.router_admin_token(),
         &region.name,
         http.clone(),
     )));

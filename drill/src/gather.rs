@@ -81,7 +81,7 @@ pub async fn gather(cluster: &Cluster, log: ClientLog, http: &reqwest::Client) -
         }
         let mut read = None;
         for (url, why) in members_by_what_they_applied(statuses) {
-            match store_records(&url, &cluster.admin_token, http, keys.as_ref()).await {
+            match store_records(&url, cluster.store_operator_token(), http, keys.as_ref()).await {
                 Ok(records) => {
                     read = Some((records, format!("{url} ({why})")));
                     break;

@@ -250,7 +250,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
             let what = match &cluster.control {
                 Some(control) => {
                     let restarted = async {
-                        control::Control::new(&control.url)?
+                        control::Control::new(control)?
                             .restart_region(&region.name)
                             .await
                     };
@@ -293,7 +293,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         timeline.record(format!("failback of {} requested", region.name));
         let result = failback::fail_back(
             cluster.router.admin(),
-            &cluster.admin_token,
+            cluster.router_admin_token(),
             &region.name,
             &affected,
             &client,

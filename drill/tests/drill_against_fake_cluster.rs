@@ -333,7 +333,7 @@ async fn fake_cluster_with_control(
     )
     .await;
     let cluster = json!({
-        "control": {"url": format!("http://{control}")},
+        "control": {"url": format!("http://{control}"), "token": "ctl_fake_control_token"},
         "router": {"url": format!("http://{router}")},
         "provider": {"url": format!("http://{provider}")},
         "admin_token": "admin",

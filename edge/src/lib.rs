@@ -17,7 +17,9 @@
 //! - [`api_keys`]: `Authorization: Bearer <key>` → (tenant, principal), as a
 //!   middleware that runs before any body is read.
 //! - [`admin`]: the admin token (a redacting secret, at least 16
-//!   characters) and the check of every operator endpoint.
+//!   characters and not guessable) and the check of every operator
+//!   endpoint.
+//! - [`admin_throttle`]: failed admin authentications slowed per peer.
 //! - [`tenants`]: per-tenant fairness: a token bucket and an in-flight
 //!   quota per tenant, `429 RATE_LIMITED` with `Retry-After`.
 //! - [`public_tls`]: how a public listener speaks (plain, TLS with the
@@ -45,6 +47,7 @@
 //! ```
 
 pub mod admin;
+pub mod admin_throttle;
 pub mod api_keys;
 pub mod body;
 pub mod error;

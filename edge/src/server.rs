@@ -72,6 +72,11 @@ use crate::limits::ServerLimits;
 use crate::metrics::{CloseLabels, EdgeMetrics, ListenerLabel};
 use prometheus_client::metrics::counter::Counter;
 
+/// The address a request's connection came from, in every request's
+/// extensions: what per-peer checks (the admin throttle) key on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// A bound listener with its limits, not serving yet.
 pub struct Server {
     name: &'static str,
@@ -408,6 +413,7 @@ async fn connection<S>(
         .get_or_create(&conn.label)
         .clone();
     open.inc();
+    let peer_addr = stream.peer_addr().ok().map(PeerAddr);
     let activity = Arc::new(Activity::new());
     let watched = Watched {
         inner: stream,
@@ -454,6 +460,9 @@ async fn connection<S>(
         let mut request = request.map(|body| Body::new(DeadlineBody::new(body, body_timeout)));
         if let Some(peer) = &peer {
             request.extensions_mut().insert(peer.clone());
+        }
+        if let Some(addr) = peer_addr {
+            request.extensions_mut().insert(addr);
         }
         let refusals = refusals.clone();
         async move {

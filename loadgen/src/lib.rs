@@ -10,6 +10,9 @@
 //! included), its status is the final one, and `attempts` in the report
 //! counts every HTTP attempt of the measured requests.
 //!
+//! The API key comes from `ONCE_BENCH_API_KEY` only: there is no
+//! `--api-key`, whose value every user of the machine would see in `ps`.
+//!
 //! Two models:
 //! - closed (default): `concurrency` workers send back to back — the
 //!   throughput ceiling;
@@ -43,7 +46,9 @@ pub struct BenchArgs {
     /// Base URL of a node or router.
     #[arg(long)]
     pub url: String,
-    #[arg(long, env = "ONCE_BENCH_API_KEY")]
+    /// The tenant's API key: from `ONCE_BENCH_API_KEY` only (see
+    /// [`API_KEY_ENV`]), never a flag.
+    #[arg(skip)]
     pub api_key: String,
     #[arg(long, value_enum, default_value_t = Mode::New)]
     pub mode: Mode,
@@ -135,7 +140,19 @@ impl Worker {
     }
 }
 
-pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+/// Where `once bench` reads the API key it sends: the environment only,
+/// since a command line shows in `ps` to every user of the machine.
+pub const API_KEY_ENV: &str = "ONCE_BENCH_API_KEY";
+
+pub async fn run(mut args: BenchArgs) -> anyhow::Result<()> {
+    args.api_key = std::env::var(API_KEY_ENV)
+        .ok()
+        .filter(|k| !k.trim().is_empty())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "set {API_KEY_ENV} to the tenant's API key (the environment only: a command line shows in `ps`)"
+            )
+        })?;
     let report = bench(&args).await?;
     eprintln!(
         "{:<28} {:>8} {:>4} clients: {:>9.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  statuses {:?}",

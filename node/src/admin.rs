@@ -100,10 +100,17 @@ async fn reseal(State(state): State<AppState>, _: Operator) -> Result<Json<KeysV
 pub struct Operator;
 
 impl FromRequestParts<AppState> for Operator {
-    type Rejection = ApiError;
+    type Rejection = once_edge::admin::AdminRefusal;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        once_edge::admin::check_operator(state.config.admin_token.as_ref(), &parts.headers)?;
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        once_edge::admin::check_operator(
+            state.config.admin_token.as_ref(),
+            &parts.headers,
+            &parts.extensions,
+        )?;
         Ok(Operator)
     }
 }

@@ -42,10 +42,17 @@ pub fn router() -> Router<SharedState> {
 pub struct Operator;
 
 impl FromRequestParts<SharedState> for Operator {
-    type Rejection = ApiError;
+    type Rejection = once_edge::admin::AdminRefusal;
 
-    async fn from_request_parts(parts: &mut Parts, state: &SharedState) -> Result<Self, ApiError> {
-        once_edge::admin::check_operator(state.config.admin_token.as_ref(), &parts.headers)?;
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &SharedState,
+    ) -> Result<Self, Self::Rejection> {
+        once_edge::admin::check_operator(
+            state.config.admin_token.as_ref(),
+            &parts.headers,
+            &parts.extensions,
+        )?;
         Ok(Operator)
     }
 }

@@ -65,6 +65,11 @@ pub struct RouterConfig {
     pub auto_failover: bool,
     /// Bearer token of `/admin/*`; `None` disables those endpoints.
     pub admin_token: Option<AdminToken>,
+    /// What the console presents to the nodes' admin listeners (reading
+    /// and resolving records): the nodes' own admin token, so the router's
+    /// (which a browser holds) opens nothing on a node. `None`: the
+    /// router's `admin_token`, for a deployment with one token.
+    pub node_admin_token: Option<AdminToken>,
     /// Simulated round trip added before forwarding to another region.
     pub wan_latency: Duration,
     /// Largest request body buffered for forwarding (and re-sending after a 421).
@@ -141,6 +146,7 @@ impl RouterConfig {
             placement_refresh: Duration::from_secs(2),
             auto_failover: true,
             admin_token: None,
+            node_admin_token: None,
             wan_latency: Duration::ZERO,
             body_limit: 64 * 1024,
             node_timeout: Duration::from_secs(25),

@@ -98,18 +98,26 @@ impl TenantArgs {
     }
 }
 
-/// `ONCE_ADMIN_TOKEN`, if set: at least 16 characters, or the role refuses
-/// to start.
+/// The token a router presents to the nodes' admin listeners (its console
+/// reads and resolves records there), when the nodes have their own.
+pub const NODE_ADMIN_TOKEN_ENV: &str = "ONCE_NODE_ADMIN_TOKEN";
+
+/// `ONCE_ADMIN_TOKEN`, if set: at least 16 characters and not guessable
+/// (`AdminToken::new`), or the role refuses to start.
 pub fn admin_token() -> anyhow::Result<Option<AdminToken>> {
-    match std::env::var(ADMIN_TOKEN_ENV) {
-        Ok(token) if !token.is_empty() => {
-            Ok(Some(AdminToken::new(token).with_context(|| {
-                format!("{ADMIN_TOKEN_ENV} is not usable")
-            })?))
-        }
+    token_from(ADMIN_TOKEN_ENV)
+}
+
+/// The admin token in environment variable `name`, checked as
+/// [`admin_token`] checks `ONCE_ADMIN_TOKEN`.
+pub fn token_from(name: &str) -> anyhow::Result<Option<AdminToken>> {
+    match std::env::var(name) {
+        Ok(token) if !token.is_empty() => Ok(Some(
+            AdminToken::new(token).with_context(|| format!("{name} is not usable"))?,
+        )),
         Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => {
-            anyhow::bail!("{ADMIN_TOKEN_ENV} is not valid UTF-8")
+            anyhow::bail!("{name} is not valid UTF-8")
         }
     }
 }

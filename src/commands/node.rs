@@ -259,8 +259,10 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     };
     config.data_keys = args.data_keys.clone();
     if let Some(path) = &args.data_keys {
-        // A key file that does not parse is bad configuration: exit 64
-        // before anything binds (the node reads it again when it starts).
+        // A key file open to other users, or that does not parse, is bad
+        // configuration: exit 64 before anything binds (the node reads it
+        // again when it starts).
+        super::key_files::refuse_loose("--data-keys", path)?;
         once_seal::KeyRing::load(path)
             .with_context(|| format!("--data-keys {}", path.display()))?;
     }

@@ -132,6 +132,9 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
     config.auto_failover = args.auto_failover;
     // From the environment only (`ONCE_ADMIN_TOKEN`); unset: no admin endpoints.
     config.admin_token = super::edge::admin_token()?;
+    // The nodes' admin token, for the console's reads and resolves
+    // (`ONCE_NODE_ADMIN_TOKEN`); unset: the router's own.
+    config.node_admin_token = super::edge::token_from(super::edge::NODE_ADMIN_TOKEN_ENV)?;
     config.admin_listen = args.admin_listen;
     config.limits = args.edge.limits()?;
     config.tenant_limits = args.tenants.limits()?;

@@ -37,8 +37,10 @@ Simulated WAN (latency and partition drills on one machine):
 Secrets:
   ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
   admin listener (membership, elections, snapshots, record dumps, the partition switch);
-  at least 16 characters, or the process exits with code 64. Unset: those endpoints are
-  off (404). Never passed as a flag: a command line shows in `ps`.
+  at least 16 characters and not guessable (64 bits or more by its own characters'
+  entropy), or the process exits with code 64. Unset: those endpoints are off (404). Never
+  passed as a flag: a command line shows in `ps`. The store operator's own token: not the
+  nodes' nor the routers'.
 
 Mutual TLS:
   A member serves all three listeners with mutual TLS and authorises every caller by the

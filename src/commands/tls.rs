@@ -16,8 +16,13 @@ use super::config_error;
 pub const ROLE_HELP: &str = "\
 Secrets:
   ONCE_ADMIN_TOKEN (environment only): the bearer token of the operator endpoints on the
-  admin listener; at least 16 characters, or the process exits with code 64. Unset: the
-  operator endpoints are off (404). Never passed as a flag: a command line shows in `ps`.
+  admin listener; at least 16 characters and not guessable (64 bits or more by its own
+  characters' entropy: `aaaaaaaaaaaaaaaa` is refused), or the process exits with code 64.
+  Unset: the operator endpoints are off (404). Never passed as a flag: a command line shows
+  in `ps`. Give each role its own (node admin, router admin, store operator), so one leaked
+  token does not open the others.
+  ONCE_NODE_ADMIN_TOKEN (environment only, routers): the nodes' admin token, which the
+  console presents to read and resolve records on the nodes; unset: the router's own.
 
 Mutual TLS:
   --tls-ca, --tls-cert and --tls-key (or ONCE_TLS_CA, ONCE_TLS_CERT, ONCE_TLS_KEY) name the
@@ -25,7 +30,8 @@ Mutual TLS:
   spiffe://once/<region>/<role> is who the process is; raft-store members authorise every
   call by it, and a node started with --api-callers routers answers only routers. `once up`
   makes a CA and every certificate; `once certs` does for a deployment. The certificate and
-  key are reloaded when their files change.
+  key are reloaded when their files change. A key file other users may read, or anyone but
+  its owner may write (mode looser than 0640), is refused: exit 64.
 
 Public TLS:
   --public-tls-cert and --public-tls-key (or ONCE_PUBLIC_TLS_CERT, ONCE_PUBLIC_TLS_KEY): the
@@ -41,7 +47,8 @@ pub struct TlsArgs {
     /// This process's certificate (PEM), naming its identity.
     #[arg(long, env = "ONCE_TLS_CERT", global = true, value_name = "PEM")]
     pub tls_cert: Option<PathBuf>,
-    /// This process's private key (PEM; keep it 0600).
+    /// This process's private key (PEM; 0600, or 0440 from a Kubernetes
+    /// Secret: a key other users may read or write is refused).
     #[arg(long, env = "ONCE_TLS_KEY", global = true, value_name = "PEM")]
     pub tls_key: Option<PathBuf>,
 }
@@ -57,12 +64,14 @@ impl TlsArgs {
     }
 
     /// The loaded files, or `None` when none is given; a configuration
-    /// error (exit 64) when they do not load or the certificate is not
-    /// one of `roles`.
+    /// error (exit 64) when they do not load, the key file is open to other
+    /// users ([`super::key_files`]) or the certificate is not one of
+    /// `roles`.
     pub fn load(&self, roles: &[Role]) -> anyhow::Result<Option<Tls>> {
         let Some(files) = self.files()? else {
             return Ok(None);
         };
+        super::key_files::refuse_loose("--tls-key", &files.key)?;
         let tls = Tls::load(&files).map_err(config_error)?;
         let identity = tls
             .identity()
@@ -106,12 +115,15 @@ pub struct PublicTlsArgs {
 
 impl PublicTlsArgs {
     /// `Server` TLS with the given pair, or `Plain`; exit 64 when the pair
-    /// does not load.
+    /// does not load or the key file is open to other users.
     pub fn load(&self) -> anyhow::Result<PublicTls> {
         match (&self.public_tls_cert, &self.public_tls_key) {
-            (Some(cert), Some(key)) => once_tls::public::server_config(cert, key)
-                .map(PublicTls::Server)
-                .map_err(config_error),
+            (Some(cert), Some(key)) => {
+                super::key_files::refuse_loose("--public-tls-key", key)?;
+                once_tls::public::server_config(cert, key)
+                    .map(PublicTls::Server)
+                    .map_err(config_error)
+            }
             _ => Ok(PublicTls::Plain),
         }
     }

@@ -15,16 +15,26 @@
 //! Drills steer the processes through `once up`'s control endpoint
 //! (`cluster.json` → `control.url`, see `control`): restart a killed
 //! region, or restart one process — gracefully, as a crash, with its wall
-//! clock skewed, or a store member with its data wiped.
+//! clock skewed, or a store member with its data wiped. It admits only
+//! requests with the control token (`cluster.json` → `control.token`) and a
+//! JSON body, sent to its own loopback address ([`perimeter`]).
+//!
+//! `DIR` is 0700 and every file in it 0600, whatever the umask
+//! ([`private_dir`]).
 //!
 //! Every internal link is mutual TLS ([`pki`]): `once up` makes a local CA
 //! and a certificate per process in `DIR/tls/` on the first start, reuses
-//! them on resume, and starts every child with `--tls-*`.
+//! them on resume, and starts every child with `--tls-*`. Leaves live
+//! `--cert-lifetime` (90 days) and are issued again `--cert-renew-before`
+//! (30 days) ahead of their expiry while the cluster runs; every process
+//! reloads them.
 
 mod children;
 mod control;
 mod layout;
+mod perimeter;
 mod pki;
+mod private_dir;
 mod restart;
 mod shutdown;
 mod skew;
@@ -63,6 +73,14 @@ pub struct UpArgs {
     /// (a heartbeat of at least one and a half round trips).
     #[arg(long, default_value_t = 0)]
     pub wan_latency: u64,
+    /// How long every certificate `once up` issues its processes lives
+    /// (its CA: five years).
+    #[arg(long, default_value = "90d", value_parser = humantime::parse_duration)]
+    pub cert_lifetime: Duration,
+    /// Issue a certificate again this long before it expires; every process
+    /// reloads its files, nothing restarts.
+    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
+    pub cert_renew_before: Duration,
 }
 
 /// Demo tenants; tenant i is homed in region i mod N.
@@ -104,7 +122,7 @@ fn store_timing(wan_latency_ms: u64) -> [String; 6] {
 }
 
 /// Writes `contents` to `path` readable by its owner only (mode 0600): the
-/// files `once up` keeps hold every API key or the admin token. A file left
+/// files `once up` keeps hold every API key or an admin token. A file left
 /// looser by an older `once up` is tightened before anything is written.
 pub(crate) fn write_private(path: &Path, contents: &[u8]) -> anyhow::Result<()> {
     use std::io::Write as _;
@@ -147,11 +165,48 @@ fn demo_keys(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
     Ok(keys)
 }
 
-/// The admin token, made once and kept in `DIR/admin-token` (mode 0600).
-fn demo_admin_token(dir: &Path) -> anyhow::Result<String> {
-    let path = dir.join("admin-token");
+/// The admin tokens, one per role and power, so a leaked one opens only
+/// its own: the nodes' admin endpoints (resolving a record as charged),
+/// the router's (failovers, the console) and the store members' operator
+/// endpoints (membership, record dumps, partitions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AdminTokens {
+    pub node: String,
+    pub router: String,
+    pub store: String,
+}
+
+impl AdminTokens {
+    /// Each made once and kept in `DIR/<name>-token` (mode 0600); the one
+    /// `admin-token` an older `once up` shared between all three is
+    /// deleted.
+    fn load_or_create(dir: &Path) -> anyhow::Result<Self> {
+        let tokens = Self {
+            node: demo_admin_token(dir, "node-admin", "nadm")?,
+            router: demo_admin_token(dir, "router-admin", "radm")?,
+            store: demo_admin_token(dir, "store-operator", "sop")?,
+        };
+        match std::fs::remove_file(dir.join("admin-token")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).context("deleting the shared admin-token of an older once up");
+            }
+            _ => {}
+        }
+        Ok(tokens)
+    }
+
+    /// `cluster.json`'s `admin_tokens`.
+    fn describe(&self) -> serde_json::Value {
+        json!({ "node": self.node, "router": self.router, "store": self.store })
+    }
+}
+
+/// One admin token, made once and kept in `DIR/<name>-token` (mode 0600),
+/// `<prefix>_` in front so an operator can tell which it is.
+fn demo_admin_token(dir: &Path, name: &str, prefix: &str) -> anyhow::Result<String> {
+    let path = dir.join(format!("{name}-token"));
     if let Ok(token) = std::fs::read_to_string(&path)
-        && token.trim().len() >= 16
+        && once_edge::AdminToken::new(token.trim()).is_ok()
     {
         // Written the same again: a token an older `once up` left
         // world-readable is tightened.
@@ -159,7 +214,7 @@ fn demo_admin_token(dir: &Path) -> anyhow::Result<String> {
         write_private(&path, token.as_bytes())?;
         return Ok(token);
     }
-    let token = format!("adm_{}", generate_key().trim_start_matches("sk_"));
+    let token = format!("{prefix}_{}", generate_key().trim_start_matches("sk_"));
     write_private(&path, token.as_bytes())?;
     Ok(token)
 }
@@ -219,7 +274,7 @@ pub(crate) struct Plan {
     layout: Layout,
     logs: PathBuf,
     provider_url: String,
-    admin_token: String,
+    admin_tokens: AdminTokens,
     api_keys: String,
     data_keys: PathBuf,
     /// The CA and every process's certificate.
@@ -298,7 +353,7 @@ impl Plan {
         args.extend(self.pki.flags(&format!("store-{}", region.name)));
         args.extend(store_timing(self.wan_latency));
         args.extend(self.latency());
-        let mut env = vec![("ONCE_ADMIN_TOKEN", self.admin_token.clone())];
+        let mut env = vec![("ONCE_ADMIN_TOKEN", self.admin_tokens.store.clone())];
         env.extend_from_slice(extra);
         ChildProcess::spawn(&self.logs, &format!("store-{}", region.name), &args, &env)
     }
@@ -335,7 +390,7 @@ impl Plan {
         args.extend(self.latency());
         let mut env = vec![
             ("ONCE_API_KEYS", self.api_keys.clone()),
-            ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
+            ("ONCE_ADMIN_TOKEN", self.admin_tokens.node.clone()),
         ];
         env.extend_from_slice(extra);
         ChildProcess::spawn(&self.logs, &format!("node-{}", region.name), &args, &env)
@@ -365,9 +420,12 @@ impl Plan {
         args.extend(self.store_groups_flag());
         args.extend(self.pki.flags("router"));
         args.extend(self.latency());
+        // Its own token, and the nodes' for the console's record reads and
+        // resolves; never the store operator's.
         let mut env = vec![
             ("ONCE_API_KEYS", self.api_keys.clone()),
-            ("ONCE_ADMIN_TOKEN", self.admin_token.clone()),
+            ("ONCE_ADMIN_TOKEN", self.admin_tokens.router.clone()),
+            ("ONCE_NODE_ADMIN_TOKEN", self.admin_tokens.node.clone()),
         ];
         env.extend_from_slice(extra);
         ChildProcess::spawn(&self.logs, "router", &args, &env)
@@ -463,6 +521,9 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     // Before any child exists, and for the whole run: a SIGTERM at any
     // moment from here on stops the cluster (see `shutdown`).
     let mut shutdown = Shutdown::listen().context("listening for SIGTERM and Ctrl-C")?;
+    // Before anything is written: the directory and every file in it are
+    // the owner's alone (see `private_dir`).
+    private_dir::enclose(&args.dir)?;
     std::fs::create_dir_all(args.dir.join("logs"))
         .with_context(|| format!("creating {}", args.dir.display()))?;
     // Every path written down (cluster.json's database URLs, the children's
@@ -474,9 +535,11 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         Layout::load_or_create(&args.dir, usize::from(args.regions), &[args.listen.port()])?;
     layout.ensure_free(args.listen)?;
     let keys = demo_keys(&args.dir)?;
-    let admin_token = demo_admin_token(&args.dir)?;
+    let admin_tokens = AdminTokens::load_or_create(&args.dir)?;
     let data_keys = demo_data_keys(&args.dir)?;
-    let pki = Pki::prepare(&args.dir.join("tls"), &layout)?;
+    let lifetimes = pki::CertLifetimes::new(args.cert_lifetime, args.cert_renew_before)
+        .map_err(super::config_error)?;
+    let pki = Pki::prepare(&args.dir.join("tls"), &layout, lifetimes)?;
 
     // The provider simulator, in this process: nodes reach it over real
     // HTTP, exactly as they would a real provider. Its ledger is journaled
@@ -508,7 +571,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         layout: layout.clone(),
         logs: args.dir.join("logs"),
         provider_url: provider_url.clone(),
-        admin_token: admin_token.clone(),
+        admin_tokens: admin_tokens.clone(),
         api_keys: keys
             .iter()
             .map(|(t, k)| format!("{t}:demo:{k}"))
@@ -517,6 +580,8 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         data_keys: data_keys.clone(),
         pki,
     });
+    // For as long as `once up` runs: leaves issued again before they expire.
+    tokio::spawn(pki::keep_renewed(plan.clone()));
     let mut running = Running::default();
     let homes = tokio::select! {
         homes = async {
@@ -537,18 +602,25 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let console_url = format!("http://{}/console", layout.router_admin);
     let cluster_path = args.dir.join("cluster.json");
     let running = Arc::new(tokio::sync::Mutex::new(running));
-    let control_url = control::serve(control::Control {
-        plan: plan.clone(),
-        running: running.clone(),
-        cluster_path: cluster_path.clone(),
-    })
+    // Fresh each run, like the endpoint's port: only cluster.json has it.
+    let control_token = format!("ctl_{}", generate_key().trim_start_matches("sk_"));
+    let control_url = control::serve(
+        control::Control {
+            plan: plan.clone(),
+            running: running.clone(),
+            cluster_path: cluster_path.clone(),
+        },
+        once_edge::AdminToken::new(control_token.clone()).context("the control token")?,
+    )
     .await?;
     let running_now = running.lock().await;
     let cluster = json!({
-        "control": { "url": control_url },
+        "control": { "url": control_url, "token": control_token },
         "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
         "provider": { "url": provider_url },
-        "admin_token": admin_token,
+        // One per role and power; the console and the drills take the
+        // ones they need.
+        "admin_tokens": admin_tokens.describe(),
         // The drill opens raft-store's sealed answers with it.
         "data_keys": data_keys.display().to_string(),
         "tls": plan.pki.describe(),
@@ -566,14 +638,15 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         })).collect::<Vec<_>>(),
     });
     drop(running_now);
-    // Every tenant's API key and the admin token are in it.
+    // Every tenant's API key, the admin tokens and the control token are
+    // in it.
     write_private(&cluster_path, &serde_json::to_vec_pretty(&cluster)?)?;
 
     Welcome {
         router_url: &router_url,
         console_url: &console_url,
         provider_url: &provider_url,
-        admin_token: &admin_token,
+        admin_tokens: &admin_tokens,
         keys: &keys,
         homes: &homes,
         cluster_path: &cluster_path,
@@ -590,7 +663,7 @@ struct Welcome<'a> {
     router_url: &'a str,
     console_url: &'a str,
     provider_url: &'a str,
-    admin_token: &'a str,
+    admin_tokens: &'a AdminTokens,
     keys: &'a [(String, String)],
     homes: &'a [(String, String)],
     cluster_path: &'a Path,
@@ -602,7 +675,7 @@ impl Welcome<'_> {
             router_url,
             console_url,
             provider_url,
-            admin_token,
+            admin_tokens,
             keys,
             homes,
             cluster_path,
@@ -619,9 +692,11 @@ impl Welcome<'_> {
             println!("  tenant {t:<8} home {home:<9} API key {k}");
         }
         println!("  provider simulator {provider_url}  (ledger: GET {provider_url}/charges)");
-        println!("  admin token {admin_token}");
+        println!("  router admin token   {}", admin_tokens.router);
+        println!("  node admin token     {}", admin_tokens.node);
+        println!("  store operator token {}", admin_tokens.store);
         // The token rides in the fragment: browsers never send it anywhere.
-        println!("  console {console_url}#token={admin_token}");
+        println!("  console {console_url}#token={}", admin_tokens.router);
         println!("  cluster description: {}", cluster_path.display());
         // Every store link is mutual TLS; `cluster.json` names the operator's.
         println!(
@@ -676,15 +751,38 @@ mod tests {
     }
 
     #[test]
-    fn the_admin_token_is_for_the_owner_only_even_when_an_older_once_up_left_it_open() {
+    fn the_admin_tokens_are_for_the_owner_only_even_when_an_older_once_up_left_them_open() {
         let dir = tempfile::tempdir().unwrap();
-        let token = demo_admin_token(dir.path()).unwrap();
-        let path = dir.path().join("admin-token");
+        let tokens = AdminTokens::load_or_create(dir.path()).unwrap();
+        let path = dir.path().join("node-admin-token");
         assert_eq!(mode(&path), 0o600);
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert_eq!(demo_admin_token(dir.path()).unwrap(), token);
+        assert_eq!(AdminTokens::load_or_create(dir.path()).unwrap(), tokens);
         assert_eq!(mode(&path), 0o600);
+    }
+
+    #[test]
+    fn each_role_gets_its_own_token_and_the_shared_one_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        write_private(
+            &dir.path().join("admin-token"),
+            b"adm_shared_0123456789abcdef",
+        )
+        .unwrap();
+        let tokens = AdminTokens::load_or_create(dir.path()).unwrap();
+        assert!(!dir.path().join("admin-token").exists());
+        let all = [&tokens.node, &tokens.router, &tokens.store];
+        for (i, token) in all.iter().enumerate() {
+            once_edge::AdminToken::new(token.as_str()).expect("strong enough to start a role");
+            assert!(all[i + 1..].iter().all(|other| other != token), "{all:?}");
+        }
+        assert!(tokens.node.starts_with("nadm_") && tokens.store.starts_with("sop_"));
+        // A weak token left in a file (hand-edited) is replaced, not used.
+        write_private(&dir.path().join("router-admin-token"), b"aaaaaaaaaaaaaaaa").unwrap();
+        let again = AdminTokens::load_or_create(dir.path()).unwrap();
+        assert_ne!(again.router, "aaaaaaaaaaaaaaaa");
+        assert_eq!((again.node, again.store), (tokens.node, tokens.store));
     }
 
     #[test]

@@ -280,10 +280,32 @@ async fn every_call_through_the_client_is_one_payment_and_one_charge_through_fau
 /// `once bench` (retries off) creates payments through the client: every
 /// request one attempt, all `201`.
 async fn bench_sends_through_the_client(cluster: &Cluster) {
-    let output = tokio::process::Command::new(ONCE)
+    // The key never on the command line, where `ps` shows it: the flag is
+    // gone, and without the variable `once bench` says where it goes.
+    let in_argv = tokio::process::Command::new(ONCE)
         .args(["bench", "--url", &cluster.router, "--api-key"])
         .arg(cluster.tenant(0).0)
+        .env_remove("ONCE_BENCH_API_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(in_argv.status.code(), Some(2), "a usage error");
+    let unset = tokio::process::Command::new(ONCE)
+        .args(["bench", "--url", &cluster.router, "--duration", "1"])
+        .env_remove("ONCE_BENCH_API_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert!(!unset.status.success());
+    assert!(
+        String::from_utf8_lossy(&unset.stderr).contains("ONCE_BENCH_API_KEY"),
+        "{}",
+        String::from_utf8_lossy(&unset.stderr)
+    );
+    let output = tokio::process::Command::new(ONCE)
+        .args(["bench", "--url", &cluster.router])
         .args(["--concurrency", "2", "--duration", "1", "--warmup", "0.2"])
+        .env("ONCE_BENCH_API_KEY", cluster.tenant(0).0)
         .env("RUST_LOG", "warn")
         .output()
         .await

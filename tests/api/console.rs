@@ -169,7 +169,10 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
         .as_str()
         .unwrap()
         .to_owned();
-    let token = cluster["admin_token"].as_str().unwrap().to_owned();
+    let token = cluster["admin_tokens"]["router"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let router = cluster["router"]["url"].as_str().unwrap().to_owned();
     let provider = cluster["provider"]["url"].as_str().unwrap().to_owned();
     let (mut driver, webdriver) = chromedriver().await;

@@ -275,6 +275,18 @@ fn resolve_container(
                     .and_then(|files| files.get(key).cloned())
                     .unwrap_or_else(|| secret_file_placeholder(key));
                 std::fs::write(local.join(file), contents).unwrap();
+                // The mode Kubernetes gives the file (its default 0644):
+                // roles refuse key files other users may read.
+                let mode = item
+                    .get("mode")
+                    .or_else(|| secret.get("defaultMode"))
+                    .and_then(Value::as_u64)
+                    .map_or(0o644, |m| m as u32);
+                std::fs::set_permissions(
+                    local.join(file),
+                    std::os::unix::fs::PermissionsExt::from_mode(mode),
+                )
+                .unwrap();
             }
         } else if let Some(cm) = volume.and_then(|v| v.get("configMap")) {
             let map = str_at(cm, "/name").unwrap();

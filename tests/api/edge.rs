@@ -262,7 +262,7 @@ async fn admin_and_metrics_are_absent_from_the_public_listener() {
 }
 
 #[tokio::test]
-async fn a_short_admin_token_fails_start_up_in_every_role() {
+async fn a_short_or_guessable_admin_token_fails_start_up_in_every_role() {
     let bin = ONCE;
     let dir = tempfile::tempdir().unwrap();
     let roles: [Vec<String>; 3] = [
@@ -286,7 +286,13 @@ async fn a_short_admin_token_fails_start_up_in_every_role() {
         ],
     ];
     for args in roles {
-        for (token, ok) in [("short-token", false), ("a-long-enough-admin-token", true)] {
+        for (token, ok, why) in [
+            ("short-token", false, "at least 16"),
+            // Long enough, but one character: no entropy (issue 48).
+            ("aaaaaaaaaaaaaaaa", false, "too easy to guess"),
+            ("passwordpassword", false, "too easy to guess"),
+            ("a-long-enough-admin-token", true, ""),
+        ] {
             let out = tokio::process::Command::new(bin)
                 .args(&args)
                 .env("ONCE_API_KEYS", API_KEYS)
@@ -305,9 +311,9 @@ async fn a_short_admin_token_fails_start_up_in_every_role() {
                     "the token printed"
                 );
             } else {
-                assert_eq!(out.status.code(), Some(64), "{args:?} with a short token");
+                assert_eq!(out.status.code(), Some(64), "{args:?} with {token}");
                 let stderr = String::from_utf8_lossy(&out.stderr);
-                assert!(stderr.contains("at least 16"), "{stderr}");
+                assert!(stderr.contains(why), "{stderr}");
                 assert!(!stderr.contains(token), "the token printed: {stderr}");
             }
         }

@@ -805,7 +805,7 @@ async fn every_metric_the_dashboard_and_the_rules_use_is_one_the_roles_export() 
     // (router_node_unreachable), the health checks fail and the router fails
     // the region over (router_region_failovers, router_placement_moves).
     let router_admin = cluster["router"]["admin_url"].as_str().unwrap();
-    let admin_token = cluster["admin_token"].as_str().unwrap();
+    let admin_token = cluster["admin_tokens"]["router"].as_str().unwrap();
     let away = &cluster["tenants"][1];
     let away_region = away["home_region"].as_str().unwrap();
     assert_ne!(

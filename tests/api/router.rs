@@ -840,6 +840,8 @@ async fn a_router_serves_its_public_api_over_tls_and_forwards_to_nodes_over_mutu
     let (cert, key) = (dir.path().join("api.pem"), dir.path().join("api-key.pem"));
     std::fs::write(&cert, &public.cert_pem).unwrap();
     std::fs::write(&key, &public.key_pem).unwrap();
+    // Its owner's only: a key file others may read is refused at start.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let router = RouterProcess::start(&regions.router_args(&[
         "--auto-failover=false",
         "--public-tls-cert",

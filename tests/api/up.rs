@@ -17,6 +17,7 @@ use tokio::process::Command;
 
 use crate::helpers::{Answer, ONCE, eventually, payment_body, post, send};
 
+mod perimeter;
 mod restarts;
 mod wan;
 
@@ -195,7 +196,7 @@ async fn drill_holds(dir: &Path, region: &str, mode: &str) {
 /// The console's state, as the page reads it, with the admin token.
 async fn console_state(cluster: &serde_json::Value) -> serde_json::Value {
     let admin = cluster["router"]["admin_url"].as_str().unwrap();
-    let token = cluster["admin_token"].as_str().unwrap();
+    let token = cluster["admin_tokens"]["router"].as_str().unwrap();
     let response = reqwest::Client::new()
         .get(format!("{admin}/console/api/state"))
         .bearer_auth(token)
@@ -213,7 +214,13 @@ async fn three_regions_survive_a_partition_and_a_kill_fail_back_stop_cleanly_and
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
     let up = Up::start(root.path(), &listen).await;
     let pids_at_start = pids_now(&dir);
-    for secret in ["cluster.json", "admin-token", "demo-keys.txt"] {
+    for secret in [
+        "cluster.json",
+        "node-admin-token",
+        "router-admin-token",
+        "store-operator-token",
+        "demo-keys.txt",
+    ] {
         assert_eq!(
             mode(&dir.join(secret)),
             0o600,

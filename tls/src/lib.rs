@@ -15,6 +15,8 @@
 //!   the API's own certificate, no client certificate asked.
 //! - [`reload`]: the certificate and key swapped in place when their files
 //!   change (mtime polling), for the server and the client side alike.
+//! - [`validity`]: how long certificates live (leaves 90 days unless asked
+//!   otherwise, never past their CA) and reading a file's validity back.
 //! - [`config`]: [`Tls`] — the rustls `ServerConfig` that requires a client
 //!   certificate chained to the CA, the `ClientConfig` (and `reqwest`
 //!   client) that presents one and trusts only the CA.
@@ -32,6 +34,7 @@ pub mod files;
 pub mod identity;
 pub mod public;
 pub mod reload;
+pub mod validity;
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +42,7 @@ pub use ca::LocalCa;
 pub use config::Tls;
 pub use files::TlsFiles;
 pub use identity::{Identity, IdentityError, Role};
+pub use validity::Validity;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

@@ -211,3 +211,49 @@ fn keys_are_written_for_their_owner_only() {
     let reopened = LocalCa::open(&dir.path().join("ca")).unwrap();
     assert_eq!(reopened.cert_pem(), ca.cert_pem());
 }
+
+/// A CA confined to `localhost` and 127.0.0.0/8 (what `once up` makes): a
+/// leaf it signed for those names is accepted; one naming anything else —
+/// a stolen CA key aside, what a careless `once certs issue` could make —
+/// is refused by the peer, as a client and as a server.
+#[tokio::test]
+async fn a_leaf_naming_what_its_ca_does_not_permit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut policy = once_tls::ca::CaPolicy::new("confined CA");
+    policy.permitted_dns = vec!["localhost".into()];
+    policy.permitted_ips = vec![(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8)];
+    let ca = LocalCa::create_with(&dir.path().join("ca"), &policy).unwrap();
+    let member = issue(
+        &ca,
+        dir.path(),
+        "store",
+        &identity("eu-west", Role::StoreMember),
+    );
+    let addr = server(&member).await;
+    let node = issue(&ca, dir.path(), "node", &identity("us-east", Role::Node));
+    assert_eq!(
+        call(node.client_config(), addr).await.unwrap(),
+        "spiffe://once/us-east/node",
+        "within its names"
+    );
+
+    let files = TlsFiles::named(dir.path(), "outside");
+    ca.issue_to(
+        &identity("us-east", Role::Node),
+        // Its own names too: only the constraints can refuse it.
+        &["localhost".into(), "payments.example".into()],
+        &[LOCALHOST, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5))],
+        &files,
+    )
+    .unwrap();
+    let outside = Tls::load_polling(&files, Duration::from_secs(3600)).unwrap();
+    assert!(
+        call(outside.client_config(), addr).await.is_err(),
+        "a client naming what the CA does not permit"
+    );
+    let outside_server = server(&outside).await;
+    assert!(
+        call(node.client_config(), outside_server).await.is_err(),
+        "a server naming what the CA does not permit"
+    );
+}

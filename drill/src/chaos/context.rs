@@ -44,7 +44,7 @@ impl Ctx {
                 .timeout(Duration::from_secs(5))
                 .build()?,
             operator: cluster.operator()?,
-            control: Control::new(&control.url)?,
+            control: Control::new(control)?,
         })
     }
 

@@ -51,7 +51,7 @@ pub fn plan(
             .ok_or_else(|| anyhow::anyhow!("region {region} has no store member"))?;
         Ok((store.admin().to_owned(), store.api_url.clone()))
     };
-    let token = &cluster.admin_token;
+    let token = cluster.store_operator_token();
     let probe = |member_region: &str, api_url: &str, refuses: &str| Probe {
         member_region: member_region.to_owned(),
         api_url: api_url.to_owned(),
@@ -80,7 +80,7 @@ pub fn plan(
             }
             switches.push(HttpSwitch::router_cutting(
                 cluster.router.admin(),
-                token,
+                cluster.router_admin_token(),
                 region,
                 http.clone(),
             ));

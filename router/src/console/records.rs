@@ -104,9 +104,15 @@ fn endpoint(base: &str, segments: &[&str]) -> anyhow::Result<reqwest::Url> {
     Ok(url)
 }
 
-/// The admin token the node admin listeners take (the router's own).
+/// The admin token the node admin listeners take: the nodes' own when the
+/// router was given it, else the router's.
 fn admin_bearer(state: &RouterState) -> &str {
-    state.config.admin_token.as_ref().map_or("", |t| t.expose())
+    let config = &state.config;
+    config
+        .node_admin_token
+        .as_ref()
+        .or(config.admin_token.as_ref())
+        .map_or("", |t| t.expose())
 }
 
 async fn get_json<T: serde::de::DeserializeOwned>(

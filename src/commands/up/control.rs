@@ -15,6 +15,12 @@
 //!   "sigterm" | "sigkill" | "already gone", "clock_offset_seconds",
 //!   "wiped"}`.
 //!
+//! Only the drills on this machine get in ([`super::perimeter`]): every
+//! request names the endpoint in `Host`, carries no foreign `Origin`,
+//! presents the control token (`cluster.json` → `control.token`, fresh
+//! each run) as a bearer token and sends `Content-Type: application/json`
+//! (421, 403, 401, 415 otherwise, and nothing is restarted).
+//!
 //! Errors are plain text: 404 for a process or region there is not, 400 for
 //! a body that is not a restart request, 409 for a restart the process or
 //! the machine is not ready for (still running with `"stop": "none"`,
@@ -31,7 +37,9 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use once_drill::control::{RestartOptions, Restarted};
+use once_edge::AdminToken;
 
+use super::perimeter::{self, Perimeter};
 use super::restart::{self, Process, RestartError};
 use super::{Plan, Running, START_LIMIT, STOP_GRACE};
 
@@ -42,8 +50,9 @@ pub(crate) struct Control {
     pub cluster_path: PathBuf,
 }
 
-/// Serves the control endpoint on a free local port; returns its URL.
-pub(crate) async fn serve(control: Control) -> anyhow::Result<String> {
+/// Serves the control endpoint on a free local port, opened by `token`;
+/// returns its URL.
+pub(crate) async fn serve(control: Control, token: AdminToken) -> anyhow::Result<String> {
     let server = once_edge::Server::bind(
         "control",
         SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -58,10 +67,15 @@ pub(crate) async fn serve(control: Control) -> anyhow::Result<String> {
     .await
     .context("binding the control endpoint")?;
     let url = format!("http://{}", server.local_addr());
+    let perimeter = Arc::new(Perimeter::new(token, server.local_addr().port()));
     let app = Router::new()
         .route("/regions/{name}/restart", post(restart_region))
         .route("/processes/{process}/restart", post(restart_process))
-        .with_state(control);
+        .with_state(control)
+        .layer(axum::middleware::from_fn_with_state(
+            perimeter,
+            perimeter::guard,
+        ));
     // Lives as long as `once up` does.
     tokio::spawn(server.serve(app, std::future::pending(), std::time::Duration::ZERO));
     Ok(url)
@@ -99,7 +113,8 @@ async fn restart_process(
     .map(Json)
 }
 
-/// The body as JSON, whatever its content type; no body is every default.
+/// The body as JSON (its content type checked by [`super::perimeter`]); no
+/// body is every default.
 fn restart_options(body: &[u8]) -> Result<RestartOptions, RestartError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(RestartOptions::default());

@@ -58,7 +58,8 @@ async fn status_200(client: &reqwest::Client, url: &str) -> bool {
 
 pub(super) async fn one_process_at_a_time(dir: &Path) {
     let cluster = cluster_now(dir);
-    let control = Control::new(cluster["control"]["url"].as_str().unwrap()).unwrap();
+    let control =
+        Control::new(&serde_json::from_value(cluster["control"].clone()).unwrap()).unwrap();
     // Not the router's region (its first): the router's own store member
     // and node are left alone.
     let region = cluster["regions"][2]["name"].as_str().unwrap().to_owned();
@@ -125,11 +126,14 @@ async fn requests_it_must_refuse_change_nothing(dir: &Path, control: &Control, r
         running.contains("409") && running.contains("still running"),
         "{running}"
     );
+    let cluster = cluster_now(dir);
     let bad_body = reqwest::Client::new()
         .post(format!(
             "{}/processes/{node}/restart",
-            cluster_now(dir)["control"]["url"].as_str().unwrap()
+            cluster["control"]["url"].as_str().unwrap()
         ))
+        .bearer_auth(cluster["control"]["token"].as_str().unwrap())
+        .header("content-type", "application/json")
         .body(r#"{"stop": "gently"}"#)
         .send()
         .await
@@ -221,7 +225,7 @@ async fn home_again(client: &reqwest::Client, cluster: &serde_json::Value, regio
         .as_str()
         .or(router["url"].as_str())
         .unwrap();
-    let token = cluster["admin_token"].as_str().unwrap();
+    let token = cluster["admin_tokens"]["router"].as_str().unwrap();
     eventually(Duration::from_secs(30), || async {
         let answer = client
             .post(format!("{admin}/admin/failback"))
@@ -284,7 +288,7 @@ async fn the_store_leader_not_the_node_stamps_its_records(
                 "{node_admin}/admin/records/{}/k-skewed",
                 tenant["id"].as_str().unwrap()
             ))
-            .bearer_auth(cluster["admin_token"].as_str().unwrap());
+            .bearer_auth(cluster["admin_tokens"]["node"].as_str().unwrap());
         async move {
             let records: Vec<serde_json::Value> = request
                 .send()
@@ -351,7 +355,10 @@ async fn a_wiped_member_starts_blank_and_catches_up_once_added_back(
     cluster: &serde_json::Value,
 ) {
     let operator = Operator::with_tls(
-        Some(&once_edge::AdminToken::new(cluster["admin_token"].as_str().unwrap()).unwrap()),
+        Some(
+            &once_edge::AdminToken::new(cluster["admin_tokens"]["store"].as_str().unwrap())
+                .unwrap(),
+        ),
         Some(&super::operator_tls(cluster)),
     );
     let regions = cluster["regions"].as_array().unwrap();
