@@ -311,6 +311,20 @@ impl ClockGuard {
         ages.get(voters.len() / 2).copied()
     }
 
+    /// How long ago each peer was last heard from, by any Raft RPC in
+    /// either direction: what this member says of its peers' liveness
+    /// from the store's side (`peers_heard_ms_ago` in `/api/status`; a
+    /// router corroborates a region's failed health checks with it,
+    /// docs/decisions/0085-a-region-is-down-on-evidence-that-survives-load.md).
+    pub fn peers_heard(&self) -> BTreeMap<NodeId, Duration> {
+        let now = Instant::now();
+        self.lock()
+            .samples
+            .iter()
+            .map(|(peer, s)| (*peer, now.saturating_duration_since(s.at)))
+            .collect()
+    }
+
     /// Whether this member knows its clock is the odd one out: a majority
     /// disagrees, or a leader that vouches for its own clock does.
     pub fn is_odd_one_out(&self, voters: &BTreeSet<NodeId>, leader: Option<NodeId>) -> bool {

@@ -12,6 +12,7 @@ use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
 use crate::reachability::Reachability;
 use crate::regions::RegionHealth;
+use crate::store_view::StoreView;
 
 /// Shared by reference count; nothing in it is cloned per request.
 pub type SharedState = Arc<RouterState>;
@@ -28,8 +29,12 @@ pub struct RouterState {
     /// in [`PlacementCache`].
     pub store: Arc<StoreGroups>,
     pub placements: Arc<PlacementCache>,
-    /// This router's health-check view of each region.
-    pub health: RegionHealth,
+    /// This router's health-check view of each region (shared with the
+    /// checks that outlive their round).
+    pub health: Arc<RegionHealth>,
+    /// What raft-store's members say of each other: whether a region's
+    /// member is gone from the store's side too.
+    pub store_view: Arc<StoreView>,
     /// Regions a drill has cut off from this router (`/admin/partition`):
     /// forwards and health checks treat their nodes as unreachable.
     pub partition: RegionCut,

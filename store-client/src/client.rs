@@ -222,6 +222,11 @@ impl StoreClient {
         })
     }
 
+    /// How many members this client knows (`status_of` takes `0..` it).
+    pub fn endpoints_len(&self) -> usize {
+        self.endpoints.len()
+    }
+
     pub fn client_id(&self) -> u64 {
         self.client_id
     }
