@@ -327,7 +327,7 @@ async fn region_answers(state: &SharedState, region: &str, started: Instant) -> 
             if status.is_success() && started.elapsed() >= timeout {
                 // Ready, after its round judged it: the node is busy, not
                 // gone (decision 0085).
-                late.health.answered_late(&region_name, started);
+                late.health.answered_late(&region_name);
             }
             Ok::<_, reqwest::Error>((status, headers))
         });

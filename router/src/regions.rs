@@ -200,16 +200,16 @@ impl RegionHealth {
         }
     }
 
-    /// A ready answer from one of `region`'s nodes to a check of the round
-    /// started at `round_started`, arriving after that round judged it
-    /// failed: the node is busy, not gone, so a failing streak that check
-    /// belongs to ends. Whether the region comes back is still for whole
-    /// rounds to say.
-    pub fn answered_late(&self, region: &str, round_started: Instant) {
+    /// A ready answer from one of `region`'s nodes that came after its
+    /// round judged it failed: the node answered while the region was
+    /// failing, so it is busy, not gone, and the failing streak ends
+    /// (whichever round the check was of: a node answering every check
+    /// late answers older rounds' checks during a newer streak). Whether a
+    /// down region comes back is still for whole rounds to say.
+    pub fn answered_late(&self, region: &str) {
         let mut states = self.lock();
         if let Some(state) = states.get_mut(region)
             && !state.down
-            && state.failing_since.is_some_and(|since| round_started >= since)
         {
             state.end_streak();
         }
@@ -376,22 +376,22 @@ mod tests {
     }
 
     #[test]
-    fn a_late_ready_answer_ends_the_failing_streak_it_belongs_to() {
+    fn a_late_ready_answer_ends_the_failing_streak() {
         let h = health();
         let t0 = Instant::now();
         let round = |n: u32| t0 + Duration::from_millis(200) * n;
         silent(&h, "us", round(0), false);
         silent(&h, "us", round(1), false);
-        // Round 1's check answers ready after its round: the node is busy.
-        h.answered_late("us", round(1));
+        // A check answers ready after its round: the node is busy.
+        h.answered_late("us");
         assert_eq!(silent(&h, "us", round(2), false), Verdict::Unchanged);
         assert_eq!(silent(&h, "us", round(3), false), Verdict::Unchanged);
-        // A late answer to a check from before this streak says nothing
-        // of it.
-        h.answered_late("us", round(1));
-        assert_eq!(silent(&h, "us", round(4), true), Verdict::WentDown(Evidence::StoreLostItsMember));
-        // Nor of a region already down.
-        h.answered_late("us", round(4));
+        assert_eq!(
+            silent(&h, "us", round(4), true),
+            Verdict::WentDown(Evidence::StoreLostItsMember)
+        );
+        // It says nothing of a region already down.
+        h.answered_late("us");
         assert!(!h.is_up("us"));
     }
 
