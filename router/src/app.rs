@@ -86,6 +86,7 @@ impl RouterApp {
             store,
             health,
             store_view: Arc::default(),
+            unsettled: Default::default(),
             partition: RegionCut::new(&config.region),
             metrics,
             http,

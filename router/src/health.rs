@@ -149,6 +149,7 @@ pub async fn check_once(state: &SharedState) {
                 went_down.push(region.clone());
             }
             Verdict::CameBack => {
+                state.unsettled.forget_region(region);
                 tracing::warn!(
                     region,
                     at_ms = now_ms(),
@@ -171,8 +172,12 @@ pub async fn check_once(state: &SharedState) {
     for region in state.health.down_regions() {
         // Just went down: always ask the store. Down for a while: only if
         // the cache still shows tenants there (a failed move, or a
-        // placement written since).
-        if !went_down.contains(&region) && state.placements.homed_in(&region).is_empty() {
+        // placement written since), or a write whose outcome is unknown
+        // is to be sent again (finding 21).
+        if !went_down.contains(&region)
+            && state.placements.homed_in(&region).is_empty()
+            && !state.unsettled.holds(&region)
+        {
             continue;
         }
         match state.mover().fail_over(&region, Trigger::Automatic).await {

@@ -6,7 +6,7 @@ use once_edge::ApiKeys;
 use once_store_client::groups::StoreGroups;
 
 use crate::config::RouterConfig;
-use crate::failover::Mover;
+use crate::failover::{Mover, UnsettledEvacuations};
 use crate::metrics::Metrics;
 use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
@@ -42,6 +42,9 @@ pub struct RouterState {
     /// (fail fast) until one probe or a health check reaches them again.
     pub reachability: Reachability,
     pub metrics: Arc<Metrics>,
+    /// Evacuations whose outcome is unknown, sent again by the region's
+    /// next failover ([`crate::failover`]).
+    pub unsettled: UnsettledEvacuations,
     /// One client for every forward: its connection pool keeps connections
     /// to each node warm.
     pub http: reqwest::Client,
@@ -57,6 +60,7 @@ impl RouterState {
             cache: &self.placements,
             health: &self.health,
             metrics: &self.metrics,
+            unsettled: &self.unsettled,
         }
     }
 }
