@@ -97,10 +97,9 @@ pub async fn check_once(state: &SharedState) {
             Answer::WaitingOnStore(_) => Round::Failed(None),
             Answer::Failed(failure) => Round::Failed(failure.evidence()),
         };
-        let (verdict, failures) =
-            state
-                .health
-                .record(region, started, round, |since| state.store_view.lost(region, since));
+        let (verdict, failures) = state.health.record(region, started, round, |since| {
+            state.store_view.lost(region, since)
+        });
         let labels = Metrics::region(region);
         state
             .metrics
@@ -123,7 +122,11 @@ pub async fn check_once(state: &SharedState) {
                     at_ms = now_ms(),
                     "region not declared down: its checks failed, but nothing says it is gone (no refusal, raft-store still hears its member)"
                 );
-                state.metrics.region_down_withheld.get_or_create(&labels).inc();
+                state
+                    .metrics
+                    .region_down_withheld
+                    .get_or_create(&labels)
+                    .inc();
             }
             Verdict::WentDown(evidence) => {
                 tracing::warn!(
@@ -446,7 +449,10 @@ mod tests {
     #[test]
     fn nodes_that_do_not_name_groups_are_judged_as_before_groups() {
         // No region ready: the store is out, nobody is cut off (0056).
-        let reach = Reach::of_ready(&[Answer::WaitingOnStore(None), Answer::Failed(Failure::Silent)]);
+        let reach = Reach::of_ready(&[
+            Answer::WaitingOnStore(None),
+            Answer::Failed(Failure::Silent),
+        ]);
         assert_eq!(reach, Reach::Nothing);
         assert!(!reach.covers(None));
         assert!(!reach.covers(groups(&["us"]).as_ref()));
@@ -491,9 +497,8 @@ mod tests {
 
     #[test]
     fn a_regions_failure_is_sure_only_when_every_node_refused() {
-        let failed = |failures: &[Failure]| {
-            best_of(failures.iter().map(|f| Answer::Failed(*f)).collect())
-        };
+        let failed =
+            |failures: &[Failure]| best_of(failures.iter().map(|f| Answer::Failed(*f)).collect());
         assert_eq!(
             failed(&[Failure::Refused, Failure::Refused]),
             Answer::Failed(Failure::Refused)

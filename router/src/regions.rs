@@ -327,7 +327,7 @@ mod tests {
 
     #[test]
     fn rounds_that_only_timed_out_are_withheld_until_the_store_says_the_member_is_gone_or_they_last()
-    {
+     {
         let h = health();
         let t0 = Instant::now();
         let round = |n: u32| t0 + Duration::from_millis(200) * n;
@@ -468,6 +468,9 @@ mod tests {
         passed(&h, "us");
         assert_eq!(refused(&h, "us"), Verdict::Unchanged);
         assert_eq!(refused(&h, "us"), Verdict::Unchanged);
-        assert_eq!(refused(&h, "us"), Verdict::WentDown(Evidence::NothingListens));
+        assert_eq!(
+            refused(&h, "us"),
+            Verdict::WentDown(Evidence::NothingListens)
+        );
     }
 }

@@ -75,9 +75,7 @@ impl StoreView {
             .get(&status.id)
             .is_none_or(|w| w.asked_at <= asked_at);
         if fresher {
-            state
-                .words
-                .insert(status.id, Word { asked_at, status });
+            state.words.insert(status.id, Word { asked_at, status });
         }
     }
 

@@ -54,9 +54,7 @@ async fn write(State(store): State<Shared>, body: Bytes) -> Vec<u8> {
         store.evacuations_received += 1;
     }
     let key = (request.client, request.seq);
-    let lost = store
-        .evacuated_at
-        .is_some_and(|at| at.elapsed() < LOST_FOR);
+    let lost = store.evacuated_at.is_some_and(|at| at.elapsed() < LOST_FOR);
     let answer = if let Some(first) = store.replies.get(&key) {
         // A resent write: its first outcome (raft-store's dedup).
         if lost {
@@ -158,9 +156,11 @@ async fn a_move_whose_answer_was_lost_is_counted_once_the_same_write_is_answered
             "from=\"us\",to=\"eu\",trigger=\"automatic\"",
         )
     };
-    until("the first evacuation applied", Duration::from_secs(20), || async {
-        store.lock().unwrap().evacuated_at.is_some()
-    })
+    until(
+        "the first evacuation applied",
+        Duration::from_secs(20),
+        || async { store.lock().unwrap().evacuated_at.is_some() },
+    )
     .await;
     until("the move counted", Duration::from_secs(30), || async {
         moves().await == 1.0

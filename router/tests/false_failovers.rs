@@ -56,9 +56,7 @@ async fn readyz(State(node): State<Script<Node>>) -> &'static str {
 /// The `us` node, and a switch that stops it: its listener closes, so
 /// every later connection is refused — a node that died.
 async fn us_node(node: Script<Node>) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
-    let app = Router::new()
-        .route("/readyz", get(readyz))
-        .with_state(node);
+    let app = Router::new().route("/readyz", get(readyz)).with_state(node);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -248,7 +246,10 @@ async fn a_node_gone_is_declared_down_on_its_refusals_within_the_window() {
     .await;
     let took = gone_at.elapsed();
     assert_eq!(cluster.declarations("nothing_listens").await, 1.0);
-    assert!(took < Duration::from_millis(1500), "declared {took:?} after");
+    assert!(
+        took < Duration::from_millis(1500),
+        "declared {took:?} after"
+    );
 }
 
 #[tokio::test]
