@@ -567,6 +567,23 @@ mod tests {
     }
 
     #[test]
+    fn every_peer_heard_is_told_with_its_age_and_one_never_heard_is_not() {
+        let g = guard();
+        assert!(g.peers_heard().is_empty());
+        let Some(long_ago) = sample_taken(Duration::from_secs(5)) else {
+            return;
+        };
+        g.record(2, long_ago);
+        g.record(3, sample(0));
+        g.record(1, sample(0));
+        let heard = g.peers_heard();
+        assert!(heard[&2] >= Duration::from_secs(5), "{heard:?}");
+        assert!(heard[&3] < Duration::from_secs(1), "{heard:?}");
+        assert!(!heard.contains_key(&1), "itself: never a peer");
+        assert_eq!(heard.len(), 2);
+    }
+
+    #[test]
     fn a_lone_voter_always_agrees_with_itself() {
         assert_eq!(guard().verdict(&voters(&[1])), Verdict::Agrees);
     }

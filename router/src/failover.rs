@@ -348,6 +348,7 @@ impl Mover<'_> {
             Ok(reply) => reply,
             Err(Unsettling::Unknown { write, why }) => {
                 let homed = homed.unwrap_or_default();
+                let write = *write;
                 self.unsettled.keep(name, region, Kept { write, homed });
                 return Err(MoveError::Store(ClientError::Ambiguous(why)));
             }

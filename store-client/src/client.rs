@@ -174,7 +174,7 @@ pub struct Unsettled {
 pub enum Unsettling {
     /// It may have applied; [`Unsettled::resend`] finds out.
     #[error("outcome unknown: {why}")]
-    Unknown { write: Unsettled, why: String },
+    Unknown { write: Box<Unsettled>, why: String },
     /// It did not apply (or never will): the client's own errors.
     #[error(transparent)]
     Failed(ClientError),
@@ -193,7 +193,10 @@ impl Unsettled {
         match self.client.send_write(&self.request).await {
             Ok(Reply::StaleSequence) => Err(Unsettling::Failed(ClientError::Stale)),
             Ok(reply) => Ok(reply),
-            Err(ClientError::Ambiguous(why)) => Err(Unsettling::Unknown { write: self, why }),
+            Err(ClientError::Ambiguous(why)) => Err(Unsettling::Unknown {
+                write: Box::new(self),
+                why,
+            }),
             Err(e) => Err(Unsettling::Failed(e)),
         }
     }
