@@ -26,9 +26,12 @@ pub async fn shutdown_signal() {
     };
     #[cfg(not(unix))]
     let terminate = std::future::pending::<()>();
+    // Each way out says so: a process that ended on a signal nobody meant
+    // for it left nothing in its log (RELIABILITY.md finding 19), and
+    // only SIGKILL should stop a process without a word.
     tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
+        _ = ctrl_c => tracing::warn!("SIGINT (Ctrl-C): shutting down"),
+        _ = terminate => tracing::warn!("SIGTERM: shutting down"),
         // `once up` closes the pipe when it stops a child too (tokio's
         // `Child::wait` drops stdin first), often before its SIGTERM lands.
         _ = lifeline => tracing::warn!("stdin closed (the supervising process stops this one, or is gone): shutting down"),

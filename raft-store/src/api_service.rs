@@ -434,9 +434,35 @@ pub fn status_of(state: &ApiState) -> Status {
         speaks: state.versions.speaks(),
         cluster: state.state_machine.wire_version().unwrap_or(1),
         members: state.versions.members(),
-        agreed: state.versions.agreed(members),
+        agreed: state.versions.agreed(members.clone()),
     };
+    // Every group this member hosts hears its peers: the freshest word
+    // of each is the member's.
+    let mut peers_heard: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for hosted in state.hosted.all() {
+        for (peer, ago) in hosted.clock.peers_heard() {
+            let ago = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
+            peers_heard
+                .entry(peer)
+                .and_modify(|best| *best = (*best).min(ago))
+                .or_insert(ago);
+        }
+    }
+    let member_regions = members
+        .iter()
+        .map(|id| {
+            let region = if *id == state.id {
+                state.wan.region().to_owned()
+            } else {
+                state.wan.region_of(*id)
+            };
+            (*id, region)
+        })
+        .collect();
     Status {
+        region: Some(state.wan.region().to_owned()),
+        member_regions,
+        peers_heard_ms_ago: peers_heard,
         wire,
         remembered_clients: state.state_machine.remembered_clients().ok(),
         leader_heard_ms_ago: state

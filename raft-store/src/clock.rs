@@ -311,6 +311,20 @@ impl ClockGuard {
         ages.get(voters.len() / 2).copied()
     }
 
+    /// How long ago each peer was last heard from, by any Raft RPC in
+    /// either direction: what this member says of its peers' liveness
+    /// from the store's side (`peers_heard_ms_ago` in `/api/status`; a
+    /// router corroborates a region's failed health checks with it,
+    /// docs/decisions/0085-a-region-is-down-on-evidence-that-survives-load.md).
+    pub fn peers_heard(&self) -> BTreeMap<NodeId, Duration> {
+        let now = Instant::now();
+        self.lock()
+            .samples
+            .iter()
+            .map(|(peer, s)| (*peer, now.saturating_duration_since(s.at)))
+            .collect()
+    }
+
     /// Whether this member knows its clock is the odd one out: a majority
     /// disagrees, or a leader that vouches for its own clock does.
     pub fn is_odd_one_out(&self, voters: &BTreeSet<NodeId>, leader: Option<NodeId>) -> bool {
@@ -550,6 +564,23 @@ mod tests {
             "one fresh voter is enough"
         );
         assert!(heard(2) >= Duration::from_secs(5), "3 is not the leader");
+    }
+
+    #[test]
+    fn every_peer_heard_is_told_with_its_age_and_one_never_heard_is_not() {
+        let g = guard();
+        assert!(g.peers_heard().is_empty());
+        let Some(long_ago) = sample_taken(Duration::from_secs(5)) else {
+            return;
+        };
+        g.record(2, long_ago);
+        g.record(3, sample(0));
+        g.record(1, sample(0));
+        let heard = g.peers_heard();
+        assert!(heard[&2] >= Duration::from_secs(5), "{heard:?}");
+        assert!(heard[&3] < Duration::from_secs(1), "{heard:?}");
+        assert!(!heard.contains_key(&1), "itself: never a peer");
+        assert_eq!(heard.len(), 2);
     }
 
     #[test]

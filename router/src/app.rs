@@ -4,7 +4,8 @@
 //! Two runtimes: the process's, where the public listener forwards clients'
 //! requests, and the control runtime (a thread of its own), where the admin
 //! listener answers probes and operators and the control loops run — the
-//! placement refresher, the health checker and the failovers it starts. A
+//! placement refresher, the health checker and the failovers it starts, and
+//! the watch of raft-store's members that corroborates it. A
 //! retry storm on the public listener then cannot starve what tells
 //! Kubernetes the router is alive, nor what loads the table it routes by
 //! (RELIABILITY.md, finding 17). Each runtime has its own clients (store and
@@ -32,7 +33,7 @@ use crate::placement::PlacementCache;
 use crate::reachability::Reachability;
 use crate::regions::RegionHealth;
 use crate::state::{RouterState, SharedState};
-use crate::{admin, console, forward, health, ops};
+use crate::{admin, console, forward, health, ops, store_view};
 
 /// A bound router, not serving yet.
 #[derive(Debug)]
@@ -53,7 +54,7 @@ impl RouterApp {
         let control = OwnRuntime::start("router-control").context("starting the control thread")?;
         let store = Arc::new(store_client(&config)?);
         let http = node_client(&config)?;
-        let health = RegionHealth::new(config.nodes.regions(), config.health);
+        let health = Arc::new(RegionHealth::new(config.nodes.regions(), config.health));
         let metrics = Arc::new(Metrics::new());
         let public = Server::bind("public", config.listen, config.limits, metrics.edge.clone())
             .await
@@ -84,6 +85,8 @@ impl RouterApp {
             )),
             store,
             health,
+            store_view: Arc::default(),
+            unsettled: Default::default(),
             partition: RegionCut::new(&config.region),
             metrics,
             http,
@@ -133,6 +136,10 @@ impl RouterApp {
                 .keep_fresh(state.config.placement_refresh, state.metrics.clone()),
         );
         let checker = control.handle().spawn(health::watch_regions(state.clone()));
+        let members = control.handle().spawn(store_view::watch_members(
+            state.store.directory().clone(),
+            state.store_view.clone(),
+        ));
         let drain = state.config.drain_timeout;
         let listeners = vec![
             (public, public_router(state.clone())),
@@ -141,6 +148,7 @@ impl RouterApp {
         serve_together(listeners, signal, drain).await;
         refresher.abort();
         checker.abort();
+        members.abort();
         // Only now: the admin listener and the control clients' connections
         // lived on it until every listener drained.
         drop(control);

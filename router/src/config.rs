@@ -104,6 +104,13 @@ pub struct HealthConfig {
     /// that all failed together (a raft-store election) come back seconds
     /// apart, whatever the interval (`crate::regions`).
     pub settle: Duration,
+    /// How long a region's rounds must have failed with no sure evidence —
+    /// no refused connection, no answer of the nodes' own, no word from
+    /// raft-store that the region's member is gone — before it is down
+    /// anyway: a node that takes connections and answers nothing, while
+    /// its region's member is heard, is taken for busy until then
+    /// (docs/decisions/0085-a-region-is-down-on-evidence-that-survives-load.md).
+    pub unconfirmed_after: Duration,
 }
 
 impl Default for HealthConfig {
@@ -112,13 +119,17 @@ impl Default for HealthConfig {
     /// killed region's tenants are served again within a second
     /// (docs/decisions/0036-bulk-placement-moves.md). A region that
     /// answers nothing for less than 3 × 200 ms (a pause, a slow check) is
-    /// never declared down.
+    /// never declared down. That speed needs sure evidence (decision
+    /// 0085): a refused connection, the nodes' own `503`, or raft-store's
+    /// word that the region's member is gone; with none, the region is
+    /// down after 2 s of failed rounds.
     fn default() -> Self {
         Self {
             interval: Duration::from_millis(200),
             failures: 3,
             successes: 5,
             settle: Duration::from_secs(3),
+            unconfirmed_after: Duration::from_secs(2),
         }
     }
 }

@@ -22,6 +22,15 @@
 //! ([`once_store_client::command::Op::ReturnHome`]) is always the listing
 //! kind.
 //!
+//! An evacuation whose outcome is unknown (its write's deadline passed
+//! after an attempt that may have reached the leader) is kept
+//! ([`UnsettledEvacuations`]) and the region's next failover sends *that*
+//! write again, same `(client, seq)`: raft-store answers it with its first
+//! reply if it had applied, so the move it made is this router's and
+//! counted in `router_placement_moves_total`. A new write would find the
+//! evacuation made (`again`) and could not tell this router's from
+//! another's (RELIABILITY.md finding 21).
+//!
 //! ```text
 //! region down ─► evacuate_region(region, regions this router may fail over to)   (one Raft entry)
 //!     ├─ Evacuated ─► the cache's tenants homed there moved by the same rule
@@ -33,8 +42,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use once_store_client::client::{ClientError, StoreClient};
-use once_store_client::command::Reply;
+use std::sync::{Arc, Mutex};
+
+use once_store_client::client::{ClientError, StoreClient, Unsettled, Unsettling};
+use once_store_client::command::{MovedPlacement, Op, Placement, Reply};
 use once_store_client::groups::StoreGroups;
 use serde::Serialize;
 
@@ -130,6 +141,72 @@ pub struct Mover<'a> {
     pub cache: &'a PlacementCache,
     pub health: &'a RegionHealth,
     pub metrics: &'a Metrics,
+    pub unsettled: &'a UnsettledEvacuations,
+}
+
+/// Evacuation writes whose outcome is unknown, by group and region, kept
+/// until the region's next failover sends them again (module docs).
+#[derive(Debug, Default)]
+pub struct UnsettledEvacuations(Mutex<BTreeMap<(String, String), Kept>>);
+
+/// A kept write and the cached placements homed in the region when it
+/// was first sent: what it moved if it applied, whatever the cache has
+/// read from the store since.
+#[derive(Debug)]
+struct Kept {
+    write: Unsettled,
+    homed: Vec<(String, Arc<Placement>)>,
+}
+
+impl UnsettledEvacuations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Kept>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, group: &str, region: &str) -> Option<Kept> {
+        self.lock().remove(&(group.to_owned(), region.to_owned()))
+    }
+
+    fn keep(&self, group: &str, region: &str, kept: Kept) {
+        self.lock()
+            .insert((group.to_owned(), region.to_owned()), kept);
+    }
+
+    /// Whether a write for `region` waits to be sent again: its failover
+    /// goes on even once the cache shows no tenant there.
+    pub fn holds(&self, region: &str) -> bool {
+        self.lock().keys().any(|(_, r)| r == region)
+    }
+
+    /// Drops what is kept for `region`: it came back, and a later failover
+    /// of it is a new decision, to be written anew (a kept write that had
+    /// applied would answer with the old move).
+    pub fn forget_region(&self, region: &str) {
+        self.lock().retain(|(_, r), _| r != region);
+    }
+}
+
+/// What an evacuation of `region` did to `homed` (the placements homed
+/// there when it was sent), by the rule raft-store reads them by.
+fn evacuated(
+    region: &str,
+    homed: Vec<(String, Arc<Placement>)>,
+    eligible: impl Fn(&str) -> bool,
+) -> Reply {
+    let (mut moved, mut stranded) = (Vec::new(), Vec::new());
+    for (tenant, placement) in homed {
+        match placement.failover_target(region, &eligible) {
+            Some(target) => moved.push(MovedPlacement {
+                tenant,
+                from: region.to_owned(),
+                placement: placement.moved_to(target),
+            }),
+            None => stranded.push(tenant),
+        }
+    }
+    moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+    stranded.sort();
+    Reply::Moved { moved, stranded }
 }
 
 /// The groups' bulk-move replies as one: every tenant moved (once: the
@@ -202,10 +279,10 @@ impl Mover<'_> {
         }
         let started = Instant::now();
         // One write per group, together: each fences its own tenants.
-        let writes = self
-            .store
-            .all()
-            .map(|(_, group)| self.evacuate_in(group, region, &eligible));
+        let writes = self.store.all().map(|(name, group)| {
+            let name = name.unwrap_or(once_store_client::groups::DIRECTORY);
+            self.evacuate_in(name, group, region, &eligible)
+        });
         let mut written_as = WrittenAs::Evacuation;
         let mut replies = Vec::new();
         for written in futures::future::join_all(writes).await {
@@ -239,11 +316,46 @@ impl Mover<'_> {
     /// by the older bulk move while the group does not take evacuations.
     async fn evacuate_in(
         &self,
-        group: &StoreClient,
+        name: &str,
+        group: &Arc<StoreClient>,
         region: &str,
         eligible: &[String],
     ) -> Result<(Reply, WrittenAs), MoveError> {
-        let reply = match group.evacuate_region(region, eligible).await? {
+        // The write of an earlier round whose outcome is unknown goes
+        // again, as itself, with the regions it allowed and the tenants
+        // it moved.
+        let (written, eligible, homed) = match self.unsettled.take(name, region) {
+            Some(Kept { write, homed }) => {
+                let allowed = match write.op() {
+                    Op::EvacuateRegion { eligible, .. } => eligible.clone(),
+                    _ => eligible.to_vec(),
+                };
+                tracing::info!(
+                    region,
+                    group = name,
+                    "sending again the evacuation whose outcome was unknown"
+                );
+                (write.resend().await, allowed, Some(homed))
+            }
+            None => {
+                let homed = self.cache.homed_snapshot(region);
+                let written = group.evacuate_region_settled(region, eligible).await;
+                let unknown = written.is_err();
+                (written, eligible.to_vec(), Some(homed).filter(|_| unknown))
+            }
+        };
+        let written = match written {
+            Ok(reply) => reply,
+            Err(Unsettling::Unknown { write, why }) => {
+                let homed = homed.unwrap_or_default();
+                let write = *write;
+                self.unsettled.keep(name, region, Kept { write, homed });
+                return Err(MoveError::Store(ClientError::Ambiguous(why)));
+            }
+            Err(Unsettling::Failed(e)) => return Err(e.into()),
+        };
+        let allowed = |r: &str| eligible.iter().any(|e| e == r);
+        let reply = match written {
             // Another router's evacuation of the region won: nothing moved
             // (the check below re-reads the table if the cache lags).
             Reply::Evacuated {
@@ -261,10 +373,14 @@ impl Mover<'_> {
                 again: false,
             } => {
                 tracing::info!(region, number, "region evacuated");
-                let (moved, stranded) = self
-                    .cache
-                    .evacuate(region, |r| eligible.iter().any(|e| e == r));
-                Reply::Moved { moved, stranded }
+                let (moved, stranded) = self.cache.evacuate(region, allowed);
+                match homed {
+                    // Sent again: the tenants homed there when it was
+                    // first sent are what it moved (the cache may have
+                    // read the move from the store meanwhile).
+                    Some(homed) => evacuated(region, homed, allowed),
+                    None => Reply::Moved { moved, stranded },
+                }
             }
             Reply::NotAgreed { needs, cluster } => {
                 tracing::info!(
@@ -273,7 +389,7 @@ impl Mover<'_> {
                     cluster,
                     "the group does not take evacuations yet: moving each tenant"
                 );
-                let moved = self.remembered(group.move_region(region, eligible).await?);
+                let moved = self.remembered(group.move_region(region, &eligible).await?);
                 return Ok((moved, WrittenAs::PerTenant));
             }
             other => return Err(MoveError::UnexpectedReply(Box::new(other))),

@@ -16,6 +16,16 @@
 //! A region cut off from this router by `/admin/partition`
 //! ([`crate::partition`]) fails its checks without a request being sent.
 //!
+//! Failed rounds make a region down only on evidence that survives a
+//! loaded machine ([`crate::regions`],
+//! docs/decisions/0085-a-region-is-down-on-evidence-that-survives-load.md):
+//! every node refusing the connection, the cut above, or raft-store's
+//! word that the region's member is gone ([`crate::store_view`]); checks
+//! that merely timed out are withheld (`router_region_down_withheld_total`)
+//! until they have failed for `unconfirmed_after`, and a check answered
+//! ready after its round ends the streak. Every declaration is counted by
+//! its evidence in `router_region_down_declarations_total`.
+//!
 //! A node that answers `503` waiting only on raft-store, the store every
 //! region shares ([`once_edge::ops::WAITING_ON_HEADER`]), fails its region's
 //! round only if another region was ready that round and reaches the
@@ -31,9 +41,8 @@
 //! that does not name its groups counts as reaching, or waiting on, the
 //! whole store.
 
-use std::time::Duration;
-
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use once_edge::ops::StoreGroups;
@@ -41,8 +50,8 @@ use once_store_client::command::RegionStatus;
 use tokio::time::MissedTickBehavior;
 
 use crate::failover::{Trigger, now_ms};
-use crate::metrics::Metrics;
-use crate::regions::Verdict;
+use crate::metrics::{DownLabels, Metrics};
+use crate::regions::{Evidence, Round, Verdict};
 use crate::state::{RouterState, SharedState};
 
 /// How long a health check's request may go on after its round judged it
@@ -67,9 +76,10 @@ pub async fn watch_regions(state: SharedState) {
 }
 
 /// One round: check every region, act on what changed.
-pub async fn check_once(state: &RouterState) {
+pub async fn check_once(state: &SharedState) {
+    let started = Instant::now();
     let regions: Vec<String> = state.config.nodes.regions().map(str::to_owned).collect();
-    let answers = join_all(regions.iter().map(|r| region_answers(state, r))).await;
+    let answers = join_all(regions.iter().map(|r| region_answers(state, r, started))).await;
     let reach = Reach::of_ready(&answers);
     let mut went_down = Vec::new();
     for (region, answer) in regions.iter().zip(answers) {
@@ -77,12 +87,19 @@ pub async fn check_once(state: &RouterState) {
             Answer::WaitingOnStore(waits) => reach.covers(waits.as_ref()),
             _ => false,
         };
-        let ok = match answer {
-            Answer::Ready(_) => true,
-            Answer::WaitingOnStore(_) => !cut_off,
-            Answer::Failed => false,
+        let round = match answer {
+            Answer::Ready(_) => Round::Passed,
+            Answer::WaitingOnStore(_) if !cut_off => Round::Passed,
+            // Its nodes say they cannot reach what other regions reach:
+            // under load, as often a node's stale word of the store as a
+            // region cut off from it (RELIABILITY.md, finding 20); the
+            // store's view decides.
+            Answer::WaitingOnStore(_) => Round::Failed(None),
+            Answer::Failed(failure) => Round::Failed(failure.evidence()),
         };
-        let (verdict, failures) = state.health.record(region, ok);
+        let (verdict, failures) = state.health.record(region, started, round, |since| {
+            state.store_view.lost(region, since)
+        });
         let labels = Metrics::region(region);
         state
             .metrics
@@ -96,21 +113,46 @@ pub async fn check_once(state: &RouterState) {
             .set(i64::from(state.health.is_up(region)));
         match verdict {
             Verdict::Unchanged => {}
-            Verdict::WentDown => {
+            Verdict::Withheld => {
                 tracing::warn!(
                     region,
                     failures,
                     last_round = ?answer,
                     cut_off,
                     at_ms = now_ms(),
+                    "region not declared down: its checks failed, but nothing says it is gone (no refusal, raft-store still hears its member)"
+                );
+                state
+                    .metrics
+                    .region_down_withheld
+                    .get_or_create(&labels)
+                    .inc();
+            }
+            Verdict::WentDown(evidence) => {
+                tracing::warn!(
+                    region,
+                    failures,
+                    last_round = ?answer,
+                    cut_off,
+                    evidence = evidence.as_str(),
+                    at_ms = now_ms(),
                     "region down: every node failed its health checks"
                 );
                 state.metrics.region_failovers.get_or_create(&labels).inc();
+                state
+                    .metrics
+                    .region_down_declarations
+                    .get_or_create(&DownLabels {
+                        region: region.clone(),
+                        evidence: evidence.as_str().to_owned(),
+                    })
+                    .inc();
                 // Published after the tenants moved: the status is
                 // advisory, the move is what clients wait for.
                 went_down.push(region.clone());
             }
             Verdict::CameBack => {
+                state.unsettled.forget_region(region);
                 tracing::warn!(
                     region,
                     at_ms = now_ms(),
@@ -133,8 +175,12 @@ pub async fn check_once(state: &RouterState) {
     for region in state.health.down_regions() {
         // Just went down: always ask the store. Down for a while: only if
         // the cache still shows tenants there (a failed move, or a
-        // placement written since).
-        if !went_down.contains(&region) && state.placements.homed_in(&region).is_empty() {
+        // placement written since), or a write whose outcome is unknown
+        // is to be sent again (finding 21).
+        if !went_down.contains(&region)
+            && state.placements.homed_in(&region).is_empty()
+            && !state.unsettled.holds(&region)
+        {
             continue;
         }
         match state.mover().fail_over(&region, Trigger::Automatic).await {
@@ -165,7 +211,57 @@ enum Answer {
     /// the waiting nodes wait on (`None`: some node did not name them).
     WaitingOnStore(Option<Groups>),
     /// No node answered in time, or none could serve for a reason of its own.
-    Failed,
+    Failed(Failure),
+}
+
+/// How a region's nodes failed a round, surest last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Failure {
+    /// Some node gave no answer in time: busy, paused or gone, it cannot
+    /// tell.
+    Silent,
+    /// Every node answered, `503` (or another failure) for a reason of
+    /// its own, or refused, some of each.
+    NotReady,
+    /// Every node refused the connection: nothing listens.
+    Refused,
+    /// The region is cut off from this router (`/admin/partition`).
+    Cut,
+}
+
+impl Failure {
+    /// What the failure is evidence of, when it is sure.
+    fn evidence(self) -> Option<Evidence> {
+        match self {
+            Self::Silent => None,
+            // A node's own `503` may be its load shedder or a readiness
+            // check that timed out on a busy machine: not sure either.
+            Self::NotReady => None,
+            Self::Refused => Some(Evidence::NothingListens),
+            Self::Cut => Some(Evidence::CutOff),
+        }
+    }
+
+    /// Two nodes' failures as the region's: the least sure wins, so one
+    /// silent node leaves the round unsure.
+    fn with(self, other: Self) -> Self {
+        self.min(other)
+    }
+}
+
+/// Whether `e` is a refused connection: nothing listens at the address (a
+/// connect timeout, or a handshake cut short, may be a busy machine).
+fn is_refused(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 type Groups = BTreeSet<String>;
@@ -186,7 +282,7 @@ impl Reach {
         let mut reach = Reach::Nothing;
         for answer in answers {
             reach = match (reach, answer) {
-                (reach, Answer::WaitingOnStore(_) | Answer::Failed) => reach,
+                (reach, Answer::WaitingOnStore(_) | Answer::Failed(_)) => reach,
                 (Reach::Everything, _) | (_, Answer::Ready(None)) => Reach::Everything,
                 (Reach::Nothing, Answer::Ready(Some(groups))) => Reach::Groups(groups.clone()),
                 (Reach::Groups(mut all), Answer::Ready(Some(groups))) => {
@@ -214,9 +310,9 @@ impl Reach {
 
 /// The best of what `region`'s nodes answer `/readyz` in time: ready
 /// nodes' groups together; else waiting nodes' groups together.
-async fn region_answers(state: &RouterState, region: &str) -> Answer {
+async fn region_answers(state: &SharedState, region: &str, started: Instant) -> Answer {
     if !state.partition.reachable(region) {
-        return Answer::Failed;
+        return Answer::Failed(Failure::Cut);
     }
     let timeout = state.config.health.interval;
     let checks = state.config.nodes.urls(region).iter().map(|url| {
@@ -230,18 +326,24 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
             .timeout(CHECK_LIMIT)
             .send();
         // Its own task: the check may outlive the round that judges it.
+        let (late, region_name) = (state.clone(), region.to_owned());
         let check = tokio::spawn(async move {
             let response = request.await?;
             let (status, headers) = (response.status(), response.headers().clone());
             // Read to its end, so the connection goes back to the pool.
             response.bytes().await?;
+            if status.is_success() && started.elapsed() >= timeout {
+                // Ready, after its round judged it: the node is busy, not
+                // gone (decision 0085).
+                late.health.answered_late(&region_name);
+            }
             Ok::<_, reqwest::Error>((status, headers))
         });
         async move {
             let Ok(Ok(answer)) = tokio::time::timeout(timeout, check).await else {
                 // Not in time (or the task panicked): a failed check; the
                 // request goes on, and its connection is kept.
-                return Answer::Failed;
+                return Answer::Failed(Failure::Silent);
             };
             // Any answer means the node takes connections: requests stop
             // failing fast for it ([`crate::reachability`]).
@@ -253,7 +355,11 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
                 Ok((status, headers)) if waits_on_store(status, &headers) => {
                     Answer::WaitingOnStore(StoreGroups::waiting_on_of(&headers))
                 }
-                _ => Answer::Failed,
+                Ok(_) => Answer::Failed(Failure::NotReady),
+                Err(e) if is_refused(&e) => Answer::Failed(Failure::Refused),
+                Err(e) if e.is_timeout() => Answer::Failed(Failure::Silent),
+                // A handshake cut short, a reset: the node may be busy.
+                Err(_) => Answer::Failed(Failure::Silent),
             }
         }
     });
@@ -262,7 +368,8 @@ async fn region_answers(state: &RouterState, region: &str) -> Answer {
 
 /// One answer for a region from its nodes' answers.
 fn best_of(answers: Vec<Answer>) -> Answer {
-    let mut best = Answer::Failed;
+    // No node at all: nothing listens for the region.
+    let mut best = Answer::Failed(Failure::Refused);
     for answer in answers {
         best = match (best, answer) {
             (Answer::Ready(a), Answer::Ready(b)) => Answer::Ready(union(a, b)),
@@ -270,9 +377,9 @@ fn best_of(answers: Vec<Answer>) -> Answer {
             (Answer::WaitingOnStore(a), Answer::WaitingOnStore(b)) => {
                 Answer::WaitingOnStore(union(a, b))
             }
-            (Answer::WaitingOnStore(a), Answer::Failed)
-            | (Answer::Failed, Answer::WaitingOnStore(a)) => Answer::WaitingOnStore(a),
-            (Answer::Failed, Answer::Failed) => Answer::Failed,
+            (Answer::WaitingOnStore(a), Answer::Failed(_))
+            | (Answer::Failed(_), Answer::WaitingOnStore(a)) => Answer::WaitingOnStore(a),
+            (Answer::Failed(a), Answer::Failed(b)) => Answer::Failed(a.with(b)),
         };
     }
     best
@@ -334,7 +441,7 @@ mod tests {
         let reach = Reach::of_ready(&[
             Answer::Ready(groups(&["directory"])),
             Answer::Ready(groups(&["ap"])),
-            Answer::Failed,
+            Answer::Failed(Failure::Silent),
         ]);
         assert!(reach.covers(groups(&["directory", "ap"]).as_ref()));
     }
@@ -342,7 +449,10 @@ mod tests {
     #[test]
     fn nodes_that_do_not_name_groups_are_judged_as_before_groups() {
         // No region ready: the store is out, nobody is cut off (0056).
-        let reach = Reach::of_ready(&[Answer::WaitingOnStore(None), Answer::Failed]);
+        let reach = Reach::of_ready(&[
+            Answer::WaitingOnStore(None),
+            Answer::Failed(Failure::Silent),
+        ]);
         assert_eq!(reach, Reach::Nothing);
         assert!(!reach.covers(None));
         assert!(!reach.covers(groups(&["us"]).as_ref()));
@@ -360,7 +470,7 @@ mod tests {
     fn a_regions_answer_is_its_best_nodes_with_their_groups_together() {
         assert_eq!(
             best_of(vec![
-                Answer::Failed,
+                Answer::Failed(Failure::Silent),
                 Answer::WaitingOnStore(groups(&["us"])),
                 Answer::Ready(groups(&["directory"])),
                 Answer::Ready(groups(&["us"])),
@@ -370,7 +480,7 @@ mod tests {
         assert_eq!(
             best_of(vec![
                 Answer::WaitingOnStore(groups(&["us"])),
-                Answer::Failed,
+                Answer::Failed(Failure::Silent),
                 Answer::WaitingOnStore(groups(&["directory"])),
             ]),
             Answer::WaitingOnStore(groups(&["directory", "us"]))
@@ -382,6 +492,29 @@ mod tests {
             ]),
             Answer::WaitingOnStore(None)
         );
-        assert_eq!(best_of(vec![]), Answer::Failed);
+        assert_eq!(best_of(vec![]), Answer::Failed(Failure::Refused));
+    }
+
+    #[test]
+    fn a_regions_failure_is_sure_only_when_every_node_refused() {
+        let failed =
+            |failures: &[Failure]| best_of(failures.iter().map(|f| Answer::Failed(*f)).collect());
+        assert_eq!(
+            failed(&[Failure::Refused, Failure::Refused]),
+            Answer::Failed(Failure::Refused)
+        );
+        assert_eq!(Failure::Refused.evidence(), Some(Evidence::NothingListens));
+        // One node silent (busy, paused or gone): the round is not sure.
+        assert_eq!(
+            failed(&[Failure::Refused, Failure::Silent]),
+            Answer::Failed(Failure::Silent)
+        );
+        assert_eq!(
+            failed(&[Failure::NotReady, Failure::Refused]),
+            Answer::Failed(Failure::NotReady)
+        );
+        assert_eq!(Failure::Silent.evidence(), None);
+        assert_eq!(Failure::NotReady.evidence(), None);
+        assert_eq!(Failure::Cut.evidence(), Some(Evidence::CutOff));
     }
 }

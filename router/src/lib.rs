@@ -17,7 +17,10 @@
 //! - [`forward`]: `/payments…` — resolve, forward, 421 retry, 503.
 //! - [`headers`]: end-to-end headers pass, hop-by-hop ones stop.
 //! - [`placement`]: the placement cache and its refresher.
-//! - [`regions`]: this router's up/down view of each region (thresholds).
+//! - [`regions`]: this router's up/down view of each region (thresholds,
+//!   and the evidence a region is declared down on).
+//! - [`store_view`]: raft-store's members' word of each other, which
+//!   corroborates failed health checks.
 //! - [`health`]: the health-check loop and automatic failover.
 //! - [`failover`]: moving tenants — failover and failback by epoch CAS.
 //! - [`admin`]: operator failover, failback, the placement table and the
@@ -46,7 +49,8 @@
 //!             every node refused a connection lately ─► 503 at once, Retry-After: the backoff left
 //!
 //! health checker ── GET /readyz every interval ──► every node of every region
-//!   N rounds all failed ─► store: region Down ─► for each tenant homed there:
+//!   N rounds all failed, on sure evidence (all refused, cut off, raft-store lost the
+//!   region's member; or failing for 2 s) ─► store: region Down ─► for each tenant homed there:
 //!     set_placement(tenant, epoch, first healthy standby, …) ── CAS: one router wins
 //! ```
 //!
@@ -75,6 +79,7 @@ pub mod placement;
 pub mod reachability;
 pub mod regions;
 pub mod state;
+pub mod store_view;
 
 pub use app::RouterApp;
 pub use config::{HealthConfig, RouterConfig};

@@ -27,6 +27,13 @@ pub struct RegionLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DownLabels {
+    pub region: String,
+    /// What it was declared down on ([`crate::regions::Evidence::as_str`]).
+    pub evidence: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct MoveLabels {
     pub from: String,
     pub to: String,
@@ -55,6 +62,14 @@ pub struct Metrics {
     pub placement_moves: Family<MoveLabels, Counter>,
     /// `router_region_failovers_total{region}`: regions this router declared down.
     pub region_failovers: Family<RegionLabels, Counter>,
+    /// `router_region_down_declarations_total{region,evidence}`: the same
+    /// declarations by what they were made on (decision 0085): what a
+    /// loaded run counts for regions that were never stopped.
+    pub region_down_declarations: Family<DownLabels, Counter>,
+    /// `router_region_down_withheld_total{region}`: failing streaks that
+    /// reached the threshold with nothing saying the region is gone, not
+    /// declared (once per streak).
+    pub region_down_withheld: Family<RegionLabels, Counter>,
     /// `router_region_healthy{region}`: 1 while this router sees the region up.
     pub region_healthy: Family<RegionLabels, Gauge>,
     /// `router_region_consecutive_failures{region}`.
@@ -121,6 +136,18 @@ impl Metrics {
             "Regions this router declared down after failed health checks",
             region_failovers.clone(),
         );
+        let region_down_declarations = Family::<DownLabels, Counter>::default();
+        registry.register(
+            "router_region_down_declarations",
+            "Regions this router declared down, by the evidence it did so on",
+            region_down_declarations.clone(),
+        );
+        let region_down_withheld = Family::<RegionLabels, Counter>::default();
+        registry.register(
+            "router_region_down_withheld",
+            "Failing streaks that reached the threshold with nothing saying the region is gone: not declared down",
+            region_down_withheld.clone(),
+        );
         let region_healthy = Family::<RegionLabels, Gauge>::default();
         registry.register(
             "router_region_healthy",
@@ -157,6 +184,8 @@ impl Metrics {
             failed_fast,
             placement_moves,
             region_failovers,
+            region_down_declarations,
+            region_down_withheld,
             region_healthy,
             region_failures,
             placements,

@@ -75,6 +75,18 @@ impl PlacementCache {
             .collect()
     }
 
+    /// The cached placements homed in `region`, as they are now: what an
+    /// evacuation sent now moves, kept in case its answer is lost and the
+    /// table refreshed before the write is answered again
+    /// ([`crate::failover`], RELIABILITY.md finding 21).
+    pub fn homed_snapshot(&self, region: &str) -> Vec<(String, Arc<Placement>)> {
+        self.read()
+            .iter()
+            .filter(|(_, p)| p.home == region)
+            .map(|(t, p)| (t.clone(), p.clone()))
+            .collect()
+    }
+
     /// Applies an evacuation of `region` to the cache, in place and under
     /// one lock, by the rule raft-store now reads those placements by
     /// ([`Placement::failover_target`], epoch + 1): the first standby

@@ -6,12 +6,13 @@ use once_edge::ApiKeys;
 use once_store_client::groups::StoreGroups;
 
 use crate::config::RouterConfig;
-use crate::failover::Mover;
+use crate::failover::{Mover, UnsettledEvacuations};
 use crate::metrics::Metrics;
 use crate::partition::RegionCut;
 use crate::placement::PlacementCache;
 use crate::reachability::Reachability;
 use crate::regions::RegionHealth;
+use crate::store_view::StoreView;
 
 /// Shared by reference count; nothing in it is cloned per request.
 pub type SharedState = Arc<RouterState>;
@@ -28,8 +29,12 @@ pub struct RouterState {
     /// in [`PlacementCache`].
     pub store: Arc<StoreGroups>,
     pub placements: Arc<PlacementCache>,
-    /// This router's health-check view of each region.
-    pub health: RegionHealth,
+    /// This router's health-check view of each region (shared with the
+    /// checks that outlive their round).
+    pub health: Arc<RegionHealth>,
+    /// What raft-store's members say of each other: whether a region's
+    /// member is gone from the store's side too.
+    pub store_view: Arc<StoreView>,
     /// Regions a drill has cut off from this router (`/admin/partition`):
     /// forwards and health checks treat their nodes as unreachable.
     pub partition: RegionCut,
@@ -37,6 +42,9 @@ pub struct RouterState {
     /// (fail fast) until one probe or a health check reaches them again.
     pub reachability: Reachability,
     pub metrics: Arc<Metrics>,
+    /// Evacuations whose outcome is unknown, sent again by the region's
+    /// next failover ([`crate::failover`]).
+    pub unsettled: UnsettledEvacuations,
     /// One client for every forward: its connection pool keeps connections
     /// to each node warm.
     pub http: reqwest::Client,
@@ -52,6 +60,7 @@ impl RouterState {
             cache: &self.placements,
             health: &self.health,
             metrics: &self.metrics,
+            unsettled: &self.unsettled,
         }
     }
 }

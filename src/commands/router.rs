@@ -73,6 +73,12 @@ pub struct RouterArgs {
     /// regions that failed together come back seconds apart.
     #[arg(long, env = "ONCE_HEALTH_CHECK_SETTLE", default_value = "3s", value_parser = humantime::parse_duration)]
     pub health_check_settle: Duration,
+    /// How long a region's rounds must fail with nothing saying it is gone
+    /// (no refused connection, raft-store still hearing its member) before
+    /// it is down anyway: a node that answers nothing while its region's
+    /// member is heard is taken for busy until then (decision 0085).
+    #[arg(long, env = "ONCE_HEALTH_CHECK_UNCONFIRMED_AFTER", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub health_check_unconfirmed_after: Duration,
     /// How often the whole placement table is re-read (a 421 re-reads at once).
     #[arg(long, env = "ONCE_PLACEMENT_REFRESH", default_value = "2s", value_parser = humantime::parse_duration)]
     pub placement_refresh: Duration,
@@ -127,6 +133,7 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
         failures: args.health_check_failures,
         successes: args.health_check_successes,
         settle: args.health_check_settle,
+        unconfirmed_after: args.health_check_unconfirmed_after,
     };
     config.placement_refresh = args.placement_refresh;
     config.auto_failover = args.auto_failover;
@@ -176,6 +183,7 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<()> {
                     "failures": config.health.failures,
                     "successes": config.health.successes,
                     "settle": humantime::format_duration(config.health.settle).to_string(),
+                    "unconfirmedAfter": humantime::format_duration(config.health.unconfirmed_after).to_string(),
                 },
                 "placementRefresh": humantime::format_duration(config.placement_refresh).to_string(),
                 "autoFailover": config.auto_failover,

@@ -25,7 +25,7 @@
 //!   refused.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::NodeId;
@@ -159,6 +159,55 @@ enum Attempt<T> {
     NotSent(String),
 }
 
+/// A write whose outcome is unknown, held so it can be sent again as
+/// itself ([`StoreClient::write_settled`]). While it lives its seq is
+/// outstanding: the store keeps its reply. Dropped, it is abandoned like
+/// any write whose caller gave up.
+#[derive(Debug)]
+pub struct Unsettled {
+    client: Arc<StoreClient>,
+    request: ClientRequest,
+}
+
+/// Why a [`StoreClient::write_settled`] has no reply.
+#[derive(Debug, thiserror::Error)]
+pub enum Unsettling {
+    /// It may have applied; [`Unsettled::resend`] finds out.
+    #[error("outcome unknown: {why}")]
+    Unknown { write: Box<Unsettled>, why: String },
+    /// It did not apply (or never will): the client's own errors.
+    #[error(transparent)]
+    Failed(ClientError),
+}
+
+impl Unsettled {
+    /// The command, as sent.
+    pub fn op(&self) -> &Op {
+        &self.request.op
+    }
+
+    /// Sends the same `(client, seq)` again until an answer or the
+    /// client's deadline: the store answers a write that had applied with
+    /// its first reply, and applies one that had not.
+    pub async fn resend(self) -> Result<Reply, Unsettling> {
+        match self.client.send_write(&self.request).await {
+            Ok(Reply::StaleSequence) => Err(Unsettling::Failed(ClientError::Stale)),
+            Ok(reply) => Ok(reply),
+            Err(ClientError::Ambiguous(why)) => Err(Unsettling::Unknown {
+                write: Box::new(self),
+                why,
+            }),
+            Err(e) => Err(Unsettling::Failed(e)),
+        }
+    }
+}
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        self.client.session().outstanding.remove(&self.request.seq);
+    }
+}
+
 /// A sequence number this client still waits on. Dropped — the write
 /// answered, failed, or its caller gave up on it (a timeout, a closed
 /// connection) — it stops holding back `acked_below`; otherwise one
@@ -222,6 +271,11 @@ impl StoreClient {
         })
     }
 
+    /// How many members this client knows (`status_of` takes `0..` it).
+    pub fn endpoints_len(&self) -> usize {
+        self.endpoints.len()
+    }
+
     pub fn client_id(&self) -> u64 {
         self.client_id
     }
@@ -263,6 +317,38 @@ impl StoreClient {
             Ok(Reply::StaleSequence) => Err(ClientError::Stale),
             other => other,
         }
+    }
+
+    /// As [`Self::write`], but an ambiguous outcome keeps the write: its
+    /// `(client, seq)` stays outstanding (so the store keeps its reply)
+    /// and [`Unsettled::resend`] sends the very same command again, whose
+    /// answer is then its first outcome if it had applied — not a new
+    /// command's, which cannot tell this client's earlier write from
+    /// another's (RELIABILITY.md finding 21: a router counted no move when
+    /// its evacuation's first answer was lost).
+    pub async fn write_settled(self: &Arc<Self>, op: Op) -> Result<Reply, Unsettling> {
+        // Outstanding until the `Unsettled` below is dropped (nothing is
+        // awaited before it exists).
+        let seq = {
+            let mut s = self.session();
+            let seq = s.next_seq;
+            s.next_seq += 1;
+            s.outstanding.insert(seq);
+            seq
+        };
+        let acked_below = self.session().outstanding.first().copied().unwrap_or(seq);
+        Unsettled {
+            client: self.clone(),
+            request: ClientRequest {
+                client: self.client_id,
+                seq,
+                acked_below,
+                now: self.now(),
+                op,
+            },
+        }
+        .resend()
+        .await
     }
 
     async fn send_write(&self, request: &ClientRequest) -> Result<Reply, ClientError> {
@@ -696,6 +782,20 @@ impl StoreClient {
         eligible: &[String],
     ) -> Result<Reply, ClientError> {
         self.write(Op::EvacuateRegion {
+            from: from.to_owned(),
+            eligible: eligible.to_vec(),
+        })
+        .await
+    }
+
+    /// [`Self::evacuate_region`], kept for [`Unsettled::resend`] when its
+    /// outcome is unknown ([`Self::write_settled`]).
+    pub async fn evacuate_region_settled(
+        self: &Arc<Self>,
+        from: &str,
+        eligible: &[String],
+    ) -> Result<Reply, Unsettling> {
+        self.write_settled(Op::EvacuateRegion {
             from: from.to_owned(),
             eligible: eligible.to_vec(),
         })

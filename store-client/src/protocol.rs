@@ -244,6 +244,20 @@ pub struct Status {
     /// build before the field.
     #[serde(default)]
     pub leader_lease_ms: Option<u64>,
+    /// This member's region label (`null` from a build before the field).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// The region of every member of this group's membership, as this
+    /// member knows them (its `--peer-regions`; itself included).
+    #[serde(default)]
+    pub member_regions: BTreeMap<NodeId, String>,
+    /// Milliseconds since this member last exchanged a Raft RPC with each
+    /// peer, in any group it hosts: the store's own word on which members
+    /// are alive and in touch. A peer never heard is absent. What a router
+    /// corroborates a region's failed health checks with
+    /// (docs/decisions/0085-a-region-is-down-on-evidence-that-survives-load.md).
+    #[serde(default)]
+    pub peers_heard_ms_ago: BTreeMap<NodeId, u64>,
 }
 
 impl Status {

@@ -432,9 +432,11 @@ async fn a_paused_home_node(cluster: &Cluster) {
     signal(&node, Signal::SIGSTOP);
     let paused = Paused(node);
     served_elsewhere(&log, &home).await;
-    // Failover within a second (decision 0036) serves the tenant elsewhere
-    // before a call sent to the stopped node gives up on it (5 s): keep
-    // the node stopped until one has, so the fault is in some call's way.
+    // Failover within 2 s (a stopped node beside a live store member:
+    // decision 0085's `--health-check-unconfirmed-after`) serves the tenant
+    // elsewhere before a call sent to the stopped node gives up on it
+    // (5 s): keep the node stopped until one has, so the fault is in some
+    // call's way.
     gave_up_on_an_attempt(&log).await;
     drop(paused);
     let calls = calls.await.unwrap();

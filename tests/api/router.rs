@@ -1202,3 +1202,58 @@ async fn a_region_cut_off_from_its_group_is_failed_over_but_not_for_its_members_
     partition(false).await;
     pay_until_served_by(&regions.router, ACME_KEY, "cut-2", "eu").await;
 }
+
+/// Decision 0085 (RELIABILITY.md finding 20) with real processes: `us`'s
+/// node SIGSTOPped for a second — ten of the router's 100 ms rounds, five
+/// times its threshold — while raft-store's members still hear `us`'s
+/// member is taken for busy: the streak is withheld, nothing is declared
+/// down and `acme` stays home. Then `us` dies outright (node and member
+/// SIGKILLed): declared down on the node's refusals and failed over, as
+/// fast as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_whose_member_the_store_hears_is_not_failed_over_but_its_killed_region_is() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut regions = GroupRegions::start().await;
+    let node = Pid::from_raw(regions.us.process.pid() as i32);
+    kill(node, Signal::SIGSTOP).unwrap();
+    // The fault's length, not a wait for a condition: under the 2 s the
+    // router waits without sure evidence.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    kill(node, Signal::SIGCONT).unwrap();
+    pay_until_served_by(&regions.router, ACME_KEY, "busy-1", "us").await;
+    let down = |filter: &'static str| {
+        regions
+            .router
+            .metric("router_region_down_declarations_total", filter)
+    };
+    assert!(
+        regions
+            .router
+            .metric("router_region_down_withheld_total", "region=\"us\"")
+            .await
+            >= 1.0,
+        "the streak reached the threshold"
+    );
+    assert_eq!(down("region=\"us\"").await, 0.0, "a paused node alone");
+    assert_eq!(
+        regions.store.placement("acme").await.unwrap(),
+        Some(regions.before.clone())
+    );
+
+    regions.us.process.kill().await;
+    regions.cluster.kill(2).await;
+    let before = &regions.before;
+    let after = eventually(WAIT, || async {
+        let p = regions.store.placement("acme").await.ok()??;
+        (p.epoch > before.epoch).then_some(p)
+    })
+    .await;
+    assert_eq!((after.home.as_str(), after.epoch), ("eu", before.epoch + 1));
+    assert_eq!(
+        down("region=\"us\",evidence=\"nothing_listens\"").await
+            + down("region=\"us\",evidence=\"store_lost_its_member\"").await,
+        1.0
+    );
+}
