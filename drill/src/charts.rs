@@ -417,7 +417,11 @@ mod tests {
             },
             checks: Vec::new(),
             invariants_held: true,
+            homecoming: Default::default(),
+            verdict: String::new(),
+            passed: false,
         }
+        .with_verdict()
     }
 
     fn attempt(sent_at: u64, answered_at: u64, status: Option<u16>, code: Option<&str>) -> Attempt {

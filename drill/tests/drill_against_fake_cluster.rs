@@ -407,6 +407,14 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
     assert!(!outcome.fault_injected);
     let error = outcome.report.fault.error.clone().unwrap();
     assert!(error.contains("HTTP 404"), "{error}");
+    // Every invariant held, but of a load without a failover: the drill
+    // fails (the binary exits non-zero) and its headline says why.
+    assert!(!outcome.passed, "{}", outcome.verdict);
+    assert!(
+        outcome.verdict.contains("fault was NOT injected"),
+        "{}",
+        outcome.verdict
+    );
     let m = &outcome.report.measurements;
     assert!(m.operations > 40, "{m:#?}");
     assert_eq!(m.unanswered, 0, "{m:#?}");
@@ -469,6 +477,9 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
     assert_eq!(replayed_after_failback, with_stored_answers);
     let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
     assert!(md.contains("The fault was not injected"), "{md}");
+    let headline = md.lines().next().unwrap_or_default();
+    assert!(headline.contains("fault was NOT injected"), "{headline}");
+    assert!(!headline.contains("every invariant held"), "{headline}");
     let json: Value =
         serde_json::from_slice(&std::fs::read(outcome.report_dir.join("report.json")).unwrap())
             .unwrap();
