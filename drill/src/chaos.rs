@@ -70,7 +70,9 @@ pub struct ChaosArgs {
     /// How long the load and the faults run, in seconds.
     #[arg(long, default_value_t = 120)]
     pub duration: u64,
-    /// The nemeses to draw faults from (default: all of them).
+    /// The nemeses to draw faults from (default: all of them). `skew` needs
+    /// libfaketime (Debian's `faketime` package, or `ONCE_LIBFAKETIME`):
+    /// without it the run is refused before it starts.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Nemesis::ALL)]
     pub nemesis: Vec<Nemesis>,
     /// The schedule's seed (default: a random one, printed).

@@ -366,3 +366,46 @@ impl ChaosReport {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::nemesis::Fault;
+    use crate::homecoming::TenantAway;
+
+    fn fault(took_effect: bool) -> FaultRecord {
+        let mut record = FaultRecord::begin(&Fault::Restart);
+        record.took_effect = took_effect;
+        record
+    }
+
+    #[test]
+    fn no_violation_is_said_only_of_a_run_that_saw_every_fault_and_brought_every_tenant_home() {
+        let home = Homecoming::default();
+        assert_eq!(
+            verdict(true, &[fault(true), fault(true)], &home),
+            ("no violation".to_owned(), true)
+        );
+        let (said, passed) = verdict(true, &[fault(true), fault(false)], &home);
+        assert_eq!(said, "1 of 2 faults did not take effect");
+        assert!(!passed);
+        let away = Homecoming {
+            left_away: vec![TenantAway {
+                tenant: "acme".into(),
+                home: "ap-south".into(),
+                preferred_home: "eu-west".into(),
+            }],
+            ..Homecoming::default()
+        };
+        let (said, passed) = verdict(false, &[fault(false)], &away);
+        assert_eq!(
+            said,
+            "VIOLATIONS FOUND; 1 of 1 faults did not take effect; 1 tenant(s) left away from home"
+        );
+        assert!(!passed);
+        assert!(
+            !verdict(true, &[], &home).1,
+            "a run without faults proves nothing"
+        );
+    }
+}
