@@ -316,6 +316,22 @@ pub fn load_scaled_top(curves: &[Curve], load_end: Option<f64>) -> f64 {
     (top * HEADROOM).max(1.0)
 }
 
+/// Each run of clipped points one second apart, as its first second and
+/// its largest value: where the chart writes a value.
+pub fn clipped_runs(over: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut runs: Vec<(f64, f64, f64)> = Vec::new(); // (first x, last x, largest y)
+    for &(x, y) in over {
+        match runs.last_mut() {
+            Some(run) if x - run.1 <= 1.0 + f64::EPSILON => {
+                run.1 = x;
+                run.2 = run.2.max(y);
+            }
+            _ => runs.push((x, x, y)),
+        }
+    }
+    runs.into_iter().map(|(x, _, y)| (x, y)).collect()
+}
+
 /// The points of `curve` above `top`, which the chart clips.
 pub fn clipped(curve: &Curve, top: f64) -> Vec<(f64, f64)> {
     curve.points.iter().copied().filter(|p| p.1 > top).collect()
@@ -455,15 +471,17 @@ where
             if let Some(top) = clip_at {
                 let over = clipped(curve, top);
                 any_clipped |= !over.is_empty();
+                let colour = colours[i % colours.len()];
+                chart.draw_series(
+                    over.iter()
+                        .map(|&(x, _)| TriangleMarker::new((x, top), 6, colour.filled())),
+                )?;
+                // One value per run of neighbouring seconds above the axis
+                // (its largest): a label per second would overprint.
                 let font = TextStyle::from(("sans-serif", 12).into_font())
                     .pos(Pos::new(HPos::Left, VPos::Top))
-                    .color(&colours[i % colours.len()]);
-                for (x, y) in over {
-                    chart.draw_series(std::iter::once(TriangleMarker::new(
-                        (x, top),
-                        6,
-                        colours[i % colours.len()].filled(),
-                    )))?;
+                    .color(&colour);
+                for (x, y) in clipped_runs(&over) {
                     chart.draw_series(std::iter::once(Text::new(
                         format!("↑{y:.0}"),
                         (x, top),
@@ -474,8 +492,8 @@ where
         }
         if any_clipped {
             legend.push((
-                "▲ above the axis (scaled to the load): value written".to_owned(),
-                Swatch::Line(BLACK.stroke_width(0)),
+                "above the axis (scaled to the load): ↑ largest value".to_owned(),
+                Swatch::Triangle,
             ));
         }
         for moment in &markers.moments {
@@ -504,6 +522,7 @@ fn draw_legend(
         match *swatch {
             Swatch::Line(style) => area.draw(&PathElement::new(vec![(0, y), (24, y)], style))?,
             Swatch::Shade(style) => area.draw(&Rectangle::new([(0, y - 6), (24, y + 6)], style))?,
+            Swatch::Triangle => area.draw(&TriangleMarker::new((12, y), 6, BLACK.filled()))?,
         }
         area.draw(&Text::new(label.as_str(), (32, y), font.clone()))?;
     }
@@ -515,6 +534,8 @@ fn draw_legend(
 enum Swatch {
     Line(ShapeStyle),
     Shade(ShapeStyle),
+    /// The clipped points' marker.
+    Triangle,
 }
 
 /// The moments' colours: red for the fault, dark ones for the rest; none
@@ -796,6 +817,11 @@ mod tests {
         let top = load_scaled_top(std::slice::from_ref(&curve), Some(6.0));
         assert!((11.0..12.0).contains(&top), "{top}");
         assert_eq!(clipped(&curve, top), [(7.5, 400.0)]);
+        assert_eq!(
+            clipped_runs(&[(7.5, 40.0), (8.5, 90.0), (9.5, 30.0), (12.5, 20.0)]),
+            [(7.5, 90.0), (12.5, 20.0)],
+            "one label per run of neighbouring seconds, its largest value"
+        );
         assert_eq!(
             load_scaled_top(std::slice::from_ref(&curve), None),
             400.0 * HEADROOM,

@@ -69,7 +69,7 @@ impl Homecoming {
             return format!("tenants' homes NOT known: raft-store placements unreadable: {e}");
         }
         if self.away_at_end.is_empty() {
-            return "every tenant was at its preferred home: no failback needed".to_owned();
+            return "every tenant at its preferred home (raft-store placements)".to_owned();
         }
         let regions: Vec<&str> = self.failbacks.iter().map(|f| f.region.as_str()).collect();
         if self.left_away.is_empty() {
