@@ -339,6 +339,17 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         None
     };
 
+    // Where every tenant is now. With --failback the drill ends where it
+    // started: tenants of other regions a router moved meanwhile (a region
+    // counted down under load) are failed back too; without it the report
+    // names those away, R's among them, as asked.
+    let homecoming = if args.failback {
+        homecoming::bring_home(&cluster, Duration::from_secs(args.failback_timeout)).await
+    } else {
+        homecoming::survey(&cluster).await
+    };
+    timeline.record(homecoming.summary());
+
     // After the fault and the failback: every stored answer once more, from
     // wherever the tenant is served now.
     let replays = final_replay::replay_stored_answers(
@@ -350,9 +361,6 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
     )
     .await;
     timeline.record(replays.summary());
-    // Where every tenant is now: the report names those away from home.
-    let homecoming = homecoming::survey(&cluster).await;
-    timeline.record(homecoming.summary());
 
     let evidence = gather::gather(&cluster, log.snapshot(), &http).await;
     timeline.record(format!(

@@ -113,13 +113,14 @@ pub struct Report {
     pub checks: Vec<CheckResult>,
     /// Every check passed.
     pub invariants_held: bool,
-    /// Where raft-store placed every tenant at the end: those away from
-    /// their preferred home are named (without `--failback` the failed
-    /// region's tenants stay away, as asked).
+    /// Where raft-store placed every tenant at the end: with `--failback`
+    /// those away are failed back first (any region's: a router may have
+    /// counted another region down meanwhile) and any left away fail the
+    /// drill; without it they are named (R's stay away, as asked).
     #[serde(default)]
     pub homecoming: Homecoming,
     /// The headline: `every invariant held` only when the fault was injected
-    /// and, with `--failback`, the region's tenants are home again.
+    /// and, with `--failback`, every tenant is home again.
     #[serde(default)]
     pub verdict: String,
     /// The drill proves what it says: the binary exits non-zero when not.
@@ -147,6 +148,17 @@ impl Report {
                 failback.not_home.len(),
                 self.region
             ));
+        }
+        // With --failback the drill promises to end where it started.
+        if self.failback.is_some() {
+            if let Some(e) = &self.homecoming.error {
+                problems.push(format!("tenants' homes unknown ({e})"));
+            } else if !self.homecoming.left_away.is_empty() {
+                problems.push(format!(
+                    "{} tenant(s) left away from home",
+                    self.homecoming.left_away.len()
+                ));
+            }
         }
         (self.verdict, self.passed) = if problems.is_empty() {
             ("every invariant held".to_owned(), true)

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_drill::{DrillArgs, fault::FaultMode};
 use once_store_client::command::{self as store, Record};
-use once_store_client::protocol::{Answer, ReadReply};
+use once_store_client::protocol::{Answer, Read, ReadReply};
 use once_store_client::wire::Postcard;
 use once_test_support::process::Process;
 use once_test_support::serve::serve;
@@ -291,15 +291,35 @@ async fn fake_cluster_with_control(
                 once_store_client::protocol::RECORDS_PATH,
                 get(store_records),
             )
-            // Every read is the routers' view of health: every region is
-            // healthy (what a failback waits for).
+            // The placements: every tenant at home in eu-west (where the
+            // drill's homecoming finds them); every other read is the
+            // routers' view of health: every region is healthy (what a
+            // failback waits for).
             .route(
                 once_store_client::protocol::READ_PATH,
-                post(|| async {
-                    Postcard(Answer::Done(ReadReply::Regions(vec![
-                        ("eu-west".to_owned(), store::RegionStatus::Healthy),
-                        ("us-east".to_owned(), store::RegionStatus::Healthy),
-                    ])))
+                post(|body: Bytes| async move {
+                    let read: Read = once_store_client::wire::decode(&body).unwrap();
+                    Postcard(Answer::Done(match read {
+                        Read::Placements => ReadReply::Placements(
+                            ["acme", "globex"]
+                                .map(|tenant| {
+                                    (
+                                        tenant.to_owned(),
+                                        store::Placement {
+                                            home: "eu-west".into(),
+                                            standbys: vec!["us-east".into()],
+                                            epoch: 1,
+                                            preferred_home: "eu-west".into(),
+                                        },
+                                    )
+                                })
+                                .to_vec(),
+                        ),
+                        _ => ReadReply::Regions(vec![
+                            ("eu-west".to_owned(), store::RegionStatus::Healthy),
+                            ("us-east".to_owned(), store::RegionStatus::Healthy),
+                        ]),
+                    }))
                 }),
             )
             .with_state(fake),
@@ -551,6 +571,15 @@ async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
     assert_eq!(store.exit_within(KILLED).await.signal(), Some(9));
     assert!(outcome.invariants_held);
     assert!(outcome.report.measurements.fault_at.is_some());
+    // Injected and every invariant held: the drill passes, and its report
+    // says where the tenants are (home: the fake store places them there).
+    assert!(outcome.passed, "{}", outcome.verdict);
+    assert_eq!(outcome.verdict, "every invariant held");
+    assert!(
+        outcome.report.homecoming.all_home(),
+        "{:?}",
+        outcome.report.homecoming
+    );
 }
 
 #[tokio::test]
@@ -596,4 +625,5 @@ async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_
         outcome.report.timeline
     );
     assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
+    assert!(outcome.passed, "{}", outcome.verdict);
 }
