@@ -462,6 +462,48 @@ async fn the_console_shows_the_cluster_resolves_a_record_reads_a_chaos_report_an
     })
     .await;
     screenshot(&browser, "6-awaiting-failback").await;
+    // Without a name it is refused, and nothing moves or is audited.
+    let refused = reqwest::Client::new()
+        .post(format!(
+            "{}/console/api/failback",
+            cluster["router"]["admin_url"].as_str().unwrap()
+        ))
+        .bearer_auth(&token)
+        .json(&json!({"region": region, "actor": "  ", "reason": "why not"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let said: Value = refused.json().await.unwrap();
+    assert_eq!(said["errorCode"], "VALIDATION_FAILED", "{said}");
+    assert!(
+        said["message"].as_str().unwrap().contains("actor"),
+        "{said}"
+    );
+    let state: Value = reqwest::Client::new()
+        .get(format!(
+            "{}/console/api/state",
+            cluster["router"]["admin_url"].as_str().unwrap()
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        state["failbacks"],
+        json!([]),
+        "a refused action is not audited"
+    );
+    let phase = state["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == region)
+        .map(|r| r["phase"].clone());
+    assert_eq!(phase, Some(json!("awaiting-failback")), "nothing moved");
     browser
         .find(Locator::Css(&button))
         .await
