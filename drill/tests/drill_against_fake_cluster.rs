@@ -627,3 +627,63 @@ async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_
     assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
     assert!(outcome.passed, "{}", outcome.verdict);
 }
+
+/// The drill's progress lines (`drill` events, one per timeline entry) as
+/// they were emitted, with when.
+#[derive(Clone, Default)]
+struct Progress(Arc<Mutex<Vec<(std::time::Instant, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Progress {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct What(Option<String>);
+        impl tracing::field::Visit for What {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "what" {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        let mut what = What(None);
+        event.record(&mut what);
+        if let Some(what) = what.0 {
+            self.0
+                .lock()
+                .unwrap()
+                .push((std::time::Instant::now(), what));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_drill_prints_the_fault_when_it_happens_not_when_the_load_ends() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let progress = Progress::default();
+    // This test's thread only (the drill runs on it: a current-thread
+    // runtime), so the other tests' lines are not mixed in.
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(progress.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = fake_cluster(dir.path(), false, (0, 0)).await;
+    let mut args = args(cluster, dir.path().join("report"));
+    args.duration = 3;
+    args.failback = false;
+    once_drill::run(args).await.unwrap();
+
+    let lines = progress.0.lock().unwrap().clone();
+    let when = |prefix: &str| {
+        lines
+            .iter()
+            .find(|(_, what)| what.starts_with(prefix))
+            .map(|(at, _)| *at)
+            .unwrap_or_else(|| panic!("no {prefix:?} line: {lines:?}"))
+    };
+    // The fault comes at a third of the 3 s load, the end at 3 s: its line
+    // is printed then, seconds before the load's end is.
+    let fault = when("fault NOT injected");
+    let load_finished = when("load finished");
+    assert!(
+        load_finished.duration_since(fault) > std::time::Duration::from_millis(1500),
+        "the fault's line came {:?} before the load's end: {lines:?}",
+        load_finished.duration_since(fault)
+    );
+}
