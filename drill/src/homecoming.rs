@@ -1,5 +1,6 @@
 //! The end of a drill: every tenant sent back to its preferred home (chaos
-//! always; the failover drill reads where they are and names those away). Kills, pauses and partitions make the routers
+//! always, the failover drill with `--failback`; without it the failover
+//! drill reads where they are and names those away). Kills, pauses and partitions make the routers
 //! fail regions over; once the region is healthy again its tenants stay
 //! where they were moved until an operator fails them back. A drill that
 //! left them there would hand the next run (or the operator) a cluster
@@ -135,8 +136,8 @@ pub fn away(placements: &BTreeMap<String, Placement>) -> Vec<TenantAway> {
         .collect()
 }
 
-/// Where the tenants are, without moving any: the failover drill's end
-/// (its `--failback` moves its region's tenants itself).
+/// Where the tenants are, without moving any: the end of a failover drill
+/// without `--failback`.
 pub async fn survey(cluster: &Cluster) -> Homecoming {
     match placements(cluster).await {
         Ok(p) => {

@@ -35,7 +35,8 @@
 //!   processes or one process (gracefully or not, clock-skewed, wiped).
 //! - [`failback`]: asking the router to fail back and waiting for it.
 //! - [`homecoming`]: where raft-store places every tenant at the end, the
-//!   tenants away from their preferred home failed back (chaos) or named.
+//!   tenants away from their preferred home failed back (chaos, and the
+//!   failover drill with `--failback`) or named.
 //! - [`final_replay`]: every stored answer asked for again after the fault.
 //! - [`measure`]: detection, recovery, errors, throughput from the log.
 //! - [`evidence`]: what the checker reads, as plain data.
@@ -127,8 +128,8 @@ pub struct DrillArgs {
 pub struct DrillOutcome {
     pub report_dir: PathBuf,
     /// The drill proves what it set out to: every invariant held, the
-    /// fault was injected, and with `--failback` every tenant of the region
-    /// is home again. The binary exits non-zero when not.
+    /// fault was injected, and with `--failback` every tenant is home
+    /// again. The binary exits non-zero when not.
     pub passed: bool,
     /// The report's headline (what [`Self::passed`] is not, if anything).
     pub verdict: String,
