@@ -7,7 +7,8 @@
 //!     │ client log: every attempt, invoked/answered/indeterminate
 //!   nemesis loop (seed): quiet ─► apply fault ─► seen? ─► hold ─► heal ─► healthy?
 //!     kill · pause · partition · skew · restart · membership · leader
-//!   after the load: final replays of every stored answer
+//!   after the load: every tenant failed back home, then final replays of
+//!   every stored answer
 //!    ▼
 //!   gather (as the failover drill) ─► check_all + linearizability
 //!    ▼
@@ -28,13 +29,17 @@
 //! - [`inject`]: applying and healing each fault, seeing both.
 //! - [`health`]: when the cluster is healthy again.
 //! - [`record`]: one fault's done/seen record.
-//! - [`report`]: the report and its files.
+//! - [`preflight`]: what the chosen nemeses need from the machine, checked
+//!   before anything runs (libfaketime for `skew`).
+//! - [`report`]: the report and its files, and the verdict: invariants, faults
+//!   that did not take effect, tenants left away.
 
 pub mod context;
 pub mod health;
 pub mod inject;
 pub mod nemesis;
 pub mod partitions;
+pub mod preflight;
 pub mod processes;
 pub mod record;
 pub mod report;
@@ -54,7 +59,7 @@ use crate::client_log::{SharedLog, now_ms};
 use crate::cluster::Cluster;
 use crate::load::{LoadPlan, OperationFactory, PaymentClient};
 use crate::report::{EvidenceSummary, Timeline};
-use crate::{check, final_replay, gather, linearizability};
+use crate::{check, final_replay, gather, homecoming, linearizability};
 
 /// `once drill chaos …`
 #[derive(Debug, Clone, clap::Args)]
@@ -65,7 +70,9 @@ pub struct ChaosArgs {
     /// How long the load and the faults run, in seconds.
     #[arg(long, default_value_t = 120)]
     pub duration: u64,
-    /// The nemeses to draw faults from (default: all of them).
+    /// The nemeses to draw faults from (default: all of them). `skew` needs
+    /// libfaketime (Debian's `faketime` package, or `ONCE_LIBFAKETIME`):
+    /// without it the run is refused before it starts.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Nemesis::ALL)]
     pub nemesis: Vec<Nemesis>,
     /// The schedule's seed (default: a random one, printed).
@@ -119,8 +126,14 @@ fn command(args: &ChaosArgs, seed: u64) -> String {
     )
 }
 
+/// How long the run may take to bring every tenant home at its end.
+const HOMECOMING_LIMIT: Duration = Duration::from_secs(60);
+
 /// Runs the chaos drill and writes its report.
 pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
+    // Before anything is read, sent or struck: a nemesis this machine
+    // cannot bring would only be refused fault after fault.
+    preflight::check(&args.nemesis)?;
     let cluster = Cluster::load(&args.cluster)?;
     let regions: Vec<String> = cluster
         .regions
@@ -224,6 +237,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         );
     }
 
+    // Back where it started: the tenants the faults moved away go home
+    // before the final replays, which then land where the tenants live.
+    let homecoming = homecoming::bring_home(&ctx.cluster()?, HOMECOMING_LIMIT).await;
+    timeline.record(homecoming.summary());
+
     let replays = final_replay::replay_stored_answers(
         &log.snapshot(),
         &cluster.tenants,
@@ -275,10 +293,14 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         attempts: evidence.log.attempts.len(),
         answers: ChaosReport::answers(&evidence.log),
         invariants_held: failed.is_empty(),
+        homecoming,
         linearizability,
         evidence: EvidenceSummary::of(&evidence),
         checks,
-    };
+        verdict: String::new(),
+        passed: false,
+    }
+    .with_verdict();
     report
         .write(&out, &evidence)
         .context("writing the chaos report")?;

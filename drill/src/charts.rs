@@ -9,6 +9,14 @@
 //! failure to get one) came, the failback probes and final replays too; the
 //! load's end is marked so the load's part stands out. The series are pure
 //! functions of the log; only [`render`] draws.
+//!
+//! Read at a glance: the throughput chart's y-axis is scaled to the load
+//! (the seconds up to its end), so the burst of final replays after it
+//! cannot flatten the dip at the fault; a point above the axis is drawn at
+//! its top with a triangle and its true value. Latency is on a log axis, so
+//! a 10 s pause and 5 ms answers are both readable. Series and markers never
+//! share a colour: successes are green and error classes take colours no
+//! marker uses; the fault is red, the other moments dark and dashed.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +29,28 @@ use crate::report::Report;
 
 pub const THROUGHPUT_SVG: &str = "throughput.svg";
 pub const LATENCY_SVG: &str = "latency.svg";
+
+/// The series' colours: successes first, then each error class (or p50,
+/// p99). None of them is a marker's colour ([`moment_color`]).
+const SERIES: [RGBColor; 8] = [
+    RGBColor(26, 140, 60),   // green: successes
+    RGBColor(240, 130, 0),   // orange
+    RGBColor(0, 100, 210),   // blue
+    RGBColor(150, 90, 40),   // brown
+    RGBColor(230, 70, 190),  // pink
+    RGBColor(0, 170, 170),   // teal
+    RGBColor(140, 140, 0),   // olive
+    RGBColor(100, 160, 240), // light blue
+];
+/// The latency chart's series: p50 blue, p99 orange (green would read as
+/// "successes").
+const LATENCY_SERIES: [RGBColor; 2] = [RGBColor(0, 100, 210), RGBColor(240, 130, 0)];
+
+/// The throughput axis's headroom over the load's busiest second.
+const HEADROOM: f64 = 1.15;
+/// The marker of the moment the load ended: the throughput axis is scaled to
+/// the seconds before it.
+const LOAD_ENDED: &str = "load ended";
 
 const SIZE: (u32, u32) = (1160, 440);
 /// The legend's width, right of the plot: room for the longest error class.
@@ -236,23 +266,75 @@ pub fn render_with(
             file_name: THROUGHPUT_SVG,
             title: "Answers per second, successes and errors by answer",
             svg: draw(
-                "Answers per second",
+                "Answers per second: successes and each error class",
                 "attempts / s",
                 &throughput_curves(&series),
                 markers,
+                Axis::ScaledToLoad,
+                &SERIES,
             )?,
         },
         Chart {
             file_name: LATENCY_SVG,
             title: "Latency per second, p50 and p99 of the attempts answered in it",
             svg: draw(
-                "Latency (answered − sent)",
-                "ms",
+                "Latency per second (answered − sent): p50 and p99, log scale",
+                "ms (log)",
                 &latency_curves(&series),
                 markers,
+                Axis::Log,
+                &LATENCY_SERIES,
             )?,
         },
     ])
+}
+
+/// How a chart's y-axis is scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Axis {
+    /// Linear from zero to the busiest second of the load (to its end
+    /// marker), with headroom; later points above it are clipped and marked.
+    ScaledToLoad,
+    /// Logarithmic from 1 to the largest value (values below 1 drawn at 1).
+    Log,
+}
+
+/// The top of a load-scaled axis: the largest value up to `load_end`
+/// (every value when there is no end marker, or none before it), with
+/// headroom; at least 1.
+pub fn load_scaled_top(curves: &[Curve], load_end: Option<f64>) -> f64 {
+    let all = || curves.iter().flat_map(|c| c.points.iter());
+    let during = all()
+        .filter(|p| load_end.is_none_or(|end| p.0 <= end))
+        .map(|p| p.1)
+        .fold(0.0, f64::max);
+    let top = if during > 0.0 {
+        during
+    } else {
+        all().map(|p| p.1).fold(0.0, f64::max)
+    };
+    (top * HEADROOM).max(1.0)
+}
+
+/// Each run of clipped points one second apart, as its first second and
+/// its largest value: where the chart writes a value.
+pub fn clipped_runs(over: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut runs: Vec<(f64, f64, f64)> = Vec::new(); // (first x, last x, largest y)
+    for &(x, y) in over {
+        match runs.last_mut() {
+            Some(run) if x - run.1 <= 1.0 + f64::EPSILON => {
+                run.1 = x;
+                run.2 = run.2.max(y);
+            }
+            _ => runs.push((x, x, y)),
+        }
+    }
+    runs.into_iter().map(|(x, _, y)| (x, y)).collect()
+}
+
+/// The points of `curve` above `top`, which the chart clips.
+pub fn clipped(curve: &Curve, top: f64) -> Vec<(f64, f64)> {
+    curve.points.iter().copied().filter(|p| p.1 > top).collect()
 }
 
 /// One chart as an SVG document: the curves over drill time, the intervals
@@ -263,33 +345,90 @@ fn draw(
     y_desc: &str,
     curves: &[Curve],
     markers: &Markers,
+    axis: Axis,
+    colours: &[RGBColor],
 ) -> anyhow::Result<String> {
     let points = || curves.iter().flat_map(|c| c.points.iter());
     let x_max = points()
         .map(|p| p.0 + 0.5)
         .fold(markers.last(), f64::max)
         .max(1.0);
-    let y_max = points().map(|p| p.1).fold(1.0, f64::max) * 1.1;
-    let mut legend = Vec::new();
+    let load_end = markers
+        .moments
+        .iter()
+        .find(|m| m.what == LOAD_ENDED)
+        .map(|m| m.at);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
         let (plot, legend_area) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(caption, ("sans-serif", 24))
+        let mut builder = ChartBuilder::on(&plot);
+        builder
+            .caption(caption, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(40)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the load started")
-            .y_desc(y_desc)
-            .axis_desc_style(("sans-serif", 17))
-            .label_style(("sans-serif", 15))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
+            .y_label_area_size(64);
+        let legend = match axis {
+            Axis::ScaledToLoad => {
+                let y_max = load_scaled_top(curves, load_end);
+                let mut chart = builder.build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+                chart
+                    .configure_mesh()
+                    .x_desc("seconds since the load started")
+                    .y_desc(y_desc)
+                    .axis_desc_style(("sans-serif", 17))
+                    .label_style(("sans-serif", 15))
+                    .light_line_style(WHITE.mix(0.0))
+                    .draw()?;
+                plot_on(
+                    &mut chart,
+                    curves,
+                    markers,
+                    colours,
+                    0.0,
+                    y_max,
+                    Some(y_max),
+                )?
+            }
+            Axis::Log => {
+                let y_max = (points().map(|p| p.1).fold(1.0, f64::max) * 2.0).max(10.0);
+                let mut chart = builder.build_cartesian_2d(0.0..x_max, (1.0..y_max).log_scale())?;
+                chart
+                    .configure_mesh()
+                    .x_desc("seconds since the load started")
+                    .y_desc(y_desc)
+                    .axis_desc_style(("sans-serif", 17))
+                    .label_style(("sans-serif", 15))
+                    .light_line_style(WHITE.mix(0.0))
+                    .draw()?;
+                plot_on(&mut chart, curves, markers, colours, 1.0, y_max, None)?
+            }
+        };
+        draw_legend(&legend_area, &legend)?;
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+/// Draws the intervals, curves and moments on `chart`, whose y-axis runs
+/// from `y_min` to `y_max`; with `clip_at`, points above it are drawn at it
+/// with a triangle and their value. Answers the legend's entries.
+fn plot_on<'a, X, Y>(
+    chart: &mut ChartContext<'_, SVGBackend<'_>, Cartesian2d<X, Y>>,
+    curves: &'a [Curve],
+    markers: &'a Markers,
+    colours: &[RGBColor],
+    y_min: f64,
+    y_max: f64,
+    clip_at: Option<f64>,
+) -> anyhow::Result<Vec<(String, Swatch)>>
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let mut legend: Vec<(String, Swatch)> = Vec::new();
+    {
         // One shade per kind of interval (the failover drill's detection
         // and recovery; the chaos drill's nemeses), one legend entry each.
         let shades = [
@@ -313,45 +452,81 @@ fn draw(
             };
             let fill = shades[kind % shades.len()].mix(0.18).filled();
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(interval.from, 0.0), (interval.to, y_max)],
+                [(interval.from, y_min), (interval.to, y_max)],
                 fill,
             )))?;
-            if !legend.iter().any(|(label, _)| *label == interval.what) {
-                legend.push((interval.what, Swatch::Shade(fill)));
+            if !legend.iter().any(|(label, _)| label == interval.what) {
+                legend.push((interval.what.to_owned(), Swatch::Shade(fill)));
             }
         }
+        let mut any_clipped = false;
         for (i, curve) in curves.iter().enumerate() {
-            let style = Palette99::pick(i).stroke_width(2);
-            chart.draw_series(LineSeries::new(curve.points.iter().copied(), style))?;
-            legend.push((curve.label.as_str(), Swatch::Line(style)));
+            let style = colours[i % colours.len()].stroke_width(2);
+            let top = clip_at.unwrap_or(f64::INFINITY);
+            chart.draw_series(LineSeries::new(
+                curve.points.iter().map(|&(x, y)| (x, y.clamp(y_min, top))),
+                style,
+            ))?;
+            legend.push((curve.label.clone(), Swatch::Line(style)));
+            if let Some(top) = clip_at {
+                let over = clipped(curve, top);
+                any_clipped |= !over.is_empty();
+                let colour = colours[i % colours.len()];
+                chart.draw_series(
+                    over.iter()
+                        .map(|&(x, _)| TriangleMarker::new((x, top), 6, colour.filled())),
+                )?;
+                // One value per run of neighbouring seconds above the axis
+                // (its largest): a label per second would overprint.
+                let font = TextStyle::from(("sans-serif", 12).into_font())
+                    .pos(Pos::new(HPos::Left, VPos::Top))
+                    .color(&colour);
+                for (x, y) in clipped_runs(&over) {
+                    chart.draw_series(std::iter::once(Text::new(
+                        format!("↑{y:.0}"),
+                        (x, top),
+                        font.clone(),
+                    )))?;
+                }
+            }
+        }
+        if any_clipped {
+            legend.push((
+                "above the axis (scaled to the load): ↑ largest value".to_owned(),
+                Swatch::Triangle,
+            ));
         }
         for moment in &markers.moments {
             let style = moment_color(moment.what).stroke_width(2);
             chart.draw_series(DashedLineSeries::new(
-                [(moment.at, 0.0), (moment.at, y_max)],
+                [(moment.at, y_min), (moment.at, y_max)],
                 6,
                 4,
                 style,
             ))?;
-            legend.push((moment.what, Swatch::Line(style)));
+            legend.push((moment.what.to_owned(), Swatch::Line(style)));
         }
-        let font =
-            TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
-        for (i, (label, swatch)) in legend.iter().enumerate() {
-            let y = 48 + 22 * i as i32;
-            match *swatch {
-                Swatch::Line(style) => {
-                    legend_area.draw(&PathElement::new(vec![(0, y), (24, y)], style))?
-                }
-                Swatch::Shade(style) => {
-                    legend_area.draw(&Rectangle::new([(0, y - 6), (24, y + 6)], style))?
-                }
-            }
-            legend_area.draw(&Text::new(*label, (32, y), font.clone()))?;
-        }
-        root.present()?;
     }
-    Ok(svg)
+    Ok(legend)
+}
+
+/// The legend, right of the plot (inside it, it would hide the data).
+fn draw_legend(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    legend: &[(String, Swatch)],
+) -> anyhow::Result<()> {
+    let font =
+        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, (label, swatch)) in legend.iter().enumerate() {
+        let y = 48 + 22 * i as i32;
+        match *swatch {
+            Swatch::Line(style) => area.draw(&PathElement::new(vec![(0, y), (24, y)], style))?,
+            Swatch::Shade(style) => area.draw(&Rectangle::new([(0, y - 6), (24, y + 6)], style))?,
+            Swatch::Triangle => area.draw(&TriangleMarker::new((12, y), 6, BLACK.filled()))?,
+        }
+        area.draw(&Text::new(label.as_str(), (32, y), font.clone()))?;
+    }
+    Ok(())
 }
 
 /// How a legend entry shows what it names.
@@ -359,14 +534,18 @@ fn draw(
 enum Swatch {
     Line(ShapeStyle),
     Shade(ShapeStyle),
+    /// The clipped points' marker.
+    Triangle,
 }
 
+/// The moments' colours: red for the fault, dark ones for the rest; none
+/// is a series' colour ([`SERIES`]).
 fn moment_color(what: &str) -> RGBColor {
     match what {
-        "fault" => RGBColor(200, 0, 0),
-        "load ended" => RGBColor(60, 60, 60),
-        "failback requested" => RGBColor(120, 0, 160),
-        _ => RGBColor(0, 140, 140),
+        "fault" => RGBColor(210, 0, 0),
+        LOAD_ENDED => RGBColor(60, 60, 60),
+        "failback requested" => RGBColor(110, 0, 150),
+        _ => RGBColor(0, 0, 0),
     }
 }
 
@@ -417,7 +596,11 @@ mod tests {
             },
             checks: Vec::new(),
             invariants_held: true,
+            homecoming: Default::default(),
+            verdict: String::new(),
+            passed: false,
         }
+        .with_verdict()
     }
 
     fn attempt(sent_at: u64, answered_at: u64, status: Option<u16>, code: Option<&str>) -> Attempt {
@@ -607,8 +790,90 @@ mod tests {
             assert!(texts.contains(&text), "{text}: {texts:?}");
         }
         let texts = self::texts(&latency.svg);
-        for text in ["ms", "p50", "p99", "fault", "load ended"] {
+        for text in ["ms (log)", "p50", "p99", "fault", "load ended"] {
             assert!(texts.contains(&text), "{text}: {texts:?}");
         }
+        // Each chart says what it shows.
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.starts_with("Latency per second") && t.contains("log scale")),
+            "{texts:?}"
+        );
+        // A log axis: its ticks are powers of ten.
+        for tick in ["1.0", "10.0", "100.0", "1000.0"] {
+            assert!(texts.contains(&tick), "{tick}: {texts:?}");
+        }
+    }
+
+    #[test]
+    fn the_throughput_axis_is_scaled_to_the_load_and_the_final_replays_are_clipped_and_marked() {
+        // 10 answers a second during the load, a dip to 2 at the fault, and
+        // a burst of 400 final replays after the load ended at 6 s.
+        let curve = Curve {
+            label: "successes".into(),
+            points: vec![(0.5, 10.0), (1.5, 2.0), (2.5, 10.0), (7.5, 400.0)],
+        };
+        let top = load_scaled_top(std::slice::from_ref(&curve), Some(6.0));
+        assert!((11.0..12.0).contains(&top), "{top}");
+        assert_eq!(clipped(&curve, top), [(7.5, 400.0)]);
+        assert_eq!(
+            clipped_runs(&[(7.5, 40.0), (8.5, 90.0), (9.5, 30.0), (12.5, 20.0)]),
+            [(7.5, 90.0), (12.5, 20.0)],
+            "one label per run of neighbouring seconds, its largest value"
+        );
+        assert_eq!(
+            load_scaled_top(std::slice::from_ref(&curve), None),
+            400.0 * HEADROOM,
+            "without an end marker every point counts"
+        );
+
+        let mut attempts = Vec::new();
+        for s in 0..6u64 {
+            for i in 0..10 {
+                attempts.push(attempt(
+                    10_000 + s * 1000 + i,
+                    10_000 + s * 1000 + 50 + i,
+                    Some(201),
+                    None,
+                ));
+            }
+        }
+        for i in 0..300 {
+            attempts.push(attempt(47_000, 47_100 + i, Some(201), None));
+        }
+        let log = ClientLog {
+            operations: Vec::new(),
+            attempts,
+        };
+        let charts = render(&report(&log, Some(12_000)), &log).unwrap();
+        let texts = texts(&charts[0].svg);
+        assert!(
+            texts.contains(&"↑300"),
+            "the clipped burst's value: {texts:?}"
+        );
+        assert!(
+            texts.iter().any(|t| t.contains("above the axis")),
+            "{texts:?}"
+        );
+        // The axis tops out near the load's 10/s, not near the burst's 300.
+        assert!(
+            !texts.contains(&"300.0") && !texts.contains(&"100.0"),
+            "{texts:?}"
+        );
+    }
+
+    #[test]
+    fn series_and_markers_never_share_a_colour() {
+        for moment in ["fault", LOAD_ENDED, "failback requested", "home again"] {
+            let marker = moment_color(moment);
+            for colour in SERIES.iter().chain(&LATENCY_SERIES) {
+                assert_ne!(*colour, marker, "{moment}");
+            }
+        }
+        let mut distinct = SERIES.to_vec();
+        distinct.sort_by_key(|c| (c.0, c.1, c.2));
+        distinct.dedup();
+        assert_eq!(distinct.len(), SERIES.len());
     }
 }

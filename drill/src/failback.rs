@@ -114,7 +114,7 @@ pub async fn fail_back(
 /// answers `409 REGION_NOT_HEALTHY` (its own health checks have not counted
 /// the region up yet) and `deadline` has not passed. Answers the last
 /// status and body, or no status and the transport error.
-async fn request_failback(
+pub(crate) async fn request_failback(
     router_url: &str,
     admin_token: &str,
     region: &str,

@@ -34,6 +34,9 @@
 //! - [`control`]: `once up`'s control endpoint, restarting a region's
 //!   processes or one process (gracefully or not, clock-skewed, wiped).
 //! - [`failback`]: asking the router to fail back and waiting for it.
+//! - [`homecoming`]: where raft-store places every tenant at the end, the
+//!   tenants away from their preferred home failed back (chaos, and the
+//!   failover drill with `--failback`) or named.
 //! - [`final_replay`]: every stored answer asked for again after the fault.
 //! - [`measure`]: detection, recovery, errors, throughput from the log.
 //! - [`evidence`]: what the checker reads, as plain data.
@@ -66,6 +69,7 @@ pub mod fault;
 pub mod files;
 pub mod final_replay;
 pub mod gather;
+pub mod homecoming;
 pub mod linearizability;
 pub mod load;
 pub mod measure;
@@ -123,6 +127,12 @@ pub struct DrillArgs {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrillOutcome {
     pub report_dir: PathBuf,
+    /// The drill proves what it set out to: every invariant held, the
+    /// fault was injected, and with `--failback` every tenant is home
+    /// again. The binary exits non-zero when not.
+    pub passed: bool,
+    /// The report's headline (what [`Self::passed`] is not, if anything).
+    pub verdict: String,
     /// Every invariant check passed.
     pub invariants_held: bool,
     /// The fault was actually applied (a missing partition switch means it
@@ -194,14 +204,23 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
 
     let start = Instant::now();
     let load = load::run_load(&plan, &client, &factory);
+    let load_started_at = timeline.record("load started");
+    // The fault's events go on the timeline (and the terminal) as they
+    // happen, not when the load ends, 20 s later in a default drill.
+    let shared = std::sync::Mutex::new(timeline);
+    let record_now = |at: client_log::EpochMillis, what: String| {
+        shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record_at(at, what);
+    };
     let fault_schedule = async {
-        let mut events = Vec::new();
         // The fault's moment is part of the plan, not a wait for a condition.
         tokio::time::sleep_until(start + duration / 3).await;
         let at = client_log::now_ms();
         let injection = fault.inject().await;
         let error = injection.error.as_ref().map(ToString::to_string);
-        events.push((
+        record_now(
             at,
             match (injection.injected, &error) {
                 (true, None) => format!("fault injected: {}", injection.steps.join("; ")),
@@ -214,7 +233,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
                     e.as_deref().unwrap_or("no step applied")
                 ),
             },
-        ));
+        );
         let mut report = FaultReport {
             mode: args.mode,
             injected: injection.injected,
@@ -226,20 +245,19 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         if report.injected && args.mode == FaultMode::Partition {
             let at = client_log::now_ms();
             match fault.heal().await {
-                Ok(steps) => events.push((at, format!("fault healed: {}", steps.join("; ")))),
+                Ok(steps) => record_now(at, format!("fault healed: {}", steps.join("; "))),
                 Err(e) => {
-                    events.push((at, format!("healing FAILED: {e}")));
+                    record_now(at, format!("healing FAILED: {e}"));
                     report.error = Some(format!("healing: {e}"));
                 }
             }
         }
-        (report, events)
+        report
     };
-    let load_started_at = timeline.record("load started");
-    let ((), (fault_report, fault_events)) = tokio::join!(load, fault_schedule);
-    for (at, what) in fault_events {
-        timeline.record_at(at, what);
-    }
+    let ((), fault_report) = tokio::join!(load, fault_schedule);
+    let mut timeline = shared
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let load_ended_at = timeline.record("load finished: every operation answered or out of time");
 
     let failback = if args.failback {
@@ -322,6 +340,17 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         None
     };
 
+    // Where every tenant is now. With --failback the drill ends where it
+    // started: tenants of other regions a router moved meanwhile (a region
+    // counted down under load) are failed back too; without it the report
+    // names those away, R's among them, as asked.
+    let homecoming = if args.failback {
+        homecoming::bring_home(&cluster, Duration::from_secs(args.failback_timeout)).await
+    } else {
+        homecoming::survey(&cluster).await
+    };
+    timeline.record(homecoming.summary());
+
     // After the fault and the failback: every stored answer once more, from
     // wherever the tenant is served now.
     let replays = final_replay::replay_stored_answers(
@@ -374,10 +403,16 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         evidence: EvidenceSummary::of(&evidence),
         invariants_held: failed_checks.is_empty(),
         checks,
-    };
+        homecoming,
+        verdict: String::new(),
+        passed: false,
+    }
+    .with_verdict();
     files::write(&report, &out, &evidence).context("writing the drill report")?;
     Ok(DrillOutcome {
         report_dir: out,
+        passed: report.passed,
+        verdict: report.verdict.clone(),
         invariants_held: report.invariants_held,
         fault_injected: report.fault.injected,
         failed_checks,

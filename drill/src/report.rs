@@ -15,6 +15,7 @@ use crate::document::{Block, Chart, Document, Item, Line};
 use crate::evidence::Evidence;
 use crate::failback::FailbackResult;
 use crate::fault::FaultMode;
+use crate::homecoming::Homecoming;
 use crate::measure::Measurements;
 
 /// One moment of the drill.
@@ -112,23 +113,71 @@ pub struct Report {
     pub checks: Vec<CheckResult>,
     /// Every check passed.
     pub invariants_held: bool,
+    /// Where raft-store placed every tenant at the end: with `--failback`
+    /// those away are failed back first (any region's: a router may have
+    /// counted another region down meanwhile) and any left away fail the
+    /// drill; without it they are named (R's stay away, as asked).
+    #[serde(default)]
+    pub homecoming: Homecoming,
+    /// The headline: `every invariant held` only when the fault was injected
+    /// and, with `--failback`, every tenant is home again.
+    #[serde(default)]
+    pub verdict: String,
+    /// The drill proves what it says: the binary exits non-zero when not.
+    #[serde(default)]
+    pub passed: bool,
 }
 
 impl Report {
+    /// Sets [`Self::verdict`] and [`Self::passed`] from the rest.
+    pub fn with_verdict(mut self) -> Self {
+        let mut problems = Vec::new();
+        if !self.invariants_held {
+            problems.push("INVARIANTS BROKEN".to_owned());
+        }
+        if !self.fault.injected {
+            problems.push(
+                "the fault was NOT injected (this drill proves nothing about failover)".to_owned(),
+            );
+        }
+        if let Some(failback) = &self.failback
+            && failback.home_again_at.is_none()
+        {
+            problems.push(format!(
+                "failback NOT done: {} tenant(s) of {} not home",
+                failback.not_home.len(),
+                self.region
+            ));
+        }
+        // With --failback the drill promises to end where it started.
+        if self.failback.is_some() {
+            if let Some(e) = &self.homecoming.error {
+                problems.push(format!("tenants' homes unknown ({e})"));
+            } else if !self.homecoming.left_away.is_empty() {
+                problems.push(format!(
+                    "{} tenant(s) left away from home",
+                    self.homecoming.left_away.len()
+                ));
+            }
+        }
+        (self.verdict, self.passed) = if problems.is_empty() {
+            ("every invariant held".to_owned(), true)
+        } else {
+            (problems.join("; "), false)
+        };
+        self
+    }
+
     /// The report for people, with `charts` after the timeline.
     pub fn document(&self, charts: Vec<Chart>) -> Document {
-        let verdict = if self.invariants_held {
-            "every invariant held"
-        } else {
-            "INVARIANTS BROKEN"
-        };
         let mut doc = Document::new(format!(
-            "Failover drill: region {}, {} — {verdict}",
+            "Failover drill: region {}, {} — {}",
             self.region,
             match self.fault.mode {
                 FaultMode::Kill => "kill",
                 FaultMode::Partition => "partition",
-            }
+            },
+            self.verdict
         ));
         doc.push(Block::Paragraph(
             Line::default()
@@ -155,6 +204,7 @@ impl Report {
                     .text(format!(": {e}.")),
             ));
         }
+        doc.push(Block::Paragraph(self.homecoming.summary().into()));
         doc.push(Block::Heading("Timeline".into()));
         let start = self.timeline.0.first().map_or(0, |e| e.at);
         doc.push(Block::List(

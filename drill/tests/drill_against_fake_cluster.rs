@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use once_drill::{DrillArgs, fault::FaultMode};
 use once_store_client::command::{self as store, Record};
-use once_store_client::protocol::{Answer, ReadReply};
+use once_store_client::protocol::{Answer, Read, ReadReply};
 use once_store_client::wire::Postcard;
 use once_test_support::process::Process;
 use once_test_support::serve::serve;
@@ -291,15 +291,35 @@ async fn fake_cluster_with_control(
                 once_store_client::protocol::RECORDS_PATH,
                 get(store_records),
             )
-            // Every read is the routers' view of health: every region is
-            // healthy (what a failback waits for).
+            // The placements: every tenant at home in eu-west (where the
+            // drill's homecoming finds them); every other read is the
+            // routers' view of health: every region is healthy (what a
+            // failback waits for).
             .route(
                 once_store_client::protocol::READ_PATH,
-                post(|| async {
-                    Postcard(Answer::Done(ReadReply::Regions(vec![
-                        ("eu-west".to_owned(), store::RegionStatus::Healthy),
-                        ("us-east".to_owned(), store::RegionStatus::Healthy),
-                    ])))
+                post(|body: Bytes| async move {
+                    let read: Read = once_store_client::wire::decode(&body).unwrap();
+                    Postcard(Answer::Done(match read {
+                        Read::Placements => ReadReply::Placements(
+                            ["acme", "globex"]
+                                .map(|tenant| {
+                                    (
+                                        tenant.to_owned(),
+                                        store::Placement {
+                                            home: "eu-west".into(),
+                                            standbys: vec!["us-east".into()],
+                                            epoch: 1,
+                                            preferred_home: "eu-west".into(),
+                                        },
+                                    )
+                                })
+                                .to_vec(),
+                        ),
+                        _ => ReadReply::Regions(vec![
+                            ("eu-west".to_owned(), store::RegionStatus::Healthy),
+                            ("us-east".to_owned(), store::RegionStatus::Healthy),
+                        ]),
+                    }))
                 }),
             )
             .with_state(fake),
@@ -407,6 +427,14 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
     assert!(!outcome.fault_injected);
     let error = outcome.report.fault.error.clone().unwrap();
     assert!(error.contains("HTTP 404"), "{error}");
+    // Every invariant held, but of a load without a failover: the drill
+    // fails (the binary exits non-zero) and its headline says why.
+    assert!(!outcome.passed, "{}", outcome.verdict);
+    assert!(
+        outcome.verdict.contains("fault was NOT injected"),
+        "{}",
+        outcome.verdict
+    );
     let m = &outcome.report.measurements;
     assert!(m.operations > 40, "{m:#?}");
     assert_eq!(m.unanswered, 0, "{m:#?}");
@@ -469,6 +497,9 @@ async fn a_drill_against_a_correct_cluster_holds_every_invariant_and_says_the_sw
     assert_eq!(replayed_after_failback, with_stored_answers);
     let md = std::fs::read_to_string(outcome.report_dir.join("report.md")).unwrap();
     assert!(md.contains("The fault was not injected"), "{md}");
+    let headline = md.lines().next().unwrap_or_default();
+    assert!(headline.contains("fault was NOT injected"), "{headline}");
+    assert!(!headline.contains("every invariant held"), "{headline}");
     let json: Value =
         serde_json::from_slice(&std::fs::read(outcome.report_dir.join("report.json")).unwrap())
             .unwrap();
@@ -540,6 +571,15 @@ async fn kill_mode_sigkills_the_regions_node_and_store_processes() {
     assert_eq!(store.exit_within(KILLED).await.signal(), Some(9));
     assert!(outcome.invariants_held);
     assert!(outcome.report.measurements.fault_at.is_some());
+    // Injected and every invariant held: the drill passes, and its report
+    // says where the tenants are (home: the fake store places them there).
+    assert!(outcome.passed, "{}", outcome.verdict);
+    assert_eq!(outcome.verdict, "every invariant held");
+    assert!(
+        outcome.report.homecoming.all_home(),
+        "{:?}",
+        outcome.report.homecoming
+    );
 }
 
 #[tokio::test]
@@ -585,4 +625,65 @@ async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_
         outcome.report.timeline
     );
     assert!(outcome.invariants_held, "{:#?}", outcome.report.checks);
+    assert!(outcome.passed, "{}", outcome.verdict);
+}
+
+/// The drill's progress lines (`drill` events, one per timeline entry) as
+/// they were emitted, with when.
+#[derive(Clone, Default)]
+struct Progress(Arc<Mutex<Vec<(std::time::Instant, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Progress {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct What(Option<String>);
+        impl tracing::field::Visit for What {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "what" {
+                    self.0 = Some(format!("{value:?}"));
+                }
+            }
+        }
+        let mut what = What(None);
+        event.record(&mut what);
+        if let Some(what) = what.0 {
+            self.0
+                .lock()
+                .unwrap()
+                .push((std::time::Instant::now(), what));
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_drill_prints_the_fault_when_it_happens_not_when_the_load_ends() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let progress = Progress::default();
+    // This test's thread only (the drill runs on it: a current-thread
+    // runtime), so the other tests' lines are not mixed in.
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(progress.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = fake_cluster(dir.path(), false, (0, 0)).await;
+    let mut args = args(cluster, dir.path().join("report"));
+    args.duration = 3;
+    args.failback = false;
+    once_drill::run(args).await.unwrap();
+
+    let lines = progress.0.lock().unwrap().clone();
+    let when = |prefix: &str| {
+        lines
+            .iter()
+            .find(|(_, what)| what.starts_with(prefix))
+            .map(|(at, _)| *at)
+            .unwrap_or_else(|| panic!("no {prefix:?} line: {lines:?}"))
+    };
+    // The fault comes at a third of the 3 s load, the end at 3 s: its line
+    // is printed then, seconds before the load's end is.
+    let fault = when("fault NOT injected");
+    let load_finished = when("load finished");
+    assert!(
+        load_finished.duration_since(fault) > std::time::Duration::from_millis(1500),
+        "the fault's line came {:?} before the load's end: {lines:?}",
+        load_finished.duration_since(fault)
+    );
 }

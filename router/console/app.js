@@ -64,10 +64,31 @@ async function api(path, options = {}) {
   return fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
 }
 
+let pendingFailback = null;
+
+function openFailback(region) {
+  pendingFailback = region;
+  $("failback-title").textContent = `Fail ${region} back: its tenants go home`;
+  $("failback-actor").value = sessionStorage.getItem(ACTOR) || "";
+  $("failback-reason").value = "";
+  $("failback").hidden = false;
+  $("failback-actor").focus();
+}
+
 function drawRegions(regions) {
   fill(
     "regions",
     regions.map((r) => {
+      const action = el("span");
+      if (r.phase === "awaiting-failback") {
+        const button = el("button", "fail back", "failback");
+        button.type = "button";
+        button.dataset.region = r.name;
+        button.addEventListener("click", () => openFailback(r.name));
+        action.appendChild(button);
+      } else if (r.phase === "recovering") {
+        action.textContent = "wait until healthy";
+      }
       const phase = el("span", r.phase, "phase phase-" + r.phase);
       const checks = r.up
         ? `up (${r.consecutiveFailures} failed in a row)`
@@ -80,6 +101,7 @@ function drawRegions(regions) {
         r.tenantsHere,
         `${r.ownTenantsAway} of ${r.ownTenants}`,
         r.nodes.join(" "),
+        action,
       ]);
       tr.dataset.region = r.name;
       tr.dataset.phase = r.phase;
@@ -186,6 +208,69 @@ function drawOperators(operators) {
   );
 }
 
+function drawFailbacks(failbacks) {
+  if (!failbacks.length) {
+    $("failbacks").replaceChildren(el("li", "No failback asked for from this console yet.", "muted"));
+    return;
+  }
+  $("failbacks").replaceChildren(
+    ...failbacks.map((f) => {
+      const li = el(
+        "li",
+        `${time(f.requestedAt)} ${f.actor} asked to fail ${f.region} back: ${f.outcome}` +
+          ` (${f.moved} tenant(s) moved): ${f.reason}`,
+      );
+      li.dataset.region = f.region;
+      li.dataset.actor = f.actor;
+      return li;
+    }),
+  );
+}
+
+function drawTimeline(div, timeline) {
+  const start = timeline.length ? timeline[0].at : 0;
+  const list = el("ol");
+  for (const e of timeline) {
+    list.appendChild(el("li", `+${((e.at - start) / 1000).toFixed(3)} s ${e.what}`));
+  }
+  div.appendChild(list);
+}
+
+function drawChaos(div, d) {
+  const ok = d.passed ?? d.invariants_held;
+  const verdict = d.verdict || (d.invariants_held ? "no violation" : "VIOLATIONS FOUND");
+  div.dataset.kind = "chaos";
+  div.dataset.passed = String(ok);
+  div.appendChild(el("h3", `${d.name}: chaos, seed ${d.seed} — ${verdict}`, ok ? "pass" : "fail"));
+  div.appendChild(
+    el(
+      "p",
+      `${d.duration_seconds} s at ${d.rate}/s, nemeses ${d.nemeses.join(",")}; ` +
+        `${d.faults.length} faults, ${d.operations} operations, ${d.attempts} attempts`,
+    ),
+  );
+  const table = el("table", null, "nemeses");
+  table.appendChild(document.createElement("thead")).appendChild(row(["nemesis", "injected", "took effect"]));
+  const body = table.appendChild(document.createElement("tbody"));
+  for (const [nemesis, c] of Object.entries(d.by_nemesis)) {
+    const tr = row([nemesis, c.injected, c.took_effect]);
+    if (c.took_effect < c.injected) tr.className = "fail";
+    body.appendChild(tr);
+  }
+  div.appendChild(table);
+  const away = d.homecoming ? d.homecoming.left_away : [];
+  if (away.length) {
+    div.appendChild(
+      el(
+        "p",
+        "Left away from home: " + away.map((t) => `${t.tenant} (on ${t.home}, home ${t.preferred_home})`).join(", "),
+        "fail",
+      ),
+    );
+  }
+  drawTimeline(div, d.timeline);
+}
+
 function drawDrills(drills) {
   const box = $("drills");
   if (!drills) {
@@ -199,12 +284,22 @@ function drawDrills(drills) {
   box.replaceChildren(
     ...drills.map((d) => {
       const div = el("div", null, "drill");
-      if (!d.region) {
+      div.dataset.name = d.name;
+      if (!d.kind) {
         div.appendChild(el("p", `${d.name}: unreadable (${d.error})`, "fail"));
         return div;
       }
-      const verdict = d.invariants_held ? "every invariant held" : "INVARIANTS BROKEN";
-      div.appendChild(el("h3", `${d.name}: ${d.fault.mode} of ${d.region} — ${verdict}`, d.invariants_held ? "pass" : "fail"));
+      if (d.kind === "chaos") {
+        drawChaos(div, d);
+        const failed = d.checks.filter((c) => !c.passed).map((c) => c.name);
+        if (failed.length) div.appendChild(el("p", "Failed checks: " + failed.join(", "), "fail"));
+        return div;
+      }
+      const ok = d.passed ?? d.invariants_held;
+      const verdict = d.verdict || (d.invariants_held ? "every invariant held" : "INVARIANTS BROKEN");
+      div.dataset.kind = "failover";
+      div.dataset.passed = String(ok);
+      div.appendChild(el("h3", `${d.name}: ${d.fault.mode} of ${d.region} — ${verdict}`, ok ? "pass" : "fail"));
       const m = d.measurements;
       div.appendChild(
         el(
@@ -213,12 +308,7 @@ function drawDrills(drills) {
             `${m.successes_per_second.toFixed(1)} successes/s over ${d.duration_seconds} s`,
         ),
       );
-      const start = d.timeline.length ? d.timeline[0].at : 0;
-      const list = el("ol");
-      for (const e of d.timeline) {
-        list.appendChild(el("li", `+${((e.at - start) / 1000).toFixed(3)} s ${e.what}`));
-      }
-      div.appendChild(list);
+      drawTimeline(div, d.timeline);
       const failed = d.checks.filter((c) => !c.passed).map((c) => c.name);
       if (failed.length) div.appendChild(el("p", "Failed checks: " + failed.join(", "), "fail"));
       return div;
@@ -252,6 +342,7 @@ async function refresh() {
   drawMembers(state.members);
   drawTenants(state.tenants);
   drawOperators(state.operators);
+  drawFailbacks(state.failbacks);
   drawDrills(state.drills);
   const refreshed = $("refreshed");
   refreshed.textContent = "refreshed " + time(state.generatedAtMs) + " UTC";
@@ -295,6 +386,34 @@ async function submitResolve(event) {
   await refresh();
 }
 
+async function submitFailback(event) {
+  event.preventDefault();
+  if (!pendingFailback) return;
+  const region = pendingFailback;
+  const actor = $("failback-actor").value.trim();
+  const reason = $("failback-reason").value.trim();
+  sessionStorage.setItem(ACTOR, actor);
+  const result = $("failback-result");
+  result.textContent = `failing ${region} back …`;
+  delete result.dataset.outcome;
+  const response = await api("/console/api/failback", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ region, actor, reason }),
+  });
+  const body = await response.json().catch(() => ({}));
+  if (response.ok) {
+    result.textContent = `${region} failed back by ${actor}: ${body.moved.length} tenant(s) moved home.`;
+    result.dataset.outcome = "failed-back";
+    $("failback").hidden = true;
+    pendingFailback = null;
+  } else {
+    result.textContent = `Not failed back: ${body.errorCode || response.status} ${body.message || ""}`;
+    result.dataset.outcome = "refused";
+  }
+  await refresh();
+}
+
 function start() {
   takeTokenFromFragment();
   $("login").addEventListener("submit", (event) => {
@@ -310,6 +429,11 @@ function start() {
     refresh();
   });
   $("resolve").addEventListener("submit", submitResolve);
+  $("failback").addEventListener("submit", submitFailback);
+  $("failback-cancel").addEventListener("click", () => {
+    $("failback").hidden = true;
+    pendingFailback = null;
+  });
   $("resolve-cancel").addEventListener("click", () => {
     $("resolve").hidden = true;
     pending = null;

@@ -100,25 +100,31 @@ async fn failback(
     State(state): State<SharedState>,
     Json(body): Json<RegionRequest>,
 ) -> Result<Json<MoveReport>, ApiError> {
-    known_region(&state, &body.region)?;
-    if !state.health.is_up(&body.region) {
+    Ok(Json(fail_back(&state, &body.region).await?))
+}
+
+/// Every tenant whose preferred home is `region` goes home, unless this
+/// router still counts the region down (`409 REGION_NOT_HEALTHY`). The one
+/// failback of `/admin/failback` and the console's.
+pub(crate) async fn fail_back(state: &SharedState, region: &str) -> Result<MoveReport, ApiError> {
+    known_region(state, region)?;
+    if !state.health.is_up(region) {
         return Err(ApiError::RegionNotHealthy {
-            region: body.region,
+            region: region.to_owned(),
         });
     }
-    tracing::warn!(region = %body.region, "operator failback requested");
+    tracing::warn!(%region, "operator failback requested");
     state
         .store
         .directory()
-        .set_region_status(&body.region, RegionStatus::Healthy)
+        .set_region_status(region, RegionStatus::Healthy)
         .await
         .map_err(|e| ApiError::Unavailable(e.into()))?;
-    let report = state
+    state
         .mover()
-        .fail_back(&body.region)
+        .fail_back(region)
         .await
-        .map_err(|e| ApiError::Unavailable(e.into()))?;
-    Ok(Json(report))
+        .map_err(|e| ApiError::Unavailable(e.into()))
 }
 
 async fn placements(_: Operator, State(state): State<SharedState>) -> Json<serde_json::Value> {

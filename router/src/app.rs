@@ -91,6 +91,7 @@ impl RouterApp {
             metrics,
             http,
             control_http: node_client(&config)?,
+            failbacks: Default::default(),
             api_keys: Arc::new(api_keys),
             config,
         });

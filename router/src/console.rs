@@ -3,13 +3,16 @@
 //! seconds — regions in the failover state machine ([`phase`]), raft-store
 //! members (leader, term, commit and apply lag), tenants (home, standbys,
 //! placement epoch), records that need an operator with the resolve action
-//! and its audit trail ([`records`]), and recent drill reports ([`drills`]).
+//! and its audit trail ([`records`]), the failback action for a region
+//! awaiting it and its audit trail ([`failback`]), and recent failover and
+//! chaos drill reports ([`drills`]).
 //!
 //! | route | |
 //! |---|---|
 //! | `GET /console`, `/console/app.js`, `/console/app.css`, `/console/favicon.svg` | the page; assets compiled into the binary |
 //! | `GET /console/api/state` | everything the page shows ([`snapshot::ConsoleState`]) |
 //! | `POST /console/api/resolve` | `{region, tenant, principal, key, outcome, reason, actor}` → the node's resolve |
+//! | `POST /console/api/failback` | `{region, actor, reason}` → `POST /admin/failback`'s move, audited |
 //!
 //! The page and its script hold no data: every byte of state comes from
 //! `/console/api/*`, behind the admin token like every operator endpoint.
@@ -21,11 +24,14 @@
 //! script or style, no other origin, no framing.
 //!
 //! The admin token is one shared credential, so the console cannot know
-//! who is at the keyboard: a resolve action carries the actor the operator
-//! names and a reason, both required, and the node writes them into the
-//! audit trail in the same transaction as the verdict.
+//! who is at the keyboard: a resolve or failback action carries the actor
+//! the operator names and a reason, both required. The node writes a
+//! resolve's into its audit trail in the same transaction as the verdict;
+//! the router keeps a failback's in its own trail and log ([`crate::audit`]),
+//! granted or refused.
 
 pub mod drills;
+pub mod failback;
 pub mod phase;
 pub mod records;
 pub mod snapshot;
@@ -58,6 +64,7 @@ pub fn router() -> Router<SharedState> {
         .route("/console/favicon.svg", get(icon))
         .route("/console/api/state", get(state))
         .route("/console/api/resolve", post(resolve))
+        .route("/console/api/failback", post(fail_back))
 }
 
 /// An asset, or 404 when the router has no admin token (no console).
@@ -135,4 +142,28 @@ async fn resolve(
         answer.body,
     )
         .into_response())
+}
+
+#[tracing::instrument(name = "operator fails a region back from the console", skip_all,
+    fields(region = %action.region))]
+async fn fail_back(
+    _: Operator,
+    State(state): State<SharedState>,
+    Json(action): Json<failback::FailbackAction>,
+) -> Result<Json<crate::failover::MoveReport>, ApiError> {
+    // Refused before anything moves, and not audited: nothing was asked.
+    let action = action.validated().map_err(ApiError::InvalidCommand)?;
+    let moved = crate::admin::fail_back(&state, &action.region).await;
+    let outcome = match &moved {
+        Ok(_) => "failed back".to_owned(),
+        Err(e) => format!("refused: {} {e}", e.code().as_str()),
+    };
+    state.failbacks.record(
+        &action.region,
+        &action.actor,
+        &action.reason,
+        outcome,
+        moved.as_ref().map_or(0, |m| m.moved.len()),
+    );
+    moved.map(Json)
 }

@@ -26,8 +26,10 @@
 //! - [`admin`]: operator failover, failback, the placement table and the
 //!   simulated partition switch.
 //! - [`console`]: the operator console at `/console` (admin listener):
-//!   regions in the failover state machine, store members, tenants, stuck
-//!   records with the resolve action, drill reports.
+//!   regions in the failover state machine with the failback action, store
+//!   members, tenants, stuck records with the resolve action, failover and
+//!   chaos drill reports.
+//! - [`audit`]: the console's failback audit trail (who, why, outcome).
 //! - [`reachability`]: nodes that refused a connection lately, skipped
 //!   (fail fast) until a probe or a health check reaches them again.
 //! - [`partition`]: regions a drill has cut off from this router (their
@@ -65,6 +67,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod audit;
 pub mod config;
 pub mod console;
 pub mod failover;

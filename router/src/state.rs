@@ -5,6 +5,7 @@ use std::sync::Arc;
 use once_edge::ApiKeys;
 use once_store_client::groups::StoreGroups;
 
+use crate::audit::FailbackTrail;
 use crate::config::RouterConfig;
 use crate::failover::{Mover, UnsettledEvacuations};
 use crate::metrics::Metrics;
@@ -51,6 +52,8 @@ pub struct RouterState {
     /// The health checker's and the console's client to the nodes, used on
     /// the control runtime only, so their connections are driven there.
     pub control_http: reqwest::Client,
+    /// Failbacks asked for from the console, with who asked and why.
+    pub failbacks: FailbackTrail,
 }
 
 impl RouterState {

@@ -8,10 +8,16 @@
 //! whose answer never came while the provider then went out of service
 //! shows up as a stuck record, and resolving it from the page works end to
 //! end (the audit trail names the operator, and the client's retry replays
-//! the stored answer); a region killed with SIGKILL shows as down within
-//! seconds; and the browser logged no error throughout. Screenshots of each
-//! step are kept in `target/test-artifacts/console/` (or
-//! `$ONCE_TEST_ARTIFACTS/console/`).
+//! the stored answer); a chaos drill's report is listed with its verdict
+//! and its faults by nemesis; a region killed with SIGKILL shows as down
+//! within seconds, and once restarted and awaiting failback it is failed
+//! back from the page (the failback trail names the operator; the region is
+//! healthy again with its tenants home); and the browser logged no error
+//! throughout. Screenshots of each step are kept in
+//! `target/test-artifacts/console/` (or `$ONCE_TEST_ARTIFACTS/console/`).
+//!
+//! Without Chromium or chromedriver the test is skipped locally and fails
+//! under CI (`CI` set), like the PostgreSQL ones.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -40,11 +46,38 @@ async fn screenshot(browser: &Client, name: &str) {
     std::fs::write(artifacts().join(format!("{name}.png")), png).unwrap();
 }
 
+/// `CHROMIUM` or Debian's path.
+fn chromium_binary() -> PathBuf {
+    std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+}
+
+/// `CHROMEDRIVER` or `chromedriver` on the `PATH`.
+fn chromedriver_program() -> String {
+    std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into())
+}
+
+/// Whether the browser and its WebDriver are here: skipped locally without
+/// them, a failure under CI (which installs both).
+fn browser_available() -> bool {
+    let driver = chromedriver_program();
+    let driver_found = if driver.contains('/') {
+        std::path::Path::new(&driver).is_file()
+    } else {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(&driver).is_file()))
+    };
+    once_test_support::services::present_or_skipped(
+        chromium_binary().is_file() && driver_found,
+        "CI must install chromium and chromium-driver so the console's browser test runs",
+        "no chromium or chromedriver: skipping the console's browser test \
+         (apt-get install chromium chromium-driver)",
+    )
+}
+
 /// chromedriver on a free port.
 async fn chromedriver() -> (Process, String) {
     let port = port_outside_ephemeral_range(&["127.0.0.1"]);
-    let program = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
-    let mut command = process::command(program);
+    let mut command = process::command(chromedriver_program());
     command.arg(format!("--port={port}"));
     let (driver, ()) = Process::start(command, "chromedriver", Duration::from_secs(30), |line| {
         line.contains("started successfully").then_some(())
@@ -57,7 +90,7 @@ async fn browser(webdriver: &str) -> Client {
     let capabilities = json!({
         "browserName": "chrome",
         "goog:chromeOptions": {
-            "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+            "binary": chromium_binary(),
             "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
                      "--disable-dev-shm-usage", "--window-size=1400,2000"],
         },
@@ -160,7 +193,11 @@ async fn leave_unknown(provider: &str, router: &str, api_key: &str, key: &str, b
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die() {
+async fn the_console_shows_the_cluster_resolves_a_record_reads_a_chaos_report_and_fails_a_region_back()
+ {
+    if !browser_available() {
+        return;
+    }
     let root = tempfile::tempdir().unwrap();
     let listen = format!("127.0.0.1:{}", port_outside_ephemeral_range(&["127.0.0.1"]));
     let up = Up::start(root.path(), &listen).await;
@@ -328,6 +365,54 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
     );
     assert!(retry.replayed);
 
+    // A chaos drill's report (written next to cluster.json, where the
+    // console reads drills), listed as it is: its verdict and its faults by
+    // nemesis, not "unreadable".
+    let chaos = tokio::process::Command::new(crate::helpers::ONCE)
+        .args(["drill", "chaos", "--nemesis", "pause", "--duration", "2"])
+        .args([
+            "--rate", "4", "--seed", "7", "--lease", "2s", "--grace", "20",
+        ])
+        .arg("--cluster")
+        .arg(up.dir.join("cluster.json"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let chaos_dir = std::fs::read_dir(&up.dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("chaos-"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the chaos drill wrote its report: {}",
+                String::from_utf8_lossy(&chaos.stderr)
+            )
+        });
+    let chaos_name = chaos_dir.file_name().to_string_lossy().into_owned();
+    let chaos_report: Value =
+        serde_json::from_slice(&std::fs::read(chaos_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let listed = format!(".drill[data-name='{chaos_name}'][data-kind='chaos']");
+    let shown = text_of(&browser, &format!("{listed} h3"), wait).await;
+    assert!(
+        shown.contains(chaos_report["verdict"].as_str().unwrap())
+            && shown.contains(&format!("seed {}", chaos_report["seed"])),
+        "{shown}"
+    );
+    assert_eq!(
+        attribute(&browser, &listed, "data-passed").await.as_deref(),
+        Some(if chaos.status.success() {
+            "true"
+        } else {
+            "false"
+        }),
+        "the page's verdict is the run's exit status"
+    );
+    let nemeses = text_of(&browser, &format!("{listed} table.nemeses tbody"), wait).await;
+    assert!(nemeses.contains("pause"), "{nemeses}");
+    screenshot(&browser, "4-chaos-report").await;
+
     // A region killed outright shows as down within seconds.
     let victim = cluster["regions"][2].clone();
     let region = victim["name"].as_str().unwrap();
@@ -360,7 +445,130 @@ async fn the_console_shows_the_cluster_resolves_a_record_and_sees_a_region_die()
         (count(&browser, "#members tr[data-state='unreachable']").await == 1).then_some(())
     })
     .await;
-    screenshot(&browser, "4-region-down").await;
+    screenshot(&browser, "5-region-down").await;
+
+    // Restarted, it awaits failback; the operator fails it back from the
+    // page, naming themselves and why.
+    let control =
+        once_drill::control::Control::new(cluster["control"]["url"].as_str().unwrap()).unwrap();
+    control.restart_region(region).await.unwrap();
+    let button = format!("#regions tr[data-region='{region}'] button[data-region='{region}']");
+    eventually(Duration::from_secs(90), || async {
+        (attribute(
+            &browser,
+            &format!("#regions tr[data-region='{region}']"),
+            "data-phase",
+        )
+        .await?
+            == "awaiting-failback")
+            .then_some(())
+    })
+    .await;
+    screenshot(&browser, "6-awaiting-failback").await;
+    // Without a name it is refused, and nothing moves or is audited.
+    let refused = reqwest::Client::new()
+        .post(format!(
+            "{}/console/api/failback",
+            cluster["router"]["admin_url"].as_str().unwrap()
+        ))
+        .bearer_auth(&token)
+        .json(&json!({"region": region, "actor": "  ", "reason": "why not"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 422);
+    let said: Value = refused.json().await.unwrap();
+    assert_eq!(said["errorCode"], "VALIDATION_FAILED", "{said}");
+    assert!(
+        said["message"].as_str().unwrap().contains("actor"),
+        "{said}"
+    );
+    let state: Value = reqwest::Client::new()
+        .get(format!(
+            "{}/console/api/state",
+            cluster["router"]["admin_url"].as_str().unwrap()
+        ))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        state["failbacks"],
+        json!([]),
+        "a refused action is not audited"
+    );
+    let phase = state["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == region)
+        .map(|r| r["phase"].clone());
+    assert_eq!(phase, Some(json!("awaiting-failback")), "nothing moved");
+    browser
+        .find(Locator::Css(&button))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let actor = browser.find(Locator::Id("failback-actor")).await.unwrap();
+    actor.clear().await.unwrap();
+    actor.send_keys("bob").await.unwrap();
+    browser
+        .find(Locator::Id("failback-reason"))
+        .await
+        .unwrap()
+        .send_keys("healthy for a while after the restart")
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Id("failback-confirm"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let outcome = eventually(wait, || async {
+        attribute(&browser, "#failback-result", "data-outcome").await
+    })
+    .await;
+    assert_eq!(
+        outcome,
+        "failed-back",
+        "{}",
+        text_of(&browser, "#failback-result", wait).await
+    );
+    let trail = text_of(
+        &browser,
+        &format!("#failbacks li[data-region='{region}']"),
+        wait,
+    )
+    .await;
+    assert!(
+        trail.contains("bob")
+            && trail.contains("healthy for a while")
+            && trail.contains("failed back"),
+        "{trail}"
+    );
+    eventually(wait, || async {
+        let phase = attribute(
+            &browser,
+            &format!("#regions tr[data-region='{region}']"),
+            "data-phase",
+        )
+        .await?;
+        (phase == "healthy").then_some(())
+    })
+    .await;
+    assert_eq!(
+        count(&browser, &button).await,
+        0,
+        "no failback offered once home"
+    );
+    screenshot(&browser, "7-failed-back").await;
 
     let errors: Vec<Value> = browser_log(&browser)
         .await

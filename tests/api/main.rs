@@ -9,6 +9,7 @@ mod contract;
 mod crash;
 mod database_clock;
 mod deploy;
+mod drills;
 mod edge;
 mod email_sink;
 mod encryption;

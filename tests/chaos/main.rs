@@ -80,6 +80,15 @@ async fn two_minutes_of_every_nemesis_break_no_invariant_and_the_history_is_line
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["seed"], SEED.parse::<u64>().unwrap());
     assert_eq!(report["invariants_held"], true, "{report_md}");
+    // The verdict counts what the run saw: every fault took effect and
+    // every tenant is home again at its end.
+    assert_eq!(report["passed"], true, "{}: {report_md}", report["verdict"]);
+    assert_eq!(report["verdict"], "no violation", "{report_md}");
+    assert_eq!(
+        report["homecoming"]["left_away"],
+        serde_json::json!([]),
+        "{report_md}"
+    );
     for check in report["checks"].as_array().unwrap() {
         assert_eq!(check["passed"], true, "{check}");
     }

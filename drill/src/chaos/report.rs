@@ -1,5 +1,7 @@
 //! The chaos run's report: `report.json` (everything, machine-readable),
-//! `report.md` and `report.html` (the same [`Document`]: the verdict, the
+//! `report.md` and `report.html` (the same [`Document`]: the verdict — which
+//! counts only what the run saw: broken invariants, faults that did not take
+//! effect, tenants left away from home, each named in the headline —, the
 //! seed and the command that repeats the run, the schedule of faults with
 //! what was done and seen, answers by code, the linearizability verdict
 //! with the smallest failing sub-history of each violation, every invariant
@@ -18,6 +20,7 @@ use crate::check::CheckResult;
 use crate::client_log::{ClientLog, EpochMillis};
 use crate::document::{Block, Chart, Document, Item, Line};
 use crate::evidence::Evidence;
+use crate::homecoming::Homecoming;
 use crate::linearizability::Linearizability;
 use crate::report::{EvidenceSummary, Timeline, checks_block, evidence_blocks};
 
@@ -53,9 +56,61 @@ pub struct ChaosReport {
     pub checks: Vec<CheckResult>,
     /// Every check passed, linearizability included.
     pub invariants_held: bool,
+    /// The tenants failed back at the end, and any left away.
+    #[serde(default)]
+    pub homecoming: Homecoming,
+    /// The headline: `no violation` only when every invariant held, every
+    /// fault took effect and every tenant is home; else what went wrong,
+    /// e.g. `2 of 7 faults did not take effect`.
+    #[serde(default)]
+    pub verdict: String,
+    /// The run proves what it says: the binary exits non-zero when not.
+    #[serde(default)]
+    pub passed: bool,
+}
+
+/// The headline of a run: what it saw, nothing it did not.
+pub fn verdict(
+    invariants_held: bool,
+    faults: &[FaultRecord],
+    homecoming: &Homecoming,
+) -> (String, bool) {
+    let mut problems = Vec::new();
+    if !invariants_held {
+        problems.push("VIOLATIONS FOUND".to_owned());
+    }
+    let without_effect = faults.iter().filter(|f| !f.took_effect).count();
+    if without_effect > 0 {
+        problems.push(format!(
+            "{without_effect} of {} faults did not take effect",
+            faults.len()
+        ));
+    }
+    if faults.is_empty() {
+        problems.push("no fault was applied".to_owned());
+    }
+    if let Some(e) = &homecoming.error {
+        problems.push(format!("tenants' homes unknown ({e})"));
+    } else if !homecoming.left_away.is_empty() {
+        problems.push(format!(
+            "{} tenant(s) left away from home",
+            homecoming.left_away.len()
+        ));
+    }
+    if problems.is_empty() {
+        ("no violation".to_owned(), true)
+    } else {
+        (problems.join("; "), false)
+    }
 }
 
 impl ChaosReport {
+    /// Sets [`Self::verdict`] and [`Self::passed`] from the rest.
+    pub fn with_verdict(mut self) -> Self {
+        (self.verdict, self.passed) = verdict(self.invariants_held, &self.faults, &self.homecoming);
+        self
+    }
+
     pub fn count(faults: &[FaultRecord]) -> BTreeMap<Nemesis, NemesisCount> {
         let mut counts: BTreeMap<Nemesis, NemesisCount> = BTreeMap::new();
         for fault in faults {
@@ -96,12 +151,7 @@ impl ChaosReport {
     }
 
     pub fn document(&self, charts: Vec<Chart>) -> Document {
-        let verdict = if self.invariants_held {
-            "no violation"
-        } else {
-            "VIOLATIONS FOUND"
-        };
-        let mut doc = Document::new(format!("Chaos drill, seed {}: {verdict}", self.seed));
+        let mut doc = Document::new(format!("Chaos drill, seed {}: {}", self.seed, self.verdict));
         doc.push(Block::Paragraph(
             Line::default()
                 .text(format!(
@@ -139,6 +189,56 @@ impl ChaosReport {
                 })
                 .collect(),
         });
+        let unseen: Vec<&FaultRecord> = self.faults.iter().filter(|f| !f.took_effect).collect();
+        if !unseen.is_empty() {
+            doc.push(Block::Paragraph(
+                Line::default()
+                    .strong(format!(
+                        "{} of {} faults did not take effect",
+                        unseen.len(),
+                        self.faults.len()
+                    ))
+                    .text(": the run proves nothing about them, and fails."),
+            ));
+            doc.push(Block::List(
+                unseen
+                    .iter()
+                    .map(|f| {
+                        Line::default()
+                            .strong(f.nemesis.name())
+                            .text(format!(
+                                " {}: {}",
+                                f.description,
+                                if f.errors.is_empty() {
+                                    "nothing seen acting".to_owned()
+                                } else {
+                                    f.errors.join("; ")
+                                }
+                            ))
+                            .into()
+                    })
+                    .collect(),
+            ));
+        }
+        doc.push(Block::Heading("Tenants at the end".into()));
+        doc.push(Block::Paragraph(self.homecoming.summary().into()));
+        if !self.homecoming.failbacks.is_empty() {
+            doc.push(Block::List(
+                self.homecoming
+                    .failbacks
+                    .iter()
+                    .map(|f| {
+                        Line::from(format!(
+                            "failback of {} requested: router answered {}",
+                            f.region,
+                            f.router_status
+                                .map_or("nothing".to_owned(), |s| s.to_string())
+                        ))
+                        .into()
+                    })
+                    .collect(),
+            ));
+        }
         doc.push(Block::Heading("Schedule".into()));
         doc.push(Block::List(
             self.faults
@@ -264,5 +364,48 @@ impl ChaosReport {
         write("report.html", document.html().as_bytes())?;
         write("evidence.json", &serde_json::to_vec_pretty(evidence)?)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::nemesis::Fault;
+    use crate::homecoming::TenantAway;
+
+    fn fault(took_effect: bool) -> FaultRecord {
+        let mut record = FaultRecord::begin(&Fault::Restart);
+        record.took_effect = took_effect;
+        record
+    }
+
+    #[test]
+    fn no_violation_is_said_only_of_a_run_that_saw_every_fault_and_brought_every_tenant_home() {
+        let home = Homecoming::default();
+        assert_eq!(
+            verdict(true, &[fault(true), fault(true)], &home),
+            ("no violation".to_owned(), true)
+        );
+        let (said, passed) = verdict(true, &[fault(true), fault(false)], &home);
+        assert_eq!(said, "1 of 2 faults did not take effect");
+        assert!(!passed);
+        let away = Homecoming {
+            left_away: vec![TenantAway {
+                tenant: "acme".into(),
+                home: "ap-south".into(),
+                preferred_home: "eu-west".into(),
+            }],
+            ..Homecoming::default()
+        };
+        let (said, passed) = verdict(false, &[fault(false)], &away);
+        assert_eq!(
+            said,
+            "VIOLATIONS FOUND; 1 of 1 faults did not take effect; 1 tenant(s) left away from home"
+        );
+        assert!(!passed);
+        assert!(
+            !verdict(true, &[], &home).1,
+            "a run without faults proves nothing"
+        );
     }
 }

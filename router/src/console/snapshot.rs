@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::drills::{self, DrillReport};
 use super::phase::{Evidence, Phase};
 use super::records::{self, OperatorView};
+use crate::audit::FailbackEntry;
 use crate::failover::now_ms;
 use crate::state::RouterState;
 
@@ -75,6 +76,8 @@ pub struct ConsoleState {
     pub operators: Option<OperatorView>,
     /// `None` without `--drill-reports`.
     pub drills: Option<Vec<DrillReport>>,
+    /// Failbacks asked for from this router's console, newest first.
+    pub failbacks: Vec<FailbackEntry>,
 }
 
 async fn members(state: &RouterState) -> Vec<MemberView> {
@@ -201,5 +204,6 @@ pub async fn gather(state: &RouterState) -> ConsoleState {
         tenants,
         operators,
         drills,
+        failbacks: state.failbacks.entries(),
     }
 }
