@@ -184,7 +184,7 @@ pub async fn bring_home(cluster: &Cluster, limit: Duration) -> Homecoming {
             let requested_at = now_ms();
             let (router_status, router_body) = failback::request_failback(
                 cluster.router.admin(),
-                &cluster.admin_token,
+                cluster.router_admin_token(),
                 &region,
                 deadline,
             )

@@ -449,8 +449,10 @@ async fn the_console_shows_the_cluster_resolves_a_record_reads_a_chaos_report_an
 
     // Restarted, it awaits failback; the operator fails it back from the
     // page, naming themselves and why.
-    let control =
-        once_drill::control::Control::new(cluster["control"]["url"].as_str().unwrap()).unwrap();
+    let control = once_drill::control::Control::new(
+        &serde_json::from_value(cluster["control"].clone()).unwrap(),
+    )
+    .unwrap();
     control.restart_region(region).await.unwrap();
     let button = format!("#regions tr[data-region='{region}'] button[data-region='{region}']");
     eventually(Duration::from_secs(90), || async {

@@ -62,7 +62,7 @@ async fn a_skew_only_chaos_run_without_libfaketime_is_refused_before_any_load() 
             "admin_token": "a-drill-admin-token-of-enough-length",
             "tenants": [{"id": "acme", "api_key": "k", "home_region": "eu-west"}],
             "regions": [region("eu-west"), region("us-east"), region("ap-south")],
-            "control": {"url": url},
+            "control": {"url": url, "token": "a-drill-control-token"},
         })
         .to_string(),
     )
@@ -175,7 +175,7 @@ async fn a_fault_that_does_not_take_effect_fails_the_run_and_chaos_brings_every_
             "{}/admin/failover",
             cluster["router"]["admin_url"].as_str().unwrap()
         ))
-        .bearer_auth(cluster["admin_token"].as_str().unwrap())
+        .bearer_auth(cluster["admin_tokens"]["router"].as_str().unwrap())
         .json(&json!({ "region": away }))
         .send()
         .await
