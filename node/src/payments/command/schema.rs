@@ -75,10 +75,18 @@ pub fn currency() -> Object {
         .build()
 }
 
+/// The shared enum `Channel`'s component name.
+pub const CHANNEL: &str = "Channel";
+
+/// A `channel` field: the shared `Channel`.
+pub fn channel_field() -> utoipa::openapi::Ref {
+    utoipa::openapi::Ref::from_schema_name(CHANNEL)
+}
+
 /// The shared `Channel` or null: absent or null is `web`.
 pub fn channel() -> Schema {
     OneOfBuilder::new()
-        .item(crate::payments::response::schema::channel_field())
+        .item(channel_field())
         .item(ObjectBuilder::new().schema_type(Type::Null))
         .description(Some("Where the payer is; absent or null is `web`."))
         .into()

@@ -73,14 +73,13 @@ pub fn status_field() -> Ref {
     Ref::from_schema_name(PAYMENT_STATUS)
 }
 
-/// A payment's `channel` field: the shared `Channel`.
-pub fn channel_field() -> Ref {
-    Ref::from_schema_name(CHANNEL)
-}
+/// A payment's `channel` field: the shared `Channel` (named where the
+/// request's channel is described, so the request side needs nothing here).
+pub use crate::payments::command::schema::channel_field;
 
 /// The shared enums' component names.
 pub const PAYMENT_STATUS: &str = "PaymentStatus";
-pub const CHANNEL: &str = "Channel";
+pub use crate::payments::command::schema::CHANNEL;
 
 /// `payment`, the object type of schema 2.
 pub fn object_payment() -> Object {
