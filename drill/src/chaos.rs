@@ -4,6 +4,8 @@
 //!
 //! ```text
 //!   load (same mix as the failover drill) ──► router ──► nodes ──► store
+//!     + resends of remembered payments (same body / other body) through
+//!       another region's node (`--resend-share`, crate::resend)
 //!     │ client log: every attempt, invoked/answered/indeterminate
 //!   nemesis loop (seed): quiet ─► apply fault ─► seen? ─► hold ─► heal ─► healthy?
 //!     kill · pause · partition · skew · restart · membership · leader
@@ -59,7 +61,8 @@ use crate::client_log::{SharedLog, now_ms};
 use crate::cluster::Cluster;
 use crate::load::{LoadPlan, OperationFactory, PaymentClient};
 use crate::report::{EvidenceSummary, Timeline};
-use crate::{check, final_replay, gather, homecoming, linearizability};
+use crate::resend::Resender;
+use crate::{check, final_replay, gather, homecoming, idempotence, linearizability};
 
 /// `once drill chaos …`
 #[derive(Debug, Clone, clap::Args)]
@@ -91,6 +94,15 @@ pub struct ChaosArgs {
     /// How long the cluster may take to be healthy after a fault, in seconds.
     #[arg(long, default_value_t = 90)]
     pub recovery_limit: u64,
+    /// The idempotence workload: the share of the load's ticks that re-send
+    /// a remembered payment instead of starting one — half with the same
+    /// key and bytes, half with the same key and another body — first
+    /// through another region's node (0 turns it off).
+    #[arg(long, default_value_t = 0.2)]
+    pub resend_share: f64,
+    /// How many of the newest payments the clients remember for resends.
+    #[arg(long, default_value_t = 1000)]
+    pub resend_memory: usize,
     /// Where the report goes; default `chaos-<timestamp>/` next to the
     /// cluster description.
     #[arg(long)]
@@ -118,11 +130,12 @@ fn default_out_dir(cluster: &std::path::Path) -> PathBuf {
 fn command(args: &ChaosArgs, seed: u64) -> String {
     let nemeses: Vec<&str> = args.nemesis.iter().map(|n| n.name()).collect();
     format!(
-        "once drill chaos --cluster {} --duration {} --nemesis {} --seed {seed} --rate {}",
+        "once drill chaos --cluster {} --duration {} --nemesis {} --seed {seed} --rate {} --resend-share {}",
         args.cluster.display(),
         args.duration,
         nemeses.join(","),
-        args.rate
+        args.rate,
+        args.resend_share
     )
 }
 
@@ -184,6 +197,11 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         duration: recovery_limit,
         grace: Duration::from_secs(args.grace),
         replay_after: Duration::from_secs(2),
+        // Drawn from the schedule's seed too, so a repeated command
+        // resends the same share the same way.
+        resend: (args.resend_share > 0.0)
+            .then(|| Resender::new(&cluster, &log, args.resend_share, args.resend_memory, seed))
+            .transpose()?,
     };
     let mut schedule = Schedule::new(seed, &args.nemesis, &regions, args.lease);
 
@@ -295,6 +313,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         invariants_held: failed.is_empty(),
         homecoming,
         linearizability,
+        resends: idempotence::check(&evidence).1,
         evidence: EvidenceSummary::of(&evidence),
         checks,
         verdict: String::new(),

@@ -14,6 +14,7 @@
 //! | [`faithful_replay`] | I2 | every stored answer (`201`, `402`, `409 DUPLICATE_MERCHANT_REFERENCE`) under one key, replays, stored responses |
 //! | [`loud_mismatch`] | I3 | the reused-key-different-body operations |
 //! | [`keyless_duplicates_at_most_one_payment`] | I1 (case 6) | duplicate groups vs payments |
+//! | `idempotent resends` ([`crate::idempotence::check`]) | I1, I2, I3 | the idempotence workload's resends, the resent keys' payments |
 //! | `linearizable` ([`Linearizability::as_check`](crate::linearizability::Linearizability::as_check)) | I1, I2, I3 | every attempt of the client log, each scoped key's history on its own ([`crate::linearizability`]) |
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,6 +53,7 @@ pub fn check_all_with(
         faithful_replay(evidence),
         loud_mismatch(evidence),
         keyless_duplicates_at_most_one_payment(evidence),
+        crate::idempotence::check(evidence).0,
         // `linearizable`: I1–I3 together, as the clients saw them (see
         // `Linearizability::as_check`).
         linearizability.as_check(),

@@ -48,6 +48,15 @@ pub enum Intent {
     /// merchantReference)`, each under its own key (a duplicate sent without
     /// reusing the key): at most one payment per group (I1, DESIGN §1 case 6).
     KeylessDuplicate { group: u64 },
+    /// The idempotence workload's re-send of operation `of` from the
+    /// clients' bounded memory ([`crate::resend`]), first through another
+    /// region's node than the tenant's home. `same_body`: `of`'s key and
+    /// bytes, possibly before `of` was answered or after it never was —
+    /// expects `of`'s stored answer byte for byte, one payment in all.
+    /// Otherwise `of`'s key with another body, sent only once `of` has a
+    /// stored answer — expects `409
+    /// IDEMPOTENCY_KEY_REUSED_WITH_DIFFERENT_REQUEST` (DESIGN I2, I3).
+    Resend { of: u64, same_body: bool },
 }
 
 /// One logical operation: its key and the exact bytes every attempt sends.

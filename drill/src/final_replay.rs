@@ -59,7 +59,15 @@ pub async fn replay_stored_answers(
         .map(|t| (t.id.as_str(), t.api_key.as_str()))
         .collect();
     let originals = log.operations.iter().filter(|op| {
-        !matches!(op.intent, Intent::Replay { .. })
+        // A replay or a same-body resend shares its original's key: the
+        // original's final replay asks for that answer again — unless the
+        // original never got one and the resend did.
+        let asked_by_original = match op.intent {
+            Intent::Replay { .. } => true,
+            Intent::Resend { of, .. } => log.final_answer(of).is_some_and(|a| a.is_stored_answer()),
+            _ => false,
+        };
+        !asked_by_original
             && log
                 .final_answer(op.id)
                 .is_some_and(|a| a.is_stored_answer())

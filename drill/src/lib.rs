@@ -28,6 +28,9 @@
 //! - [`cluster`]: `cluster.json`, the description `once up` writes.
 //! - [`client_log`]: operations and attempts as the clients saw them.
 //! - [`load`]: the paced, retrying clients and the planted requests.
+//! - [`resend`]: the idempotence workload — a bounded memory of sent
+//!   payments, a share re-sent (same body, other body) through another
+//!   region's node.
 //! - [`fault`]: kill, and partition behind [`fault::PartitionSwitch`]es
 //!   (the region's store member isolated, the other members and the router
 //!   cutting the region).
@@ -42,6 +45,8 @@
 //! - [`evidence`]: what the checker reads, as plain data.
 //! - [`gather`]: reading the evidence from a live cluster, read-only.
 //! - [`check`]: the invariant checks, pure functions.
+//! - [`idempotence`]: the resends judged and counted (same body: the first
+//!   answer byte for byte, one payment; other body: `409`).
 //! - [`verdict`]: what one check concluded: its violations and notes.
 //! - [`linearizability`]: each scoped key's attempts checked for a legal
 //!   order under the idempotency contract (Wing–Gong search), a failing
@@ -70,10 +75,12 @@ pub mod files;
 pub mod final_replay;
 pub mod gather;
 pub mod homecoming;
+pub mod idempotence;
 pub mod linearizability;
 pub mod load;
 pub mod measure;
 pub mod report;
+pub mod resend;
 pub mod verdict;
 
 use std::path::{Path, PathBuf};
@@ -199,6 +206,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         duration,
         grace: Duration::from_secs(args.grace),
         replay_after: (duration / 10).clamp(Duration::from_millis(200), Duration::from_secs(3)),
+        resend: None,
     };
     let fault = Fault::plan(args.mode, &cluster, &region, &http);
 

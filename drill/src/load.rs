@@ -10,6 +10,8 @@
 //!     task: send(op) ──retry same key+bytes on no answer/5xx/421/409 in progress/202──► final answer
 //!           └─ first 201 ─► (later) replay with the same key+bytes ─► (every 10th) same key, other body
 //!     every 20th tick: a group of 3 duplicates (same accountId+merchantReference, own keys)
+//!     with --resend-share: a share of the other ticks re-send a remembered payment
+//!     (crate::resend)
 //! ```
 //!
 //! Every attempt lands in the [`SharedLog`].
@@ -30,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::client_log::{Attempt, EpochMillis, Intent, Operation, SharedLog, body_hash};
 use crate::cluster::Tenant;
+use crate::resend::Resender;
 
 /// Size of a group of duplicates sent under different keys.
 const DUPLICATES_PER_GROUP: usize = 3;
@@ -97,6 +100,26 @@ impl OperationFactory {
             original.merchant_reference.clone(),
             amount + 1,
         )
+    }
+
+    /// `original` re-sent by the idempotence workload: its key and bytes
+    /// (`same_body`), or its key with a different amount.
+    pub fn resend(&self, original: &Operation, same_body: bool) -> Operation {
+        let intent = Intent::Resend {
+            of: original.id,
+            same_body,
+        };
+        if same_body {
+            return Operation {
+                id: self.next(),
+                intent,
+                ..original.clone()
+            };
+        }
+        Operation {
+            intent,
+            ..self.mismatched(original)
+        }
     }
 
     /// `n` operations with one merchant reference, each under its own key.
@@ -312,6 +335,17 @@ impl PaymentClient {
     /// logged).
     pub async fn send(&self, op: &Operation, api_key: &str, deadline: Instant) -> Option<Attempt> {
         self.log.add_operation(op.clone());
+        self.send_logged(op, api_key, deadline).await
+    }
+
+    /// [`Self::send`] for an operation already in the log (sent before
+    /// through another client): its attempts join the ones it has.
+    pub async fn send_logged(
+        &self,
+        op: &Operation,
+        api_key: &str,
+        deadline: Instant,
+    ) -> Option<Attempt> {
         let prepared = self
             .client_for(api_key)
             .and_then(|client| Ok((client, request_of(op)?)));
@@ -350,6 +384,9 @@ pub struct LoadPlan {
     pub grace: Duration,
     /// How long after an acknowledgement its replay is sent.
     pub replay_after: Duration,
+    /// The idempotence workload, when on: a share of the ticks re-send a
+    /// remembered payment instead of starting one.
+    pub resend: Option<Resender>,
 }
 
 /// Runs `plan` against the router; returns once every operation has a
@@ -413,11 +450,24 @@ async fn run_paced(
             }
             continue;
         }
+        if let Some(resend) = plan.resend.as_ref().and_then(|r| r.draw(factory)) {
+            let resender = plan.resend.clone();
+            tasks.spawn(async move { resender?.send(&resend, deadline).await });
+            continue;
+        }
         let (client, factory) = (client.clone(), factory.clone());
         let replay_after = plan.replay_after;
+        let resender = plan.resend.clone();
         tasks.spawn(async move {
             let op = factory.payment(&tenant.id);
-            let answer = client.send(&op, &tenant.api_key, deadline).await?;
+            if let Some(resender) = &resender {
+                resender.remember(&op, &tenant.api_key, &tenant.home_region);
+            }
+            let answer = client.send(&op, &tenant.api_key, deadline).await;
+            if let Some(resender) = &resender {
+                resender.answered(op.id, answer.as_ref());
+            }
+            let answer = answer?;
             if answer.status != Some(201) {
                 return Some(answer);
             }

@@ -227,7 +227,7 @@ fn failed(results: &[CheckResult]) -> Vec<&str> {
 fn a_clean_drill_passes_every_check() {
     let results = check::check_all(&clean());
     assert_eq!(failed(&results), Vec::<&str>::new(), "{results:#?}");
-    assert_eq!(results.len(), 9);
+    assert_eq!(results.len(), 10);
 }
 
 #[test]

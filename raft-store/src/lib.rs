@@ -24,6 +24,8 @@
 //!   resolve, expire, purge, set placement, region status), the record they
 //!   act on, and the `(client id, seq)` envelope.
 //! - **log store**: [`log_store`] — the Raft log, vote and purge marker in redb.
+//!   [`disk_fault`]: a simulated full disk under it, for the storage-fault
+//!   tests (`failpoints` builds).
 //! - **state machine**: [`state_machine`] (storage, building and installing
 //!   snapshots), [`snapshot_file`] (the snapshot format and files, streamed
 //!   row by row), [`snapshot_policy`] (when a member builds one: once its
@@ -203,6 +205,7 @@ pub mod authz;
 pub mod clock;
 pub mod config;
 pub mod directory;
+pub mod disk_fault;
 pub mod election;
 pub mod evacuation;
 pub mod group_commit;

@@ -42,6 +42,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::disk_fault::DiskFault;
 use crate::types::{Entry, LogId, LogState, StorageError, StorageIOError, TypeConfig, Vote};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -57,6 +58,9 @@ pub struct LogStore {
     db: Arc<Database>,
     appended: Arc<Appended>,
     appends: broadcast::Sender<AppendedBatch>,
+    /// The simulated full disk of the storage-fault tests (unarmed outside
+    /// them).
+    disk: Arc<DiskFault>,
 }
 
 /// One batch of entries as `append` was given it.
@@ -96,6 +100,7 @@ impl LogStore {
             db: Arc::new(db),
             appended: Arc::default(),
             appends: broadcast::channel(APPENDS_BUFFER).0,
+            disk: Arc::new(DiskFault::from_env()),
         })
     }
 
@@ -133,15 +138,28 @@ impl LogStore {
     where
         F: FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error> + Send + 'static,
     {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || {
+        let (db, disk) = (self.db.clone(), self.disk.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            disk.before_commit()?;
             let txn = db.begin_write()?;
             write(&txn)?;
             txn.commit()?;
             Ok(())
         })
         .await
-        .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?
+        .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?;
+        if let Err(e) = &result {
+            // Said here, once per failed commit, because what follows is
+            // openraft's: the error stops the Raft core and the member
+            // exits (`StoreServer::run_until`), having acknowledged nothing
+            // of this commit.
+            tracing::error!(
+                error = %e,
+                "raft log commit failed (disk full, fsync failed or the file damaged): \
+                 nothing of it is persisted or acknowledged; this member stops"
+            );
+        }
+        result
     }
 
     async fn write_meta<T: Serialize>(

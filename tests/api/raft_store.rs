@@ -10,6 +10,7 @@
 
 mod certs;
 pub mod cluster;
+mod disk;
 pub mod groups;
 mod preferred;
 mod trust;

@@ -7,7 +7,8 @@
 //! effect where it acts: a paused process in state `T`, a skewed process
 //! reporting its offset, a partitioned member refusing the cut region, a
 //! killed process dead, a rolled-out process replaced, a wiped member blank
-//! before it is added back.
+//! before it is added back. A fifth of the load re-sends remembered
+//! payments (the idempotence workload), and both kinds are counted.
 
 use std::time::Duration;
 
@@ -60,6 +61,10 @@ async fn two_minutes_of_every_nemesis_break_no_invariant_and_the_history_is_line
         Command::new(ONCE)
             .args(["drill", "chaos", "--duration", "120", "--rate", "8"])
             .args(["--seed", SEED])
+            // The idempotence workload: a fifth of the ticks re-send a
+            // remembered payment, same body or another, through another
+            // region's node.
+            .args(["--resend-share", "0.2"])
             .arg("--cluster")
             .arg(&cluster)
             .arg("--out")
@@ -95,6 +100,23 @@ async fn two_minutes_of_every_nemesis_break_no_invariant_and_the_history_is_line
     let lin = &report["linearizability"];
     assert!(lin["violations"].as_array().unwrap().is_empty(), "{lin}");
     assert!(lin["keys"].as_u64().unwrap() > 100, "{lin}");
+
+    // Both kinds of resend were sent and judged, some answered by another
+    // region than their original (the `idempotent resends` check above
+    // passed with them).
+    let resends = &report["resends"];
+    for kind in [
+        "same_body_answered",
+        "other_body_answered",
+        "answered_by_another_region",
+    ] {
+        assert!(resends[kind].as_u64().unwrap() > 0, "{kind}: {resends}");
+    }
+    assert_eq!(resends["violations"], 0, "{resends}");
+    assert!(
+        report_md.contains("same-body resends"),
+        "the headline paragraph counts the resends"
+    );
 
     let faults = report["faults"].as_array().unwrap();
     for (nemesis, proof) in SEEN {

@@ -21,6 +21,7 @@ use crate::client_log::{ClientLog, EpochMillis};
 use crate::document::{Block, Chart, Document, Item, Line};
 use crate::evidence::Evidence;
 use crate::homecoming::Homecoming;
+use crate::idempotence::ResendCounts;
 use crate::linearizability::Linearizability;
 use crate::report::{EvidenceSummary, Timeline, checks_block, evidence_blocks};
 
@@ -52,6 +53,11 @@ pub struct ChaosReport {
     /// `no answer`, …).
     pub answers: BTreeMap<String, usize>,
     pub linearizability: Linearizability,
+    /// The idempotence workload's resends by kind (all zero without
+    /// `--resend-share`); their violations are the `idempotent resends`
+    /// check's.
+    #[serde(default)]
+    pub resends: ResendCounts,
     pub evidence: EvidenceSummary,
     pub checks: Vec<CheckResult>,
     /// Every check passed, linearizability included.
@@ -155,7 +161,7 @@ impl ChaosReport {
         doc.push(Block::Paragraph(
             Line::default()
                 .text(format!(
-                    "{} s of load at {}/s with nemeses {}; {} faults; {} operations, {} attempts. Repeat with ",
+                    "{} s of load at {}/s with nemeses {}; {} faults; {} operations, {} attempts; {}. Repeat with ",
                     self.duration_seconds,
                     self.rate,
                     self.nemeses
@@ -165,7 +171,8 @@ impl ChaosReport {
                         .join(","),
                     self.faults.len(),
                     self.operations,
-                    self.attempts
+                    self.attempts,
+                    self.resends.summary()
                 ))
                 .code(self.command.clone())
                 .text("."),

@@ -181,6 +181,27 @@ impl Cluster {
         self.members.get_mut(&id).expect("member").process = Some(process);
     }
 
+    /// As [`Self::spawn`], member `id`'s stderr written to `log` instead of
+    /// the test's: a test reads back what the member said.
+    pub async fn spawn_logging_to(&mut self, id: u64, peers: Option<&str>, log: &std::path::Path) {
+        let mut command = self.command(id, peers);
+        command.stderr(std::fs::File::create(log).expect("member log file"));
+        let (process, ()) = Process::start(
+            command,
+            &format!("member {id}"),
+            Duration::from_secs(60),
+            |line| line.starts_with("listening raft=").then_some(()),
+        )
+        .await;
+        self.members.get_mut(&id).expect("member").process = Some(process);
+    }
+
+    /// Member `id`'s running process (`None`: stopped), to wait for its
+    /// exit.
+    pub fn process(&mut self, id: u64) -> Option<&mut Process> {
+        self.members.get_mut(&id).expect("member").process.as_mut()
+    }
+
     /// The command that starts member `id` (`peers` only for a founding
     /// start), with a fresh certificate.
     pub fn command(&self, id: u64, peers: Option<&str>) -> tokio::process::Command {
