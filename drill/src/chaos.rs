@@ -59,7 +59,7 @@ use crate::chaos::record::FaultRecord;
 use crate::chaos::report::ChaosReport;
 use crate::client_log::{SharedLog, now_ms};
 use crate::cluster::Cluster;
-use crate::load::{LoadPlan, OperationFactory, PaymentClient};
+use crate::load::{LoadPlan, OperationFactory, PaymentClient, Resends};
 use crate::report::{EvidenceSummary, Timeline};
 use crate::resend::Resender;
 use crate::{check, final_replay, gather, homecoming, idempotence, linearizability};
@@ -200,7 +200,10 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         // Drawn from the schedule's seed too, so a repeated command
         // resends the same share the same way.
         resend: (args.resend_share > 0.0)
-            .then(|| Resender::new(&cluster, &log, args.resend_share, args.resend_memory, seed))
+            .then(|| {
+                Resender::new(&cluster, &log, args.resend_share, args.resend_memory, seed)
+                    .map(|r| Arc::new(r) as Arc<dyn Resends>)
+            })
             .transpose()?,
     };
     let mut schedule = Schedule::new(seed, &args.nemesis, &regions, args.lease);

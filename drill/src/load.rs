@@ -32,7 +32,6 @@ use tokio::time::Instant;
 
 use crate::client_log::{Attempt, EpochMillis, Intent, Operation, SharedLog, body_hash};
 use crate::cluster::Tenant;
-use crate::resend::Resender;
 
 /// Size of a group of duplicates sent under different keys.
 const DUPLICATES_PER_GROUP: usize = 3;
@@ -386,7 +385,22 @@ pub struct LoadPlan {
     pub replay_after: Duration,
     /// The idempotence workload, when on: a share of the ticks re-send a
     /// remembered payment instead of starting one.
-    pub resend: Option<Resender>,
+    pub resend: Option<Arc<dyn Resends>>,
+}
+
+/// A resend as the pacer runs it: its final answer, or none.
+pub type ResendCall = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Attempt>> + Send>>;
+
+/// A workload that remembers the plain payments and may take a tick for a
+/// resend of one (the idempotence workload, `crate::resend`). A trait
+/// here so the load does not depend on the workload built on it.
+pub trait Resends: std::fmt::Debug + Send + Sync {
+    /// `op` was just sent as `api_key` for a tenant homed in `home`.
+    fn remember(&self, op: &Operation, api_key: &str, home: &str);
+    /// `op`'s final answer came (or none did).
+    fn answered(&self, op: u64, answer: Option<&Attempt>);
+    /// This tick's resend, to run until `deadline`; `None`: a plain payment.
+    fn take_tick(&self, factory: &OperationFactory, deadline: Instant) -> Option<ResendCall>;
 }
 
 /// Runs `plan` against the router; returns once every operation has a
@@ -450,9 +464,12 @@ async fn run_paced(
             }
             continue;
         }
-        if let Some(resend) = plan.resend.as_ref().and_then(|r| r.draw(factory)) {
-            let resender = plan.resend.clone();
-            tasks.spawn(async move { resender?.send(&resend, deadline).await });
+        if let Some(resend) = plan
+            .resend
+            .as_ref()
+            .and_then(|r| r.take_tick(factory, deadline))
+        {
+            tasks.spawn(resend);
             continue;
         }
         let (client, factory) = (client.clone(), factory.clone());

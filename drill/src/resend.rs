@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::client_log::{Attempt, Operation, SharedLog};
 use crate::cluster::Cluster;
-use crate::load::{OperationFactory, PaymentClient};
+use crate::load::{OperationFactory, PaymentClient, ResendCall, Resends};
 
 /// How long a resend is tried through another region's node before the
 /// router takes it: a key that exists is answered from any region, one
@@ -177,6 +177,24 @@ impl Resender {
         self.router
             .send_logged(&resend.op, &resend.api_key, deadline)
             .await
+    }
+}
+
+impl Resends for Resender {
+    fn remember(&self, op: &Operation, api_key: &str, home: &str) {
+        Resender::remember(self, op, api_key, home);
+    }
+
+    fn answered(&self, op: u64, answer: Option<&Attempt>) {
+        Resender::answered(self, op, answer);
+    }
+
+    fn take_tick(&self, factory: &OperationFactory, deadline: Instant) -> Option<ResendCall> {
+        let resend = self.draw(factory)?;
+        let resender = self.clone();
+        Some(Box::pin(
+            async move { resender.send(&resend, deadline).await },
+        ))
     }
 }
 
