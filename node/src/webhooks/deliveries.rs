@@ -85,10 +85,12 @@ struct LetterMessage {
 
 /// Fans out one round of events; returns how many were fanned out.
 pub async fn fan_out(db: &Database, now: UnixMillis) -> anyhow::Result<usize> {
-    let mut tx = db.pool.begin().await?;
-    let lock = match db.dialect {
-        Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
-        Dialect::Sqlite => "",
+    // On SQLite the transaction takes the write lock first: one that read
+    // before writing could not upgrade while the group commit writes
+    // (SQLITE_BUSY_SNAPSHOT), and would fail instead of waiting its turn.
+    let (mut tx, lock) = match db.dialect {
+        Dialect::Postgres => (db.pool.begin().await?, " FOR UPDATE SKIP LOCKED"),
+        Dialect::Sqlite => (db.pool.begin_with("BEGIN IMMEDIATE").await?, ""),
     };
     let rows = sqlx::query(&format!(
         "SELECT seq, event_id, tenant_id, event_type, created_at FROM webhook_events \
@@ -217,6 +219,20 @@ pub fn event_of(row: &sqlx::any::AnyRow) -> anyhow::Result<StoredEvent> {
         data: row.try_get("data")?,
         created_at: UnixMillis(row.try_get("created_at")?),
     })
+}
+
+/// Hands a claimed delivery back unattempted, due again at `due` (its
+/// endpoint already has its share of attempts in flight here).
+pub async fn release(db: &Database, claimed: &Claimed, due: UnixMillis) -> anyhow::Result<()> {
+    sqlx::query(
+        "UPDATE webhook_deliveries SET next_attempt_at = $1, lease_token = NULL WHERE id = $2 AND lease_token = $3",
+    )
+    .bind(due.0)
+    .bind(claimed.id)
+    .bind(&claimed.lease_token)
+    .execute(&db.pool)
+    .await?;
+    Ok(())
 }
 
 /// The endpoint answered 2xx.

@@ -76,14 +76,33 @@ pub async fn run(webhooks: Webhooks, mut shutdown: watch::Receiver<bool>) {
                 Ok(claimed) => {
                     busy |= !claimed.is_empty();
                     for delivery in claimed {
-                        let Ok(permit) = slots.clone().try_acquire_owned() else {
-                            break;
+                        let share_left = {
+                            let mut counts = in_flight.lock().expect("in-flight lock");
+                            let n = counts.entry(delivery.endpoint_id.clone()).or_default();
+                            let left = *n < webhooks.config.per_endpoint;
+                            if left {
+                                *n += 1;
+                            }
+                            left
                         };
-                        *in_flight
-                            .lock()
-                            .expect("in-flight lock")
-                            .entry(delivery.endpoint_id.clone())
-                            .or_default() += 1;
+                        let permit = match slots.clone().try_acquire_owned() {
+                            Ok(permit) if share_left => permit,
+                            _ => {
+                                if share_left {
+                                    release_share(&in_flight, &delivery.endpoint_id);
+                                }
+                                // Claimed in the same round as others to its
+                                // endpoint beyond its share: back, due after
+                                // a poll, no attempt counted.
+                                let due = UnixMillis(now.0 + millis(webhooks.config.poll_interval));
+                                if let Err(e) =
+                                    deliveries::release(&webhooks.db, &delivery, due).await
+                                {
+                                    warn!(error = %format!("{e:#}"), "handing back a webhook delivery failed; its lease will free it");
+                                }
+                                continue;
+                            }
+                        };
                         let (webhooks, client, in_flight) =
                             (webhooks.clone(), client.clone(), in_flight.clone());
                         let span = info_span!("deliver a webhook", event = %delivery.event.event_id, endpoint = %delivery.endpoint_id);
@@ -93,13 +112,7 @@ pub async fn run(webhooks: Webhooks, mut shutdown: watch::Receiver<bool>) {
                                 if let Err(e) = attempt(&webhooks, &client, &delivery).await {
                                     warn!(error = %format!("{e:#}"), "recording a webhook attempt failed; the lease will free it");
                                 }
-                                let mut counts = in_flight.lock().expect("in-flight lock");
-                                if let Some(n) = counts.get_mut(&endpoint) {
-                                    *n -= 1;
-                                    if *n == 0 {
-                                        counts.remove(&endpoint);
-                                    }
-                                }
+                                release_share(&in_flight, &endpoint);
                                 drop(permit);
                             }
                             .instrument(span),
@@ -182,6 +195,18 @@ async fn attempt(
                 }
                 None => deliveries::dead_letter(&webhooks.db, delivery, &error, now).await,
             }
+        }
+    }
+}
+
+/// Gives back one of `endpoint`'s in-flight shares, and forgets an
+/// endpoint with none left.
+fn release_share(in_flight: &InFlight, endpoint: &str) {
+    let mut counts = in_flight.lock().expect("in-flight lock");
+    if let Some(n) = counts.get_mut(endpoint) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(endpoint);
         }
     }
 }

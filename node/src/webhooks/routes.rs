@@ -47,12 +47,52 @@ pub fn router() -> Router<AppState> {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WebhookEndpointRequest {
-    /// Where events are POSTed: an absolute `http` or `https` URL.
-    #[schema(example = "https://merchant.example/webhooks/once", max_length = 2048)]
+    /// Where events are POSTed: an `http` or `https` URL, host a DNS name
+    /// or an IPv4 address, no credentials.
+    #[schema(schema_with = url_schema)]
     pub url: String,
     /// Event types to deliver (`payment.succeeded`, …), or `["*"]` for all.
-    #[schema(example = json!(["payment.succeeded", "payment.declined"]), min_items = 1, max_items = 32)]
+    #[schema(schema_with = events_schema)]
     pub events: Vec<String>,
+}
+
+/// What an endpoint's URL may be; the server accepts exactly this (and
+/// the document states it), so a URL that parses differently elsewhere
+/// is never stored. Hostname labels start with a letter and have no
+/// `--`, so none is numeric or punycode that would not parse.
+pub const URL_PATTERN: &str = concat!(
+    "^https?://",
+    "([a-z]([a-z0-9]|-[a-z0-9]){0,62}(\\.[a-z]([a-z0-9]|-[a-z0-9]){0,62})*",
+    "|((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9]))",
+    "(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    "(/[A-Za-z0-9._~-]*)*",
+    "(\\?[A-Za-z0-9._~=&-]*)?$"
+);
+
+/// What an event type in `events` may be.
+pub const EVENT_TYPE_PATTERN: &str = "^(\\*|[a-z_]+(\\.[a-z_]+)+)$";
+
+fn url_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .pattern(Some(URL_PATTERN))
+        .max_length(Some(MAX_URL))
+        .examples([serde_json::json!("https://merchant.example/webhooks/once")])
+        .build()
+}
+
+fn events_schema() -> utoipa::openapi::Array {
+    let item = utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::String)
+        .pattern(Some(EVENT_TYPE_PATTERN))
+        .max_length(Some(64))
+        .build();
+    utoipa::openapi::ArrayBuilder::new()
+        .items(item)
+        .min_items(Some(1))
+        .max_items(Some(MAX_EVENTS))
+        .examples([serde_json::json!(["payment.succeeded", "payment.declined"])])
+        .build()
 }
 
 /// A webhook endpoint. `secret` appears only in the answer that made it
@@ -145,6 +185,12 @@ fn parse_request(body: &[u8]) -> Result<(String, Vec<String>), ApiError> {
             "url: longer than {MAX_URL} bytes"
         )));
     }
+    let pattern = regex::Regex::new(URL_PATTERN).expect("the URL pattern compiles");
+    if !pattern.is_match(&request.url) {
+        return Err(ApiError::InvalidCommand(format!(
+            "url: must be an http or https URL with a DNS name or IPv4 host (pattern {URL_PATTERN})"
+        )));
+    }
     let url = url::Url::parse(&request.url)
         .map_err(|e| ApiError::InvalidCommand(format!("url: not an absolute URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
@@ -181,6 +227,7 @@ fn parse_request(body: &[u8]) -> Result<(String, Vec<String>), ApiError> {
 
 /// `*`, or dot-separated lower-case words (`payment.succeeded`).
 fn is_event_type(s: &str) -> bool {
+    // The same as EVENT_TYPE_PATTERN, and 64 bytes at most.
     s == WILDCARD
         || (s.len() <= 64
             && s.contains('.')
@@ -589,12 +636,39 @@ mod tests {
             br#"{"url":"https://m.example","events":["nope"]}"#,
             br#"{"url":"https://m.example","events":["*"],"extra":1}"#,
             br#"{"url":"/relative","events":["*"]}"#,
+            br#"{"url":"https://a.0x1/","events":["*"]}"#,
+            br#"{"url":"https://xn--a.example/","events":["*"]}"#,
+            br#"{"url":"https://m.example:70000/","events":["*"]}"#,
         ] {
             assert!(
                 parse_request(bad).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    #[test]
+    fn every_url_the_pattern_allows_parses_and_the_tests_urls_match() {
+        let pattern = regex::Regex::new(URL_PATTERN).unwrap();
+        for ok in [
+            "http://127.0.0.1:65535/hook",
+            "https://merchant.example/webhooks/once?x=1",
+            "https://a-b.c/",
+            "http://localhost",
+        ] {
+            assert!(pattern.is_match(ok), "{ok}");
+            assert!(url::Url::parse(ok).is_ok(), "{ok}");
+        }
+        let event = regex::Regex::new(EVENT_TYPE_PATTERN).unwrap();
+        for (s, ok) in [
+            ("*", true),
+            ("payment.succeeded", true),
+            ("payment", false),
+            ("a.*", false),
+        ] {
+            assert_eq!(event.is_match(s), ok, "{s}");
+            assert_eq!(is_event_type(s), ok, "{s}");
         }
     }
 
