@@ -57,6 +57,7 @@
 //! | [`payments`] | [`CreatePayment`], [`Payment`], [`Created`]; `create_payment` and `get_payment`, and what each answer of theirs means |
 //! | `retry` | the loop of one call: attempts, which statuses are retryable, the deadline |
 //! | [`backoff`] | [`Backoff`]: capped full-jitter exponential, `Retry-After` as a floor |
+//! | [`webhooks`] | verifying a webhook's `Once-Signature` (tolerance, rotation) |
 //! | `attempt` | one HTTP attempt: headers, the timeout, reading the answer, telling the observer |
 //! | [`trace`] | [`TraceParent`]: the caller's, or one trace per call |
 //! | [`observer`] | [`Observer`] and [`Attempt`] |
@@ -82,6 +83,7 @@ pub mod observer;
 pub mod payments;
 mod retry;
 pub mod trace;
+pub mod webhooks;
 
 pub use backoff::Backoff;
 pub use client::Client;

@@ -45,12 +45,13 @@ pub enum ErrorCode {
     InvalidPath,
     MethodNotAllowed,
     Forbidden,
+    NotImplemented,
 }
 
 impl ErrorCode {
     /// Every code. The node's API document test checks this against the
     /// enum's derived schema, so a new code cannot be left out.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         Self::IdempotencyKeyRequired,
         Self::IdempotencyKeyInvalid,
         Self::IdempotencyKeyMalformed,
@@ -73,6 +74,7 @@ impl ErrorCode {
         Self::InvalidPath,
         Self::MethodNotAllowed,
         Self::Forbidden,
+        Self::NotImplemented,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -101,6 +103,7 @@ impl ErrorCode {
             Self::InvalidPath => "INVALID_PATH",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::Forbidden => "FORBIDDEN",
+            Self::NotImplemented => "NOT_IMPLEMENTED",
         }
     }
 }
@@ -197,6 +200,10 @@ pub enum ApiError {
     /// behind routers) was called by another.
     #[error("{0}")]
     Forbidden(String),
+    /// The operation exists but this deployment's store mode does not
+    /// offer it (the reason is the message).
+    #[error("{0}")]
+    NotImplemented(String),
 }
 
 impl ApiError {
@@ -252,6 +259,9 @@ impl ApiError {
             Self::Forbidden(
                 "this listener answers routers and operators only; the client certificate names spiffe://once/eu-west/node".into(),
             ),
+            Self::NotImplemented(
+                "webhook endpoints are not offered in the raft store mode yet".into(),
+            ),
         ];
         // No wildcard: a new variant does not compile until it is listed above.
         for example in &examples {
@@ -279,7 +289,8 @@ impl ApiError {
                 | Self::DeadlineExceeded { .. }
                 | Self::BodyTimeout { .. }
                 | Self::InvalidPath
-                | Self::Forbidden(_) => {}
+                | Self::Forbidden(_)
+                | Self::NotImplemented(_) => {}
             }
         }
         examples
@@ -304,6 +315,7 @@ impl ApiError {
             Self::InvalidCommand(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::PaymentNotFound | Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -339,6 +351,7 @@ impl ApiError {
             Self::BodyTimeout { .. } => ErrorCode::RequestTimeout,
             Self::InvalidPath => ErrorCode::InvalidPath,
             Self::Forbidden(_) => ErrorCode::Forbidden,
+            Self::NotImplemented(_) => ErrorCode::NotImplemented,
         }
     }
 

@@ -43,6 +43,8 @@
 //!   client and the fake. (The HTTP email sink the tests send to lives with
 //!   the tests: `tests/api/email_sink.rs`.)
 //! - [`dead_letters`]: parked messages, listing and redrive.
+//! - [`webhook_events`]: the consumer that records every event for the
+//!   node's webhook dispatcher and `GET /events`.
 //! - [`metrics`]: [`EventMetrics`], which the node registers in its registry.
 //! - [`runtime`]: wiring all of it into a node.
 //!
@@ -74,6 +76,7 @@ pub mod nats;
 pub mod outbox;
 mod placeholders;
 pub mod runtime;
+pub mod webhook_events;
 
 pub use broker::{Broker, BrokerError};
 pub use config::EventsConfig;

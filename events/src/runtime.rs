@@ -23,6 +23,7 @@ use crate::ledger::LedgerConsumer;
 use crate::metrics::EventMetrics;
 use crate::nats::NatsBroker;
 use crate::outbox::Publisher;
+use crate::webhook_events::WebhookEventsConsumer;
 
 /// What tests (or an embedding program) may swap; config decides the rest.
 #[derive(Debug, Default)]
@@ -73,6 +74,7 @@ impl Events {
             vec![
                 Arc::new(LedgerConsumer) as Arc<dyn Consumer>,
                 Arc::new(ReceiptEmailConsumer),
+                Arc::new(WebhookEventsConsumer),
             ]
         });
         Ok(Self {

@@ -120,6 +120,25 @@ impl Builder {
             &self.config.database_url,
             matches!(self.config.idempotency_store, StoreMode::Raft(_)),
         )?);
+        // Delivery gets a pool of its own on PostgreSQL, so merchants'
+        // endpoints never hold a connection the API or the event path needs.
+        let webhooks_db = match db.dialect {
+            Dialect::Sqlite => db.clone(),
+            Dialect::Postgres => {
+                Database::connect(&self.config.database_url, self.config.webhooks.pool_size())
+                    .await?
+            }
+        };
+        let webhooks = crate::webhooks::Webhooks {
+            db: webhooks_db,
+            data_keys: data_keys.clone(),
+            clock: clock.clone(),
+            config: self.config.webhooks.clone(),
+            unavailable: match self.config.idempotency_store {
+                StoreMode::Sql => None,
+                StoreMode::Raft(_) => Some(crate::webhooks::RAFT_MODE),
+            },
+        };
         let store = match &self.config.idempotency_store {
             StoreMode::Sql => Stores::of(SqlStore::new(db, data_keys.clone())),
             StoreMode::Raft(raft) => Stores::of(RaftStore::new(
@@ -160,6 +179,7 @@ impl Builder {
             metrics,
             data_keys,
             finishing: Default::default(),
+            webhooks,
         }));
         state.metrics.export_over_otlp();
         Ok(Application {
@@ -230,6 +250,12 @@ impl Application {
             workers_stopped.clone(),
             role.runs_recovery(),
         ));
+        if role.runs_events() && state.webhooks.unavailable.is_none() {
+            workers.spawn(crate::webhooks::dispatcher::run(
+                state.webhooks.clone(),
+                workers_stopped.clone(),
+            ));
+        }
         let event_workers = if role.runs_events() {
             events.spawn(workers_stopped).await
         } else {

@@ -103,6 +103,8 @@ pub struct NodeConfig {
     pub replay_cache_bytes: u64,
     /// The event path: broker, consumers, email sender.
     pub events: crate::events::EventsConfig,
+    /// Webhook delivery's schedule and budgets.
+    pub webhooks: crate::webhooks::WebhookConfig,
     /// Where idempotency records live (DESIGN §5).
     pub idempotency_store: StoreMode,
     /// The data key file (encryption at rest, decision 0031). `None`: the
@@ -157,6 +159,7 @@ impl NodeConfig {
             provider: None,
             admin_token: None,
             events: crate::events::EventsConfig::default(),
+            webhooks: crate::webhooks::WebhookConfig::default(),
             idempotency_store: StoreMode::Sql,
             data_keys: None,
             key_poll_interval: Duration::from_secs(5),
@@ -191,6 +194,7 @@ impl NodeConfig {
             );
         }
         self.events.validate()?;
+        self.webhooks.validate()?;
         if let StoreMode::Raft(raft) = &self.idempotency_store {
             anyhow::ensure!(
                 !raft.endpoints.is_empty(),

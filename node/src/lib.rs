@@ -85,6 +85,7 @@ pub mod sql;
 pub mod state;
 pub mod store;
 pub mod sweeper;
+pub mod webhooks;
 
 pub use once_events as events;
 pub use once_failpoints as failpoints;

@@ -34,14 +34,41 @@ use crate::payments::answers::ALWAYS_SENT;
 use crate::payments::command::PaymentRequest;
 use crate::payments::listing::PaymentListV2;
 use crate::payments::response::{AmountV2, PaymentV1, PaymentV2, PendingBody};
+use crate::webhooks::routes as webhook_routes;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "once", description = "Exactly-once payments API. Every error is `{errorCode, message}` with a stable code from `ErrorCode`; see docs/api.md. Every route also answers `404 NOT_FOUND` to an unknown path and `405 METHOD_NOT_ALLOWED` (with `Allow`) to a method it does not take."),
-    paths(crate::routes::create, crate::routes::fetch, crate::lookups::list),
-    components(schemas(PaymentRequest, PaymentV1, PaymentV2, AmountV2, PendingBody, PaymentListV2, ErrorBody, ErrorCode)),
+    paths(
+        crate::routes::create,
+        crate::routes::fetch,
+        crate::lookups::list,
+        webhook_routes::create,
+        webhook_routes::list,
+        webhook_routes::remove,
+        webhook_routes::rotate,
+        webhook_routes::list_events
+    ),
+    components(schemas(
+        PaymentRequest,
+        PaymentV1,
+        PaymentV2,
+        AmountV2,
+        PendingBody,
+        PaymentListV2,
+        ErrorBody,
+        ErrorCode,
+        webhook_routes::WebhookEndpointRequest,
+        webhook_routes::WebhookEndpoint,
+        webhook_routes::WebhookEndpointList,
+        webhook_routes::Event,
+        webhook_routes::EventList
+    )),
     modifiers(&BearerAuth, &ExactRequestBody, &SharedEnums),
-    tags((name = "payments", description = "Create and read payments"))
+    tags(
+        (name = "payments", description = "Create and read payments"),
+        (name = "webhooks", description = "Webhook endpoints and the events they are sent")
+    )
 )]
 #[derive(Debug)]
 pub struct ApiDoc;

@@ -43,4 +43,6 @@ pub struct App {
     /// Finishes written after their answer went out
     /// ([`NodeConfig::answer_before_finish`]); shutdown waits for them.
     pub finishing: crate::finishing::Finishing,
+    /// Webhook endpoints and delivery (`crate::webhooks`).
+    pub webhooks: crate::webhooks::Webhooks,
 }

@@ -1,5 +1,5 @@
-//! `/payments…`: authenticate, find the tenant's home, forward to one of
-//! its nodes, stream the answer back.
+//! `/payments…`, `/webhook-endpoints…` and `/events`: authenticate, find
+//! the tenant's home, forward to one of its nodes, stream the answer back.
 //!
 //! ```text
 //! client ─► 401? ─► 429? ─► body ≤ --body-limit (413), in time (408) ─► home = placement(tenant) or own region
@@ -37,7 +37,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use once_edge::{ApiError, Caller, InternalCause};
 use tracing::Instrument;
 
@@ -62,6 +62,10 @@ pub fn router() -> Router<SharedState> {
     Router::new()
         .route("/payments", post(forward).get(forward))
         .route("/payments/{id}", get(forward))
+        .route("/webhook-endpoints", post(forward).get(forward))
+        .route("/webhook-endpoints/{id}", delete(forward))
+        .route("/webhook-endpoints/{id}/rotate-secret", post(forward))
+        .route("/events", get(forward))
 }
 
 /// A payment id as the node mints them (`pay_` and hex), checked loosely:
@@ -131,6 +135,11 @@ async fn forward_to_home(state: &SharedState, request: Request) -> (String, Resp
         && !is_id_segment(id)
     {
         return (String::new(), ApiError::PaymentNotFound.into_response());
+    }
+    if let Some(rest) = path.strip_prefix("/webhook-endpoints/")
+        && !is_id_segment(rest.strip_suffix("/rotate-secret").unwrap_or(rest))
+    {
+        return (String::new(), ApiError::NotFound.into_response());
     }
     let body = match once_edge::body::read(body, &parts.headers, state.config.body_limit).await {
         Ok(body) => body,

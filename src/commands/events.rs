@@ -28,7 +28,8 @@ pub struct EventsArgs {
 pub enum EventsCommand {
     /// List dead-lettered messages, newest first.
     DeadLetters {
-        /// Only this consumer's (`ledger`, `receipt-email`).
+        /// Only this consumer's (`ledger`, `receipt-email`, `webhooks`, or
+        /// `webhook_delivery` for webhook deliveries out of retries).
         #[arg(long)]
         consumer: Option<String>,
         /// One JSON object per line instead of a table.

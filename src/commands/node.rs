@@ -126,6 +126,19 @@ pub struct NodeArgs {
     /// unset: an in-memory fake sender.
     #[arg(long, env = "ONCE_EMAIL_SINK_URL")]
     pub email_sink_url: Option<String>,
+    /// Webhooks: the wait before a failed delivery's second attempt; it
+    /// doubles per failure up to `--webhook-retry-cap`.
+    #[arg(long, env = "ONCE_WEBHOOK_RETRY_BASE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub webhook_retry_base: Duration,
+    /// Webhooks: the longest wait between two attempts.
+    #[arg(long, env = "ONCE_WEBHOOK_RETRY_CAP", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub webhook_retry_cap: Duration,
+    /// Webhooks: how long a delivery is retried before it is dead-lettered.
+    #[arg(long, env = "ONCE_WEBHOOK_RETRY_BUDGET", default_value = "3d", value_parser = humantime::parse_duration)]
+    pub webhook_retry_budget: Duration,
+    /// Webhooks: how long a merchant's endpoint has to answer one attempt.
+    #[arg(long, env = "ONCE_WEBHOOK_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub webhook_timeout: Duration,
     /// Where idempotency records live: `sql` (the regional database) or
     /// `raft` (raft-store, shared by every region; payments stay in the
     /// regional database).
@@ -242,6 +255,10 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.events.ack_wait = args.consumer_ack_wait;
     config.events.email_sink_url = args.email_sink_url.clone();
     config.events.consumer_instances = args.consumer_instances;
+    config.webhooks.retry_base = args.webhook_retry_base;
+    config.webhooks.retry_cap = args.webhook_retry_cap;
+    config.webhooks.retry_budget = args.webhook_retry_budget;
+    config.webhooks.attempt_timeout = args.webhook_timeout;
     config.idempotency_store = match args.idempotency_store {
         StoreKind::Sql => StoreMode::Sql,
         StoreKind::Raft => StoreMode::Raft(RaftStoreConfig {

@@ -33,3 +33,4 @@ mod settling;
 mod telemetry;
 mod up;
 mod validation;
+mod webhooks;

@@ -389,7 +389,7 @@ fn declined() -> Response {
     with_region_header(with_replay_headers(with_trace_headers(answer, true))).build()
 }
 
-fn headers_too_large() -> Response {
+pub(crate) fn headers_too_large() -> Response {
     ResponseBuilder::new()
         .description(
             "The request line and headers are over the server's limits (bytes or count); \
@@ -438,7 +438,7 @@ fn carried_by(
 
 /// The refusals of an operation answering `codes`, one response per status;
 /// `replayed` lists the statuses a stored answer can have.
-fn refusals(codes: &[ErrorCode], replayed: &[u16]) -> BTreeMap<String, RefOr<Response>> {
+pub(crate) fn refusals(codes: &[ErrorCode], replayed: &[u16]) -> BTreeMap<String, RefOr<Response>> {
     let mut by_status: BTreeMap<u16, Vec<ApiError>> = BTreeMap::new();
     for error in ApiError::examples() {
         if codes.contains(&error.code()) {

@@ -113,7 +113,7 @@ pub struct PendingBody {
     pub message: &'static str,
 }
 
-fn rfc3339(at: UnixMillis) -> String {
+pub(crate) fn rfc3339(at: UnixMillis) -> String {
     let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(at.0).unwrap_or(0));
     humantime::format_rfc3339_millis(t).to_string()
 }

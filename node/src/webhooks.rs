@@ -1,0 +1,58 @@
+//! Webhooks (DESIGN §11; decisions 0091 and 0092): a tenant's endpoints,
+//! and every outbox event delivered to each endpoint that asked for its
+//! type, at least once, signed, under a stable event id.
+//!
+//! ```text
+//!  outbox ─► publisher ─► broker ─► `webhooks` consumer ─► webhook_events ─► fan-out ─► webhook_deliveries ─► attempt ─► merchant
+//!                                   (once_events)          (one per event)   (dispatcher) (one per event×endpoint)  (signed POST)
+//! ```
+//!
+//! # Layout
+//!
+//! - [`config`]: the delivery schedule, timeouts and budgets.
+//! - [`signature`]: `Once-Signature` (HMAC-SHA256 over `t.body`).
+//! - [`schedule`]: capped exponential backoff with jitter, and the budget.
+//! - [`endpoints`]: the `webhook_endpoints` table and the sealed secrets.
+//! - [`deliveries`]: the `webhook_deliveries` table: fan-out, claims
+//!   with leases, outcomes, dead letters and redrives.
+//! - [`dispatcher`]: the node's delivery task.
+//! - [`routes`]: `/webhook-endpoints` and `GET /events`.
+//!
+//! Delivery runs on its own pool (PostgreSQL) and its own bounded set of
+//! in-flight attempts, each with a timeout, so a merchant whose endpoint
+//! hangs or fails costs only its own retries; payments never wait on it.
+
+pub mod config;
+pub mod deliveries;
+pub mod dispatcher;
+pub mod endpoints;
+pub mod routes;
+pub mod schedule;
+pub mod signature;
+
+use std::sync::Arc;
+
+use once_db::Database;
+
+pub use config::WebhookConfig;
+
+use crate::data_keys::DataKeys;
+use crate::domain::Clock;
+
+/// Why the `raft` store mode answers `501` (decision 0091).
+pub const RAFT_MODE: &str = "webhook endpoints are not offered in the raft store mode yet: \
+     an endpoint must be readable in every region after a failover, and raft-store holds no webhook state";
+
+/// What the webhook routes and the dispatcher share: the regional
+/// database (a pool of its own on PostgreSQL), the data keys that seal the
+/// secrets, the clock and the settings.
+#[derive(Debug, Clone)]
+pub struct Webhooks {
+    pub db: Database,
+    pub data_keys: Arc<DataKeys>,
+    pub clock: Arc<dyn Clock>,
+    pub config: WebhookConfig,
+    /// Why this node does not offer webhooks (raft mode: decision 0091),
+    /// answered as `501 NOT_IMPLEMENTED`; `None` where it does.
+    pub unavailable: Option<&'static str>,
+}
