@@ -9,6 +9,9 @@ use once_edge::{AdminToken, ServerLimits, TenantLimits};
 
 use crate::payments::response::ResponseSchema;
 
+mod webhooks;
+pub use webhooks::WebhookConfig;
+
 /// Which of a node's jobs this process runs (`once node --role`): a
 /// deployment runs the API, the event path and recovery as separate
 /// Deployments, each sized and scaled for its own load; `once up` and a
@@ -104,7 +107,7 @@ pub struct NodeConfig {
     /// The event path: broker, consumers, email sender.
     pub events: crate::events::EventsConfig,
     /// Webhook delivery's schedule and budgets.
-    pub webhooks: crate::webhooks::WebhookConfig,
+    pub webhooks: WebhookConfig,
     /// Where idempotency records live (DESIGN §5).
     pub idempotency_store: StoreMode,
     /// The data key file (encryption at rest, decision 0031). `None`: the
@@ -159,7 +162,7 @@ impl NodeConfig {
             provider: None,
             admin_token: None,
             events: crate::events::EventsConfig::default(),
-            webhooks: crate::webhooks::WebhookConfig::default(),
+            webhooks: WebhookConfig::default(),
             idempotency_store: StoreMode::Sql,
             data_keys: None,
             key_poll_interval: Duration::from_secs(5),

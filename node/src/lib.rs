@@ -85,6 +85,7 @@ pub mod sql;
 pub mod state;
 pub mod store;
 pub mod sweeper;
+pub mod webhook_routes;
 pub mod webhooks;
 
 pub use once_events as events;

@@ -34,7 +34,7 @@ use crate::payments::answers::ALWAYS_SENT;
 use crate::payments::command::PaymentRequest;
 use crate::payments::listing::PaymentListV2;
 use crate::payments::response::{AmountV2, PaymentV1, PaymentV2, PendingBody};
-use crate::webhooks::routes as webhook_routes;
+use crate::webhook_routes;
 
 #[derive(OpenApi)]
 #[openapi(

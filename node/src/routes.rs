@@ -29,7 +29,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/payments", post(create).get(crate::lookups::list))
         .route("/payments/{id}", get(fetch))
-        .merge(crate::webhooks::routes::router())
+        .merge(crate::webhook_routes::router())
 }
 
 /// Create a payment, exactly once per `Idempotency-Key`.

@@ -9,24 +9,23 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: the delivery schedule, timeouts and budgets.
+//! - [`WebhookConfig`] (in `crate::config`): the delivery schedule, timeouts and budgets.
 //! - [`signature`]: `Once-Signature` (HMAC-SHA256 over `t.body`).
 //! - [`schedule`]: capped exponential backoff with jitter, and the budget.
 //! - [`endpoints`]: the `webhook_endpoints` table and the sealed secrets.
 //! - [`deliveries`]: the `webhook_deliveries` table: fan-out, claims
 //!   with leases, outcomes, dead letters and redrives.
 //! - [`dispatcher`]: the node's delivery task.
-//! - [`routes`]: `/webhook-endpoints` and `GET /events`.
+//! - `crate::webhook_routes`: `/webhook-endpoints` and `GET /events` (beside
+//!   the state they read, so this module does not import it back).
 //!
 //! Delivery runs on its own pool (PostgreSQL) and its own bounded set of
 //! in-flight attempts, each with a timeout, so a merchant whose endpoint
 //! hangs or fails costs only its own retries; payments never wait on it.
 
-pub mod config;
 pub mod deliveries;
 pub mod dispatcher;
 pub mod endpoints;
-pub mod routes;
 pub mod schedule;
 pub mod signature;
 
@@ -34,7 +33,7 @@ use std::sync::Arc;
 
 use once_db::Database;
 
-pub use config::WebhookConfig;
+pub use crate::config::WebhookConfig;
 
 use crate::data_keys::DataKeys;
 use crate::domain::Clock;

@@ -414,19 +414,20 @@ async fn during_a_rotation_both_secrets_verify(backend: Backend) {
     // Each secret alone verifies every delivery; a third does not.
     assert_eq!(receiver.verified_ids(&[&old]).len(), 2);
     assert_eq!(receiver.verified_ids(&[&new]).len(), 2);
-    let r = receiver.shared.lock().unwrap();
-    let (body, signature) = &r.delivered.values().next().unwrap()[0];
-    assert!(
-        verify(
-            &["whsec_other"],
-            signature,
-            body,
-            Tolerance::default(),
-            SystemTime::now()
-        )
-        .is_err()
-    );
-    drop(r);
+    {
+        let r = receiver.shared.lock().unwrap();
+        let (body, signature) = &r.delivered.values().next().unwrap()[0];
+        assert!(
+            verify(
+                &["whsec_other"],
+                signature,
+                body,
+                Tolerance::default(),
+                SystemTime::now()
+            )
+            .is_err()
+        );
+    }
     node.terminate().await;
 }
 

@@ -1,8 +1,8 @@
 //! `POST /webhook-endpoints`, `GET /webhook-endpoints`, `DELETE
 //! /webhook-endpoints/{id}`, `POST /webhook-endpoints/{id}/rotate-secret`
 //! and `GET /events`, each for the tenant of the API key. The handlers own
-//! the request's edges; the tables are [`super::endpoints`] and
-//! [`super::deliveries`].
+//! the request's edges; the tables are [`crate::webhooks::endpoints`] and
+//! [`crate::webhooks::deliveries`].
 //!
 //! In the `raft` store mode every route answers `501 NOT_IMPLEMENTED`
 //! (decision 0091): an endpoint must be where every region can read it
@@ -22,13 +22,13 @@ use utoipa::ToSchema;
 use utoipa::openapi::response::Response as DocResponse;
 use utoipa::openapi::{RefOr, ResponseBuilder};
 
-use super::Webhooks;
-use super::endpoints::{self, Endpoint, MAX_PER_TENANT, WILDCARD};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::payments::answers::{headers_too_large, refusals};
 use crate::payments::response::rfc3339;
 use crate::state::AppState;
+use crate::webhooks::Webhooks;
+use crate::webhooks::endpoints::{self, Endpoint, MAX_PER_TENANT, WILDCARD};
 
 /// How far back `GET /events` reaches.
 pub const EVENTS_RETENTION_DAYS: i64 = 30;
@@ -394,7 +394,7 @@ pub async fn list_events(
     .map_err(|e| unavailable(e.into()))?;
     let mut events = rows
         .iter()
-        .map(super::deliveries::event_of)
+        .map(crate::webhooks::deliveries::event_of)
         .collect::<anyhow::Result<Vec<_>>>()
         .map_err(unavailable)?;
     let more = events.len() > limit as usize;
