@@ -41,16 +41,21 @@
 //!   one peer's RPC in [`link`]),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
 //!   `once-store-client`), [`pipeline`] (several appends in flight to a
-//!   follower, sent as the leader's log receives them) and
-//!   [`pipeline_gate`] (the follower handing them to raft in order).
+//!   follower, sent as the leader's log receives them),
+//!   [`pipeline_gate`] (the follower handing them to raft in order) and
+//!   `append_in_flight` (an append that runs to its answer however long
+//!   openraft waits, decision 0070).
 //! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
-//!   [`group_commit`], [`read_index`], [`metrics`], [`clock`] (leader-stamped
+//!   [`group_commit`], [`read_index`] (linearizable reads by raft-store's
+//!   own leadership check), [`metrics`], [`clock`] (leader-stamped
 //!   time and the clock checks between members), [`election`] (when a
 //!   member campaigns: its own timer, counting silence past its own stalls,
 //!   and a pre-vote, [`pre_vote`], so a member that cannot win raises no
-//!   term),
+//!   term; [`succession`], who campaigns first in a home region's group),
+//!   `quorum` (a majority of every voter configuration, for the pre-vote
+//!   and the read index),
 //!   [`housekeeping`] (what
 //!   the leader proposes on its own: a new wire version, forgetting idle
 //!   clients).
