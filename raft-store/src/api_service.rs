@@ -75,6 +75,8 @@ pub struct ApiState {
     /// What this member's lanes did while it led.
     pub pipeline: PipelineMetrics,
     pub elections: ElectionMetrics,
+    /// This group's background tasks, for `/metrics`.
+    pub tasks: Arc<crate::tasks::GroupTasks>,
     /// Whether callers' identities are checked (always, but with
     /// `--insecure-plaintext`).
     pub access: Access,
@@ -388,6 +390,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
             status: status_of(s),
             pipeline: &s.pipeline,
             elections: &s.elections,
+            tasks: s.tasks.report(),
         })
         .collect();
     crate::metrics::render(&state.edge, &reports)

@@ -65,6 +65,7 @@ use crate::network::Network;
 use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest, Silence};
 use crate::quorum;
 use crate::succession::Succession;
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{NodeId, Raft};
 
 /// What this member's election timer did, for `/metrics`. Cheap to clone.
@@ -130,9 +131,10 @@ impl std::fmt::Debug for Elections {
 }
 
 impl Elections {
-    /// Runs the timer until the Raft core stops.
-    pub fn start(self) {
-        tokio::spawn(self.run());
+    /// Runs the timer, owned by `tasks`, until the Raft core or the group
+    /// stops.
+    pub fn start(self, tasks: &GroupTasks) {
+        tasks.spawn("election timer", Lifetime::Group, self.run());
     }
 
     /// Silence needed before the next campaign: the lease plus a random

@@ -228,6 +228,7 @@ pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod state_machine;
 pub mod succession;
+pub mod tasks;
 pub mod types;
 pub mod wan;
 pub mod wire_versions;

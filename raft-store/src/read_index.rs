@@ -44,6 +44,7 @@ use tokio::time::Instant;
 use crate::network::Network;
 use crate::protocol::Answer;
 use crate::quorum;
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, Node, NodeId, Raft, Vote};
 
 type Waiter = oneshot::Sender<Answer<()>>;
@@ -55,18 +56,16 @@ pub struct ReadIndex {
 
 impl ReadIndex {
     /// Checks leadership through `network`, each round within its append
-    /// budget.
-    pub fn start(raft: Raft, network: Network) -> Self {
+    /// budget, in a loop owned by `tasks`.
+    pub fn start(tasks: &GroupTasks, raft: Raft, network: Network) -> Self {
         let (queue, rx) = mpsc::channel(4096);
         let budget = network.append_budget();
-        tokio::spawn(run(
-            Leadership {
-                raft,
-                network,
-                budget,
-            },
-            rx,
-        ));
+        let leadership = Leadership {
+            raft,
+            network,
+            budget,
+        };
+        tasks.spawn("read index", Lifetime::Group, run(leadership, rx));
         Self { queue }
     }
 

@@ -35,6 +35,7 @@ use crate::raft_service::{self, PreVotes};
 use crate::read_index::ReadIndex;
 use crate::snapshot_policy;
 use crate::state_machine::StateMachine;
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{Node, NodeId, Raft};
 use crate::wan::{REGION_HEADER, SimulatedWan};
 use crate::wire_versions::WireVersions;
@@ -88,6 +89,8 @@ pub struct StoreServer {
     /// (docs/decisions/0063-a-raft-group-per-home-region.md); the fields
     /// above are the directory's.
     pub groups: BTreeMap<String, HostedGroup>,
+    /// The directory's background tasks (each hosted group has its own).
+    pub tasks: Arc<GroupTasks>,
     /// Stops the three listeners.
     stop: watch::Sender<bool>,
 }
@@ -99,6 +102,7 @@ pub struct StoreServer {
 pub struct HostedGroup {
     pub raft: Raft,
     pub state_machine: StateMachine,
+    pub tasks: Arc<GroupTasks>,
 }
 
 impl std::fmt::Debug for HostedGroup {
@@ -117,6 +121,7 @@ pub fn group_data_dir(data_dir: &std::path::Path, name: &str) -> std::path::Path
 struct StartedGroup {
     raft: Raft,
     state_machine: StateMachine,
+    tasks: Arc<GroupTasks>,
     raft_router: axum::Router,
     api_router: axum::Router,
     admin_router: axum::Router,
@@ -223,6 +228,7 @@ impl StoreServer {
                 HostedGroup {
                     raft: group.raft,
                     state_machine: group.state_machine,
+                    tasks: group.tasks,
                 },
             );
         }
@@ -248,11 +254,13 @@ impl StoreServer {
             admin_addr,
             wan: shared.wan,
             groups,
+            tasks: directory.tasks,
             stop,
         })
     }
 
-    /// Runs until `signal`, then stops raft and the listeners. If the Raft
+    /// Runs until `signal`, then stops every group's background tasks, raft
+    /// and the listeners. If the Raft
     /// core of any group stops first (a fatal storage error, a panic in
     /// openraft), the listeners stop too and the error says so: a member
     /// whose core is gone must not keep answering status from its last
@@ -262,6 +270,14 @@ impl StoreServer {
         let rafts: Vec<Raft> = std::iter::once(self.raft.clone())
             .chain(self.groups.values().map(|g| g.raft.clone()))
             .collect();
+        let tasks: Vec<Arc<GroupTasks>> = std::iter::once(self.tasks.clone())
+            .chain(self.groups.values().map(|g| g.tasks.clone()))
+            .collect();
+        let stop_tasks = || async {
+            for group in &tasks {
+                group.stop().await;
+            }
+        };
         let (core_stopped, mut any_core_stopped) = tokio::sync::mpsc::channel::<()>(1);
         for raft in &rafts {
             let mut metrics = raft.metrics();
@@ -274,6 +290,8 @@ impl StoreServer {
         }
         tokio::select! {
             () = signal => {
+                // Before the cores, so no loop reads a core that is going.
+                stop_tasks().await;
                 for raft in rafts {
                     let _ = raft.shutdown().await;
                 }
@@ -282,6 +300,7 @@ impl StoreServer {
             }
             Some(()) = any_core_stopped.recv() => {
                 tracing::error!(id = self.id, "a Raft core stopped; stopping this member");
+                stop_tasks().await;
                 let _ = self.stop.send(true);
                 Err(CoreStopped { id: self.id })
             }
@@ -354,6 +373,7 @@ async fn start_group(
         StateMachine::open_with_cache(&data_dir.join("state.redb"), config.state_cache)
             .map_err(StartError::StateMachine)?;
 
+    let tasks = Arc::new(GroupTasks::new(name));
     let wan = shared.wan.clone();
     let clock = Arc::new(
         ClockGuard::new(config.id, config.max_clock_offset, t.heartbeat)
@@ -389,6 +409,7 @@ async fn start_group(
     .map_err(StartError::Raft)?;
 
     let group_commit = GroupCommit::start(
+        &tasks,
         raft.clone(),
         clock.clone(),
         config.max_batch,
@@ -427,7 +448,7 @@ async fn start_group(
         network: campaigns,
         settings,
     }
-    .start();
+    .start(&tasks);
     let silence = Arc::new(Silence::default());
     let elections = ElectionMetrics::default();
     Elections {
@@ -442,12 +463,13 @@ async fn start_group(
         election_max: t.election_max,
         succession,
     }
-    .start();
+    .start(&tasks);
     let prevotes = PreVotes {
         log: log.clone(),
         silence,
     };
     snapshot_policy::start(
+        &tasks,
         raft.clone(),
         state_machine.clone(),
         log,
@@ -461,7 +483,7 @@ async fn start_group(
         state_machine: state_machine.clone(),
         group_commit,
         versions: versions.clone(),
-        read_index: ReadIndex::start(raft.clone(), reading),
+        read_index: ReadIndex::start(&tasks, raft.clone(), reading),
         raft_addr: format!("{}{prefix}", shared.raft_addr),
         api_addr: format!("{}{prefix}", shared.api_addr),
         wan: wan.clone(),
@@ -471,9 +493,14 @@ async fn start_group(
         pipeline: pipeline.metrics(),
         elections,
         access: shared.access,
+        tasks: tasks.clone(),
     });
     shared.hosted.add(&api);
-    tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
+    tasks.spawn(
+        "clock checks",
+        Lifetime::Group,
+        clock.clone().run(raft.clone(), t.heartbeat),
+    );
     let raft_router = raft_service::router(
         raft.clone(),
         name,
@@ -493,6 +520,7 @@ async fn start_group(
         .map(|(id, addr)| (*id, format!("{addr}{prefix}")))
         .collect();
     bootstrap(
+        &tasks,
         raft.clone(),
         config.id,
         peers,
@@ -504,6 +532,7 @@ async fn start_group(
     Ok(StartedGroup {
         raft,
         state_machine,
+        tasks,
         raft_router,
         api_router,
         admin_router,
@@ -537,8 +566,11 @@ async fn bind(
 ///   restarted with its old `--peers` waits instead of founding a second
 ///   cluster (it must be re-added with `add-learner`).
 ///
-/// Runs in the background, polling the peers until they have all answered.
+/// Runs in the background, owned by `tasks`, polling the peers until they
+/// have all answered.
+#[allow(clippy::too_many_arguments)]
 fn bootstrap(
+    tasks: &GroupTasks,
     raft: Raft,
     id: NodeId,
     peers: BTreeMap<NodeId, String>,
@@ -553,7 +585,7 @@ fn bootstrap(
     if founder != Some(id) {
         return;
     }
-    tokio::spawn(async move {
+    tasks.spawn("bootstrap", Lifetime::UntilDone, async move {
         // Says its region like any Raft RPC, so a partition applies to it too.
         let mut headers = reqwest::header::HeaderMap::new();
         if let Ok(value) = reqwest::header::HeaderValue::from_str(&region) {
