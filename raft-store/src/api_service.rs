@@ -46,8 +46,9 @@ use openraft::ServerState;
 
 use crate::authz::{self, Access, Caller, Require};
 use crate::command::{Record, Reply};
-use crate::election::ElectionMetrics;
 use crate::group_commit::GroupCommit;
+use crate::leadership::election::ElectionMetrics;
+use crate::leadership::read_index::ReadIndex;
 use crate::metrics::GroupReport;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::{
@@ -55,7 +56,6 @@ use crate::protocol::{
     ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
     Status, WRITE_PATH, WireStatus, WriteAnswer, WriteRequest,
 };
-use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
 use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError, StorageError};
 use crate::wan::{self, CLIENT_REGION_HEADER, PARTITION_PATH, SetPartition, SimulatedWan};

@@ -48,17 +48,19 @@
 //! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
-//!   [`group_commit`], [`read_index`] (linearizable reads by raft-store's
-//!   own leadership check), [`metrics`], [`clock`] (leader-stamped
-//!   time and the clock checks between members), [`election`] (when a
-//!   member campaigns: its own timer, counting silence past its own stalls,
-//!   and a pre-vote, [`pre_vote`], so a member that cannot win raises no
-//!   term; [`succession`], who campaigns first in a home region's group),
-//!   `quorum` (a majority of every voter configuration, for the pre-vote
-//!   and the read index),
+//!   [`group_commit`], [`metrics`], [`clock`] (leader-stamped time and the
+//!   clock checks between members), [`tasks`] (the owner of each group's
+//!   background tasks: started, stopped with the member, reported),
 //!   [`housekeeping`] (what
 //!   the leader proposes on its own: a new wire version, forgetting idle
 //!   clients).
+//! - **leadership**: [`leadership`] — what raft-store does instead of
+//!   openraft 0.9 (decision 0096): [`leadership::election`] (when a member
+//!   campaigns: its own timer and a pre-vote, [`leadership::pre_vote`], so
+//!   a member that cannot win raises no term; [`leadership::succession`],
+//!   who campaigns first in a home region's group),
+//!   [`leadership::read_index`] (linearizable reads by its own leadership
+//!   check) and `quorum` (a majority of every voter configuration).
 //! - **versions**: [`wire_versions`] — which wire version each member
 //!   speaks, as heard on Raft RPC; the cluster moves to a new one only once
 //!   every member speaks it, so two releases run side by side in a roll.
@@ -140,7 +142,8 @@
 //!
 //! - Linearizable reads use a read index, raft-store's own (openraft's
 //!   gives a quorum one heartbeat to answer), coalesced: concurrent readers
-//!   share one leadership round and one wait for apply ([`read_index`]).
+//!   share one leadership round and one wait for apply
+//!   ([`leadership::read_index`]).
 //! - A final record (`COMPLETED`, `FAILED_REPLAYABLE`) may be read from any
 //!   member's local copy: inside its replay window a final record never
 //!   changes (owner writes and lease takeovers only touch unfinished
@@ -208,26 +211,22 @@ pub mod authz;
 pub mod clock;
 pub mod config;
 pub mod directory;
-pub mod election;
 pub mod evacuation;
 pub mod group_commit;
 pub mod housekeeping;
+pub mod leadership;
 pub mod link;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod pipeline;
 pub mod pipeline_gate;
-pub mod pre_vote;
-pub(crate) mod quorum;
 pub mod raft_service;
-pub mod read_index;
 pub mod server;
 pub mod sessions;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod state_machine;
-pub mod succession;
 pub mod tasks;
 pub mod types;
 pub mod wan;

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 
 use once_edge::EdgeMetrics;
 
-use crate::election::ElectionMetrics;
+use crate::leadership::election::ElectionMetrics;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::Status;
 use crate::tasks::{TaskReport, TaskState};

@@ -62,9 +62,9 @@ use tokio::sync::watch;
 
 use crate::append_in_flight::{self, AppendAnswer, AppendInFlight};
 use crate::clock::ClockGuard;
+use crate::leadership::pre_vote::{PreVote, PreVoteError, PreVoteRequest};
 use crate::link::Link;
 use crate::pipeline::{Lane, LaneAnswer, PIPELINED_SINCE, Pipeline};
-use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, LogId, Node, NodeId, RpcError, TypeConfig, Vote, VoteRequest,
@@ -168,7 +168,7 @@ impl Network {
     }
 
     /// Asks voter `target` whether it would vote for this member
-    /// ([`crate::election`]).
+    /// ([`crate::leadership::election`]).
     pub async fn pre_vote(
         &mut self,
         target: NodeId,

@@ -24,15 +24,15 @@ use crate::api_service::{self, ApiState, HostedGroups};
 use crate::authz::Access;
 use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
-use crate::election::{ElectionMetrics, Elections};
 use crate::group_commit::GroupCommit;
 use crate::housekeeping::Housekeeping;
+use crate::leadership::election::{ElectionMetrics, Elections};
+use crate::leadership::pre_vote::Silence;
+use crate::leadership::read_index::ReadIndex;
 use crate::log_store::LogStore;
 use crate::network::{INITIALIZED_PATH, Network};
 use crate::pipeline::Pipeline;
-use crate::pre_vote::Silence;
 use crate::raft_service::{self, PreVotes};
-use crate::read_index::ReadIndex;
 use crate::snapshot_policy;
 use crate::state_machine::StateMachine;
 use crate::tasks::{GroupTasks, Lifetime};
@@ -335,7 +335,7 @@ fn raft_config(config: &StoreConfig) -> Result<Config, StartError> {
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
         max_payload_entries: 300,
-        // Ours instead: with a pre-vote (`crate::election`).
+        // Ours instead: with a pre-vote (`crate::leadership::election`).
         enable_elect: false,
         ..Default::default()
     }
@@ -424,7 +424,7 @@ async fn start_group(
         None => config.housekeeping.clone(),
         Some(home) => crate::housekeeping::Settings {
             preferred_leader: None,
-            follow_tenants: Some(crate::succession::FollowTenants {
+            follow_tenants: Some(crate::leadership::succession::FollowTenants {
                 home: home.to_owned(),
                 wan: wan.clone(),
             }),
@@ -432,13 +432,14 @@ async fn start_group(
         },
     };
     let founder = first_leader(config, &settings, &wan);
-    let succession = settings
-        .follow_tenants
-        .clone()
-        .map(|follow| crate::succession::Succession {
-            state_machine: state_machine.clone(),
-            follow,
-        });
+    let succession =
+        settings
+            .follow_tenants
+            .clone()
+            .map(|follow| crate::leadership::succession::Succession {
+                state_machine: state_machine.clone(),
+                follow,
+            });
     Housekeeping {
         raft: raft.clone(),
         state_machine: state_machine.clone(),

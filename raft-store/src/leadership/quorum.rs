@@ -1,7 +1,7 @@
 //! Who must answer for a round to speak for the cluster: a majority of
 //! every voter configuration (two during a joint membership change), and
-//! the other voters to ask. Shared by the pre-vote ([`crate::election`])
-//! and the read index's leadership check ([`crate::read_index`]).
+//! the other voters to ask. Shared by the pre-vote ([`crate::leadership::election`])
+//! and the read index's leadership check ([`crate::leadership::read_index`]).
 
 use std::collections::BTreeSet;
 

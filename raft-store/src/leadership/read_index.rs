@@ -41,9 +41,9 @@ use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::leadership::quorum;
 use crate::network::Network;
 use crate::protocol::Answer;
-use crate::quorum;
 use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, Node, NodeId, Raft, Vote};
 
