@@ -39,9 +39,11 @@
 //! and transport errors are left for the next real append, which meets
 //! them too.
 //!
-//! openraft's leadership check for linearizable reads (read index) and its
-//! vote requests use a fresh connection per call, which has confirmed
-//! nothing, so they always go over the wire and wait for the real answer.
+//! openraft's vote requests use a fresh connection per call, which has
+//! confirmed nothing, so they always go over the wire and wait for the real
+//! answer. raft-store's own leadership RPCs (pre-votes, campaign requests,
+//! the read index's probes, [`crate::leadership`]) use no connection at
+//! all: each is one call over the peer's link.
 //!
 //! # Pipelined appends
 //!
@@ -195,9 +197,7 @@ impl Network {
         request: &Req,
         timeout: Duration,
     ) -> Result<Resp, RpcError> {
-        let connection = self.new_client(target, node).await;
-        connection
-            .link
+        self.link_to(target, node)
             .call::<Req, Resp, openraft::error::Infallible>(
                 path,
                 RPCTypes::Vote,
@@ -207,6 +207,40 @@ impl Network {
                 None,
             )
             .await
+    }
+
+    /// Asks voter `target` whether it still takes `probe`'s vote (the read
+    /// index's leadership check, [`crate::leadership::read_index`]): one
+    /// append over the peer's link, within `budget`. Not through a
+    /// [`Connection`]: the answer confirms nothing for replication, and no
+    /// lane is opened for it.
+    pub async fn probe(
+        &self,
+        target: NodeId,
+        node: &Node,
+        probe: &AppendEntriesRequest,
+        budget: Duration,
+    ) -> Result<AppendEntriesResponse, RpcError> {
+        self.link_to(target, node)
+            .append(probe, &RPCOption::new(budget), None)
+            .await
+    }
+
+    /// The RPC link to member `target` at `node`.
+    fn link_to(&self, target: NodeId, node: &Node) -> Arc<Link> {
+        Arc::new(Link {
+            id: self.id,
+            target,
+            group: self.group.clone(),
+            base: format!("{}://{}", self.scheme, node.addr),
+            http: self.http.clone(),
+            max_body: self.max_body,
+            wan: self.wan.clone(),
+            clock: self.clock.clone(),
+            versions: self.versions.clone(),
+            round_trips: Mutex::default(),
+            append_budget: self.append_budget,
+        })
     }
 
     /// Declares this member's version on every RPC and records each peer's
@@ -244,19 +278,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Connection {
         Connection {
-            link: Arc::new(Link {
-                id: self.id,
-                target,
-                group: self.group.clone(),
-                base: format!("{}://{}", self.scheme, node.addr),
-                http: self.http.clone(),
-                max_body: self.max_body,
-                wan: self.wan.clone(),
-                clock: self.clock.clone(),
-                versions: self.versions.clone(),
-                round_trips: Mutex::default(),
-                append_budget: self.append_budget,
-            }),
+            link: self.link_to(target, node),
             in_flight: None,
             confirmed: None,
             notices: None,

@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use openraft::ServerState;
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -168,7 +167,7 @@ impl Leadership {
     async fn quorum_takes(&mut self, leading: Leading, deadline: Instant) -> Answer<()> {
         let mut asks = tokio::task::JoinSet::new();
         for (peer, node, matching) in leading.others {
-            let mut network = self.network.clone();
+            let network = self.network.clone();
             let budget = self.budget;
             let probe = AppendEntriesRequest {
                 vote: leading.vote,
@@ -177,10 +176,7 @@ impl Leadership {
                 entries: Vec::new(),
             };
             asks.spawn(async move {
-                let mut connection = network.new_client(peer, &node).await;
-                let answer = connection
-                    .append_entries(probe, RPCOption::new(budget))
-                    .await;
+                let answer = network.probe(peer, &node, &probe, budget).await;
                 (peer, answer)
             });
         }
