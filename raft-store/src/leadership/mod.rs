@@ -11,12 +11,14 @@
 //! - `quorum`: a majority of every voter configuration, and the voters to
 //!   ask, shared by the pre-vote and the read index.
 //!
-//! Their RPCs go over each peer's [`crate::link::Link`], never through a
-//! replication [`crate::network::Connection`]: a read index probe or a
-//! pre-vote opens no lane and confirms nothing for replication.
+//! Their RPCs (`rpc`) go over each peer's [`crate::link::Link`], never
+//! through a replication [`crate::network::Connection`]: a read index probe
+//! or a pre-vote opens no lane and confirms nothing for replication; so
+//! `network` needs nothing from here.
 
 pub mod election;
 pub mod pre_vote;
 pub(crate) mod quorum;
 pub mod read_index;
+mod rpc;
 pub mod succession;
