@@ -45,7 +45,8 @@
 //!   [`pipeline_gate`] (the follower handing them to raft in order) and
 //!   `append_in_flight` (an append that runs to its answer however long
 //!   openraft waits, decision 0070).
-//! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
+//! - **member**: [`server`] (start, listeners), `bootstrap` (a new
+//!   cluster's first entry, once every founding peer is blank), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
 //!   [`group_commit`], [`metrics`], [`clock`] (leader-stamped time and the
@@ -208,6 +209,7 @@ pub mod api_service;
 pub(crate) mod append_in_flight;
 pub mod apply;
 pub mod authz;
+mod bootstrap;
 pub mod clock;
 pub mod config;
 pub mod directory;
