@@ -46,8 +46,9 @@ use openraft::ServerState;
 
 use crate::authz::{self, Access, Caller, Require};
 use crate::command::{Record, Reply};
-use crate::election::ElectionMetrics;
 use crate::group_commit::GroupCommit;
+use crate::leadership::election::ElectionMetrics;
+use crate::leadership::read_index::ReadIndex;
 use crate::metrics::GroupReport;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::{
@@ -55,7 +56,6 @@ use crate::protocol::{
     ELECT_PATH, READ_PATH, RECORDS_PATH, Read, ReadAnswer, ReadReply, SNAPSHOT_PATH, STATUS_PATH,
     Status, WRITE_PATH, WireStatus, WriteAnswer, WriteRequest,
 };
-use crate::read_index::ReadIndex;
 use crate::state_machine::StateMachine;
 use crate::types::{ClientWriteError, Node, NodeId, Raft, RaftError, StorageError};
 use crate::wan::{self, CLIENT_REGION_HEADER, PARTITION_PATH, SetPartition, SimulatedWan};
@@ -75,6 +75,8 @@ pub struct ApiState {
     /// What this member's lanes did while it led.
     pub pipeline: PipelineMetrics,
     pub elections: ElectionMetrics,
+    /// This group's background tasks, for `/metrics`.
+    pub tasks: Arc<crate::tasks::GroupTasks>,
     /// Whether callers' identities are checked (always, but with
     /// `--insecure-plaintext`).
     pub access: Access,
@@ -388,6 +390,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> impl IntoResponse {
             status: status_of(s),
             pipeline: &s.pipeline,
             elections: &s.elections,
+            tasks: s.tasks.report(),
         })
         .collect();
     crate::metrics::render(&state.edge, &reports)

@@ -133,7 +133,7 @@ pub struct ClockGuard {
     sampled: Notify,
     /// Set by [`ClockGuard::run`] while this member must not campaign: a
     /// leader stepping down, a follower that is the odd one out. Read by
-    /// the election timer ([`crate::election`]).
+    /// the election timer ([`crate::leadership::election`]).
     barred: std::sync::atomic::AtomicBool,
 }
 

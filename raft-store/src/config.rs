@@ -20,7 +20,7 @@ pub struct Timing {
     pub heartbeat: Duration,
     /// The election timeout's range. `election_max` is also the leader's
     /// lease: under openraft 0.9 a member that heard a leader grants no
-    /// vote until it has passed. A member campaigns ([`crate::election`])
+    /// vote until it has passed. A member campaigns ([`crate::leadership::election`])
     /// after `election_max` plus a random `0..(election_max -
     /// election_min)` of silence, and only once a majority answered its
     /// pre-vote. So with the defaults (600–900 ms) a dead leader is

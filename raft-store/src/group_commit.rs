@@ -29,6 +29,7 @@ use openraft::ServerState;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::clock::ClockGuard;
+use crate::tasks::{GroupTasks, Lifetime};
 
 use crate::command::{Batch, ClientRequest};
 use crate::protocol::WriteAnswer;
@@ -43,7 +44,9 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
+    /// Starts the batching loop, owned by `tasks`.
     pub fn start(
+        tasks: &GroupTasks,
         raft: Raft,
         clock: Arc<ClockGuard>,
         max_batch: usize,
@@ -51,7 +54,11 @@ impl GroupCommit {
         hold: Hold,
     ) -> Self {
         let (queue, rx) = mpsc::channel(max_batch * max_inflight * 4);
-        tokio::spawn(run(raft, clock, rx, max_batch, max_inflight, hold));
+        tasks.spawn(
+            "group commit",
+            Lifetime::Group,
+            run(raft, clock, rx, max_batch, max_inflight, hold),
+        );
         Self { queue }
     }
 

@@ -22,10 +22,11 @@ use openraft::ServerState;
 use crate::clock::ClockGuard;
 use crate::command::{ClientRequest, Op, Reply};
 use crate::group_commit::GroupCommit;
+use crate::leadership::succession::{FollowTenants, Residence};
 use crate::network::Network;
 use crate::protocol::WriteAnswer;
 use crate::state_machine::StateMachine;
-use crate::succession::{FollowTenants, Residence};
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{NodeId, Raft};
 use crate::wire_versions::WireVersions;
 
@@ -82,15 +83,16 @@ struct Rounds {
 }
 
 impl Housekeeping {
-    /// Starts the rounds on this member; they act only while it leads.
-    pub fn start(self) {
+    /// Starts the rounds on this member, owned by `tasks`; they act only
+    /// while it leads.
+    pub fn start(self, tasks: &GroupTasks) {
         let mut rounds = Rounds {
             parts: self,
             client: rand::random(),
             seq: 0,
             last_handoff: None,
         };
-        tokio::spawn(async move {
+        tasks.spawn("housekeeping", Lifetime::Group, async move {
             let mut ticks = tokio::time::interval(rounds.parts.settings.every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

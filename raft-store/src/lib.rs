@@ -43,19 +43,27 @@
 //!   one peer's RPC in [`link`]),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
 //!   `once-store-client`), [`pipeline`] (several appends in flight to a
-//!   follower, sent as the leader's log receives them) and
-//!   [`pipeline_gate`] (the follower handing them to raft in order).
-//! - **member**: [`server`] (start, listeners, bootstrap), [`config`]
+//!   follower, sent as the leader's log receives them),
+//!   [`pipeline_gate`] (the follower handing them to raft in order) and
+//!   `append_in_flight` (an append that runs to its answer however long
+//!   openraft waits, decision 0070).
+//! - **member**: [`server`] (start, listeners), `bootstrap` (a new
+//!   cluster's first entry, once every founding peer is blank), [`config`]
 //!   (timeouts and limits with WAN defaults), [`api_service`] (client API
 //!   and admin endpoints, answering [`protocol`]'s messages),
-//!   [`group_commit`], [`read_index`], [`metrics`], [`clock`] (leader-stamped
-//!   time and the clock checks between members), [`election`] (when a
-//!   member campaigns: its own timer, counting silence past its own stalls,
-//!   and a pre-vote, [`pre_vote`], so a member that cannot win raises no
-//!   term),
+//!   [`group_commit`], [`metrics`], [`clock`] (leader-stamped time and the
+//!   clock checks between members), [`tasks`] (the owner of each group's
+//!   background tasks: started, stopped with the member, reported),
 //!   [`housekeeping`] (what
 //!   the leader proposes on its own: a new wire version, forgetting idle
 //!   clients).
+//! - **leadership**: [`leadership`] — what raft-store does instead of
+//!   openraft 0.9 (decision 0096): [`leadership::election`] (when a member
+//!   campaigns: its own timer and a pre-vote, [`leadership::pre_vote`], so
+//!   a member that cannot win raises no term; [`leadership::succession`],
+//!   who campaigns first in a home region's group),
+//!   [`leadership::read_index`] (linearizable reads by its own leadership
+//!   check) and `quorum` (a majority of every voter configuration).
 //! - **versions**: [`wire_versions`] — which wire version each member
 //!   speaks, as heard on Raft RPC; the cluster moves to a new one only once
 //!   every member speaks it, so two releases run side by side in a roll.
@@ -137,7 +145,8 @@
 //!
 //! - Linearizable reads use a read index, raft-store's own (openraft's
 //!   gives a quorum one heartbeat to answer), coalesced: concurrent readers
-//!   share one leadership round and one wait for apply ([`read_index`]).
+//!   share one leadership round and one wait for apply
+//!   ([`leadership::read_index`]).
 //! - A final record (`COMPLETED`, `FAILED_REPLAYABLE`) may be read from any
 //!   member's local copy: inside its replay window a final record never
 //!   changes (owner writes and lease takeovers only touch unfinished
@@ -202,30 +211,28 @@ pub mod api_service;
 pub(crate) mod append_in_flight;
 pub mod apply;
 pub mod authz;
+mod bootstrap;
 pub mod clock;
 pub mod config;
 pub mod directory;
 pub mod disk_fault;
-pub mod election;
 pub mod evacuation;
 pub mod group_commit;
 pub mod housekeeping;
+pub mod leadership;
 pub mod link;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod pipeline;
 pub mod pipeline_gate;
-pub mod pre_vote;
-pub(crate) mod quorum;
 pub mod raft_service;
-pub mod read_index;
 pub mod server;
 pub mod sessions;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod state_machine;
-pub mod succession;
+pub mod tasks;
 pub mod types;
 pub mod wan;
 pub mod wire_versions;

@@ -28,7 +28,7 @@ pub const INITIALIZED_PATH: &str = "/raft/initialized";
 /// Start an election now: how a leader hands the lead to the preferred
 /// member ([`crate::housekeeping`]).
 pub const CAMPAIGN_PATH: &str = "/raft/campaign";
-/// Would you vote for me? ([`crate::election`]).
+/// Would you vote for me? ([`crate::leadership::election`]).
 pub const PREVOTE_PATH: &str = "/raft/prevote";
 
 /// The lane a pipelined append belongs to ([`crate::pipeline`]).

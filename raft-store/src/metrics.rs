@@ -1,7 +1,8 @@
 //! A member's metrics in Prometheus text: per group it hosts, Raft leader,
 //! term, commit and applied index, apply lag and each follower's
 //! replication lag, wire versions and remembered clients, what pipelined
-//! replication and the election timer did, each series labelled
+//! replication and the election timer did, which background tasks run
+//! ([`crate::tasks`]), each series labelled
 //! `group="<name>"` (`directory` for the first group); plus the edge's, one
 //! set for the process. Rendered from each group's status at scrape time
 //! (openraft's own metrics), so there is nothing to keep in sync;
@@ -20,13 +21,19 @@ use prometheus_client::registry::Registry;
 
 use once_edge::EdgeMetrics;
 
-use crate::election::ElectionMetrics;
+use crate::leadership::election::ElectionMetrics;
 use crate::pipeline::PipelineMetrics;
 use crate::protocol::Status;
+use crate::tasks::{TaskReport, TaskState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct Follower {
     follower: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct Task {
+    task: String,
 }
 
 fn gauge(registry: &mut Registry, name: &str, help: &str, value: i64) {
@@ -46,6 +53,7 @@ pub struct GroupReport<'a> {
     pub status: Status,
     pub pipeline: &'a PipelineMetrics,
     pub elections: &'a ElectionMetrics,
+    pub tasks: Vec<TaskReport>,
 }
 
 /// The member's metrics: the edge's once, then each group's under its
@@ -140,5 +148,34 @@ fn register_group(registry: &mut Registry, report: &GroupReport<'_>) {
         "raft_follower_lag",
         "Entries each follower is behind the leader (-1: none matched yet)",
         lag,
+    );
+    register_tasks(registry, &report.tasks);
+}
+
+fn register_tasks(registry: &mut Registry, tasks: &[TaskReport]) {
+    let (running, failed) = (
+        Family::<Task, Gauge>::default(),
+        Family::<Task, Gauge>::default(),
+    );
+    for t in tasks {
+        let label = Task {
+            task: t.name.to_owned(),
+        };
+        running
+            .get_or_create(&label)
+            .set(i64::from(t.state == TaskState::Running));
+        failed
+            .get_or_create(&label)
+            .set(i64::from(t.state == TaskState::Failed));
+    }
+    registry.register(
+        "raft_background_task_running",
+        "1 while the group's background task runs",
+        running,
+    );
+    registry.register(
+        "raft_background_task_failed",
+        "1 when the task ended, or panicked, while its group ran",
+        failed,
     );
 }

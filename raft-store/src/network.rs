@@ -39,9 +39,11 @@
 //! and transport errors are left for the next real append, which meets
 //! them too.
 //!
-//! openraft's leadership check for linearizable reads (read index) and its
-//! vote requests use a fresh connection per call, which has confirmed
-//! nothing, so they always go over the wire and wait for the real answer.
+//! openraft's vote requests use a fresh connection per call, which has
+//! confirmed nothing, so they always go over the wire and wait for the real
+//! answer. raft-store's own leadership RPCs (pre-votes, campaign requests,
+//! the read index's probes, [`crate::leadership`]) use no connection at
+//! all: each is one call over the peer's link.
 //!
 //! # Pipelined appends
 //!
@@ -64,7 +66,6 @@ use crate::append_in_flight::{self, AppendAnswer, AppendInFlight};
 use crate::clock::ClockGuard;
 use crate::link::Link;
 use crate::pipeline::{Lane, LaneAnswer, PIPELINED_SINCE, Pipeline};
-use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest};
 use crate::types::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotError, InstallSnapshotRequest,
     InstallSnapshotResponse, LogId, Node, NodeId, RpcError, TypeConfig, Vote, VoteRequest,
@@ -154,59 +155,21 @@ impl Network {
         Self { wan, ..self }
     }
 
-    /// Asks member `target` to start an election now. It answers `false`
-    /// without campaigning while its clock disagrees with the cluster's (it
-    /// could not win, and its higher term would only depose the leader).
-    pub async fn ask_to_campaign(
-        &mut self,
-        target: NodeId,
-        node: &Node,
-        timeout: Duration,
-    ) -> Result<bool, RpcError> {
-        self.election_call(target, node, CAMPAIGN_PATH, &(), timeout)
-            .await
-    }
-
-    /// Asks voter `target` whether it would vote for this member
-    /// ([`crate::election`]).
-    pub async fn pre_vote(
-        &mut self,
-        target: NodeId,
-        node: &Node,
-        request: PreVoteRequest,
-        timeout: Duration,
-    ) -> Result<PreVote, PreVoteError> {
-        let answer = self
-            .election_call(target, node, PREVOTE_PATH, &request, timeout)
-            .await;
-        match answer {
-            Ok(answer) => Ok(answer),
-            Err(e) if crate::link::is_not_served(&e) => Err(PreVoteError::NotServed),
-            Err(e) => Err(PreVoteError::Failed(Box::new(e))),
-        }
-    }
-
-    /// One election RPC (a campaign request, a pre-vote) to member `target`.
-    async fn election_call<Req: serde::Serialize, Resp: serde::de::DeserializeOwned>(
-        &mut self,
-        target: NodeId,
-        node: &Node,
-        path: &str,
-        request: &Req,
-        timeout: Duration,
-    ) -> Result<Resp, RpcError> {
-        let connection = self.new_client(target, node).await;
-        connection
-            .link
-            .call::<Req, Resp, openraft::error::Infallible>(
-                path,
-                RPCTypes::Vote,
-                request,
-                0,
-                &RPCOption::new(timeout),
-                None,
-            )
-            .await
+    /// The RPC link to member `target` at `node`.
+    pub(crate) fn link_to(&self, target: NodeId, node: &Node) -> Arc<Link> {
+        Arc::new(Link {
+            id: self.id,
+            target,
+            group: self.group.clone(),
+            base: format!("{}://{}", self.scheme, node.addr),
+            http: self.http.clone(),
+            max_body: self.max_body,
+            wan: self.wan.clone(),
+            clock: self.clock.clone(),
+            versions: self.versions.clone(),
+            round_trips: Mutex::default(),
+            append_budget: self.append_budget,
+        })
     }
 
     /// Declares this member's version on every RPC and records each peer's
@@ -244,19 +207,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> Connection {
         Connection {
-            link: Arc::new(Link {
-                id: self.id,
-                target,
-                group: self.group.clone(),
-                base: format!("{}://{}", self.scheme, node.addr),
-                http: self.http.clone(),
-                max_body: self.max_body,
-                wan: self.wan.clone(),
-                clock: self.clock.clone(),
-                versions: self.versions.clone(),
-                round_trips: Mutex::default(),
-                append_budget: self.append_budget,
-            }),
+            link: self.link_to(target, node),
             in_flight: None,
             confirmed: None,
             notices: None,

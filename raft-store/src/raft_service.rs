@@ -6,7 +6,7 @@
 //! every answer carries this member's clock ([`crate::clock`]); a vote
 //! request from a candidate whose clock disagrees with this member's is
 //! refused before raft sees it (`409`), and so is its pre-vote
-//! ([`crate::pre_vote`]).
+//! ([`crate::leadership::pre_vote`]).
 //!
 //! Every answer declares this member's wire version, and the version each
 //! calling member declares is recorded ([`crate::wire_versions`]).
@@ -43,12 +43,12 @@ use crate::link::GROUP_HEADER;
 use once_tls::Role;
 
 use crate::authz::{self, Access, Require};
+use crate::leadership::pre_vote::{self, PreVote, PreVoteRequest, Silence};
 use crate::log_store::LogStore;
 use crate::network::{
     APPEND_PATH, CAMPAIGN_PATH, INITIALIZED_PATH, PREVOTE_PATH, SNAPSHOT_PATH, VOTE_PATH,
 };
 use crate::pipeline_gate::{LaneGates, Ticket};
-use crate::pre_vote::{self, PreVote, PreVoteRequest, Silence};
 use crate::types::{
     AppendEntriesRequest, InstallSnapshotError, InstallSnapshotRequest, InstallSnapshotResponse,
     Raft, RaftError, VoteRequest, VoteResponse,

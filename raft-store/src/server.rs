@@ -24,19 +24,20 @@ use crate::api_service::{self, ApiState, HostedGroups};
 use crate::authz::Access;
 use crate::clock::ClockGuard;
 use crate::config::StoreConfig;
-use crate::election::{ElectionMetrics, Elections};
 use crate::group_commit::GroupCommit;
 use crate::housekeeping::Housekeeping;
+use crate::leadership::election::{ElectionMetrics, Elections};
+use crate::leadership::pre_vote::Silence;
+use crate::leadership::read_index::ReadIndex;
 use crate::log_store::LogStore;
-use crate::network::{INITIALIZED_PATH, Network};
+use crate::network::Network;
 use crate::pipeline::Pipeline;
-use crate::pre_vote::Silence;
 use crate::raft_service::{self, PreVotes};
-use crate::read_index::ReadIndex;
 use crate::snapshot_policy;
 use crate::state_machine::StateMachine;
-use crate::types::{Node, NodeId, Raft};
-use crate::wan::{REGION_HEADER, SimulatedWan};
+use crate::tasks::{GroupTasks, Lifetime};
+use crate::types::{NodeId, Raft};
+use crate::wan::SimulatedWan;
 use crate::wire_versions::WireVersions;
 
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +89,8 @@ pub struct StoreServer {
     /// (docs/decisions/0063-a-raft-group-per-home-region.md); the fields
     /// above are the directory's.
     pub groups: BTreeMap<String, HostedGroup>,
+    /// The directory's background tasks (each hosted group has its own).
+    pub tasks: Arc<GroupTasks>,
     /// Stops the three listeners.
     stop: watch::Sender<bool>,
 }
@@ -99,6 +102,7 @@ pub struct StoreServer {
 pub struct HostedGroup {
     pub raft: Raft,
     pub state_machine: StateMachine,
+    pub tasks: Arc<GroupTasks>,
 }
 
 impl std::fmt::Debug for HostedGroup {
@@ -117,6 +121,7 @@ pub fn group_data_dir(data_dir: &std::path::Path, name: &str) -> std::path::Path
 struct StartedGroup {
     raft: Raft,
     state_machine: StateMachine,
+    tasks: Arc<GroupTasks>,
     raft_router: axum::Router,
     api_router: axum::Router,
     admin_router: axum::Router,
@@ -223,6 +228,7 @@ impl StoreServer {
                 HostedGroup {
                     raft: group.raft,
                     state_machine: group.state_machine,
+                    tasks: group.tasks,
                 },
             );
         }
@@ -248,11 +254,13 @@ impl StoreServer {
             admin_addr,
             wan: shared.wan,
             groups,
+            tasks: directory.tasks,
             stop,
         })
     }
 
-    /// Runs until `signal`, then stops raft and the listeners. If the Raft
+    /// Runs until `signal`, then stops every group's background tasks, raft
+    /// and the listeners. If the Raft
     /// core of any group stops first (a fatal storage error, a panic in
     /// openraft), the listeners stop too and the error says so: a member
     /// whose core is gone must not keep answering status from its last
@@ -262,6 +270,14 @@ impl StoreServer {
         let rafts: Vec<Raft> = std::iter::once(self.raft.clone())
             .chain(self.groups.values().map(|g| g.raft.clone()))
             .collect();
+        let tasks: Vec<Arc<GroupTasks>> = std::iter::once(self.tasks.clone())
+            .chain(self.groups.values().map(|g| g.tasks.clone()))
+            .collect();
+        let stop_tasks = || async {
+            for group in &tasks {
+                group.stop().await;
+            }
+        };
         let (core_stopped, mut any_core_stopped) = tokio::sync::mpsc::channel::<()>(1);
         for raft in &rafts {
             let mut metrics = raft.metrics();
@@ -274,6 +290,8 @@ impl StoreServer {
         }
         tokio::select! {
             () = signal => {
+                // Before the cores, so no loop reads a core that is going.
+                stop_tasks().await;
                 for raft in rafts {
                     let _ = raft.shutdown().await;
                 }
@@ -282,6 +300,7 @@ impl StoreServer {
             }
             Some(()) = any_core_stopped.recv() => {
                 tracing::error!(id = self.id, "a Raft core stopped; stopping this member");
+                stop_tasks().await;
                 let _ = self.stop.send(true);
                 Err(CoreStopped { id: self.id })
             }
@@ -316,7 +335,7 @@ fn raft_config(config: &StoreConfig) -> Result<Config, StartError> {
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: config.keep_logs_after_snapshot,
         max_payload_entries: 300,
-        // Ours instead: with a pre-vote (`crate::election`).
+        // Ours instead: with a pre-vote (`crate::leadership::election`).
         enable_elect: false,
         ..Default::default()
     }
@@ -354,6 +373,7 @@ async fn start_group(
         StateMachine::open_with_cache(&data_dir.join("state.redb"), config.state_cache)
             .map_err(StartError::StateMachine)?;
 
+    let tasks = Arc::new(GroupTasks::new(name));
     let wan = shared.wan.clone();
     let clock = Arc::new(
         ClockGuard::new(config.id, config.max_clock_offset, t.heartbeat)
@@ -389,6 +409,7 @@ async fn start_group(
     .map_err(StartError::Raft)?;
 
     let group_commit = GroupCommit::start(
+        &tasks,
         raft.clone(),
         clock.clone(),
         config.max_batch,
@@ -403,7 +424,7 @@ async fn start_group(
         None => config.housekeeping.clone(),
         Some(home) => crate::housekeeping::Settings {
             preferred_leader: None,
-            follow_tenants: Some(crate::succession::FollowTenants {
+            follow_tenants: Some(crate::leadership::succession::FollowTenants {
                 home: home.to_owned(),
                 wan: wan.clone(),
             }),
@@ -411,13 +432,14 @@ async fn start_group(
         },
     };
     let founder = first_leader(config, &settings, &wan);
-    let succession = settings
-        .follow_tenants
-        .clone()
-        .map(|follow| crate::succession::Succession {
-            state_machine: state_machine.clone(),
-            follow,
-        });
+    let succession =
+        settings
+            .follow_tenants
+            .clone()
+            .map(|follow| crate::leadership::succession::Succession {
+                state_machine: state_machine.clone(),
+                follow,
+            });
     Housekeeping {
         raft: raft.clone(),
         state_machine: state_machine.clone(),
@@ -427,7 +449,7 @@ async fn start_group(
         network: campaigns,
         settings,
     }
-    .start();
+    .start(&tasks);
     let silence = Arc::new(Silence::default());
     let elections = ElectionMetrics::default();
     Elections {
@@ -442,12 +464,13 @@ async fn start_group(
         election_max: t.election_max,
         succession,
     }
-    .start();
+    .start(&tasks);
     let prevotes = PreVotes {
         log: log.clone(),
         silence,
     };
     snapshot_policy::start(
+        &tasks,
         raft.clone(),
         state_machine.clone(),
         log,
@@ -461,7 +484,7 @@ async fn start_group(
         state_machine: state_machine.clone(),
         group_commit,
         versions: versions.clone(),
-        read_index: ReadIndex::start(raft.clone(), reading),
+        read_index: ReadIndex::start(&tasks, raft.clone(), reading),
         raft_addr: format!("{}{prefix}", shared.raft_addr),
         api_addr: format!("{}{prefix}", shared.api_addr),
         wan: wan.clone(),
@@ -471,9 +494,14 @@ async fn start_group(
         pipeline: pipeline.metrics(),
         elections,
         access: shared.access,
+        tasks: tasks.clone(),
     });
     shared.hosted.add(&api);
-    tokio::spawn(clock.clone().run(raft.clone(), t.heartbeat));
+    tasks.spawn(
+        "clock checks",
+        Lifetime::Group,
+        clock.clone().run(raft.clone(), t.heartbeat),
+    );
     let raft_router = raft_service::router(
         raft.clone(),
         name,
@@ -492,7 +520,8 @@ async fn start_group(
         .iter()
         .map(|(id, addr)| (*id, format!("{addr}{prefix}")))
         .collect();
-    bootstrap(
+    crate::bootstrap::bootstrap(
+        &tasks,
         raft.clone(),
         config.id,
         peers,
@@ -504,6 +533,7 @@ async fn start_group(
     Ok(StartedGroup {
         raft,
         state_machine,
+        tasks,
         raft_router,
         api_router,
         admin_router,
@@ -519,128 +549,4 @@ async fn bind(
     Server::bind(what, addr, limits, edge.clone())
         .await
         .map_err(|source| StartError::Bind { what, addr, source })
-}
-
-/// Initialises a new cluster, idempotently and only at birth:
-/// - only a member started with founding peers, and only the founder: the
-///   member that should lead (`founder`: the group's home member or the
-///   preferred one), else the lowest id. openraft has the member that
-///   initialises campaign at once, so a new group's first leader is the
-///   one it should have. (Two members initialising with the same peers
-///   write the same first entry, at the same default log id: still one
-///   cluster.)
-/// - only while it has never been part of a cluster (no vote, no log —
-///   openraft's `is_initialized`), so a restarted member never does;
-/// - only once *every* other founding peer has answered that it, too, has
-///   never been part of one. A formed cluster always has initialised
-///   members, so a founding member whose disk was wiped and that is
-///   restarted with its old `--peers` waits instead of founding a second
-///   cluster (it must be re-added with `add-learner`).
-///
-/// Runs in the background, polling the peers until they have all answered.
-fn bootstrap(
-    raft: Raft,
-    id: NodeId,
-    peers: BTreeMap<NodeId, String>,
-    local: std::net::IpAddr,
-    region: String,
-    tls: Option<once_tls::Tls>,
-    founder: Option<NodeId>,
-) {
-    let founder = founder
-        .filter(|f| peers.contains_key(f))
-        .or_else(|| peers.keys().next().copied());
-    if founder != Some(id) {
-        return;
-    }
-    tokio::spawn(async move {
-        // Says its region like any Raft RPC, so a partition applies to it too.
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Ok(value) = reqwest::header::HeaderValue::from_str(&region) {
-            headers.insert(REGION_HEADER, value);
-        }
-        let builder = match &tls {
-            Some(tls) => tls.http_client(),
-            None => reqwest::Client::builder(),
-        };
-        let http = match builder
-            .local_address(local)
-            .default_headers(headers)
-            .timeout(std::time::Duration::from_secs(2))
-            .build()
-        {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "bootstrap: building the peer client");
-                return;
-            }
-        };
-        let mut warned = false;
-        loop {
-            match raft.is_initialized().await {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot tell whether the cluster is initialised");
-                    return;
-                }
-            }
-            let scheme = if tls.is_some() { "https" } else { "http" };
-            match peers_state(&http, scheme, id, &peers).await {
-                PeersState::AllBlank => break,
-                PeersState::SomeInitialised(peer) => {
-                    tracing::warn!(
-                        peer,
-                        "a founding peer already belongs to a cluster: not initialising; \
-                         add this member with `once store add-learner`"
-                    );
-                    return;
-                }
-                PeersState::Waiting(peer) => {
-                    if !warned {
-                        tracing::info!(peer, "bootstrap: waiting for every founding peer");
-                        warned = true;
-                    }
-                }
-            }
-            // Polling for a condition (every peer reachable), not a fixed wait.
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-        let members: BTreeMap<NodeId, Node> = peers
-            .iter()
-            .map(|(id, addr)| (*id, Node { addr: addr.clone() }))
-            .collect();
-        match raft.initialize(members).await {
-            Ok(()) => tracing::info!(peers = ?peers.keys(), "initialised a new cluster"),
-            // Someone else's vote or log arrived first: the cluster exists.
-            Err(e) => tracing::info!(error = %e, "not initialising"),
-        }
-    });
-}
-
-enum PeersState {
-    AllBlank,
-    SomeInitialised(NodeId),
-    Waiting(NodeId),
-}
-
-async fn peers_state(
-    http: &reqwest::Client,
-    scheme: &str,
-    id: NodeId,
-    peers: &BTreeMap<NodeId, String>,
-) -> PeersState {
-    for (peer, addr) in peers.iter().filter(|(p, _)| **p != id) {
-        let url = format!("{scheme}://{addr}{INITIALIZED_PATH}");
-        let answer = match http.get(url).send().await {
-            Ok(r) if r.status().is_success() => r.bytes().await.ok(),
-            _ => None,
-        };
-        match answer.and_then(|b| crate::wire::decode::<bool>(&b).ok()) {
-            Some(true) => return PeersState::SomeInitialised(*peer),
-            Some(false) => {}
-            None => return PeersState::Waiting(*peer),
-        }
-    }
-    PeersState::AllBlank
 }

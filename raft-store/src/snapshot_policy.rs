@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachine;
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::Raft;
 
 /// The log is never let grow past this many times `snapshot_every`
@@ -60,9 +61,15 @@ pub fn due(weight: LogWeight, snapshot_every: u64) -> bool {
 }
 
 /// Checks [`due`] every second on this member and asks openraft for a
-/// snapshot when it is (openraft's own policy is off).
-pub fn start(raft: Raft, state_machine: StateMachine, log: LogStore, snapshot_every: u64) {
-    tokio::spawn(async move {
+/// snapshot when it is (openraft's own policy is off), owned by `tasks`.
+pub fn start(
+    tasks: &GroupTasks,
+    raft: Raft,
+    state_machine: StateMachine,
+    log: LogStore,
+    snapshot_every: u64,
+) {
+    tasks.spawn("snapshot policy", Lifetime::Group, async move {
         let mut ticks = tokio::time::interval(Duration::from_secs(1));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The snapshot index when a build was last requested, and when.

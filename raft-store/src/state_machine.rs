@@ -295,7 +295,7 @@ impl StateMachine {
     }
 
     /// The first `sample` placements, as they read now (through the
-    /// evacuations): what [`crate::succession::Residence`] judges where a
+    /// evacuations): what [`crate::leadership::succession::Residence`] judges where a
     /// home region's group wants its lead by.
     pub fn sampled_placements(&self, sample: usize) -> Result<Vec<Placement>, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;

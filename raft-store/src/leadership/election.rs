@@ -17,14 +17,14 @@
 //!   did not run, so it cannot tell whether the leader was silent, and the
 //!   silence is counted again from when it runs.
 //! - **Pre-vote.** It then asks every other voter `would you vote for me,
-//!   with this log, if I asked?` ([`crate::pre_vote::PREVOTE_PATH`]). A voter says yes only
+//!   with this log, if I asked?` ([`crate::leadership::pre_vote::PREVOTE_PATH`]). A voter says yes only
 //!   if it leads no one, has not heard a leader within the lease by the same
 //!   count, its clock agrees with the candidate's (the Raft listener refuses
 //!   the request otherwise, as it refuses a vote), and its log is not ahead
 //!   of the candidate's. Only with a majority of every voter configuration
 //!   (itself included) does the member start a real election
 //!   (`Raft::trigger().elect()`); a refused pre-vote raises no term. The
-//!   RPC's messages and the voter's answer are [`crate::pre_vote`]. A
+//!   RPC's messages and the voter's answer are [`crate::leadership::pre_vote`]. A
 //!   voter of the build before, which has no pre-vote, answers `404` and
 //!   counts as a yes: its real vote, under the lease, decides as before.
 //! - **One candidate at a time.** A member that granted a candidate's
@@ -39,7 +39,7 @@
 //! - **The successor first.** In a home region's group, a member outside
 //!   the region where the group's tenants live and the one they would fail
 //!   over to waits a heartbeat and the timeout's spread longer, so that the
-//!   lead lands where the tenants go ([`crate::succession`]).
+//!   lead lands where the tenants go ([`crate::leadership::succession`]).
 //! - **Clock.** A member barred by [`ClockGuard::may_campaign`] does not
 //!   campaign at all.
 //!
@@ -60,11 +60,12 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::clock::ClockGuard;
+use crate::leadership::pre_vote::{PreVote, PreVoteError, PreVoteRequest, Silence};
+use crate::leadership::quorum;
+use crate::leadership::succession::Succession;
 use crate::log_store::LogStore;
 use crate::network::Network;
-use crate::pre_vote::{PreVote, PreVoteError, PreVoteRequest, Silence};
-use crate::quorum;
-use crate::succession::Succession;
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{NodeId, Raft};
 
 /// What this member's election timer did, for `/metrics`. Cheap to clone.
@@ -130,9 +131,10 @@ impl std::fmt::Debug for Elections {
 }
 
 impl Elections {
-    /// Runs the timer until the Raft core stops.
-    pub fn start(self) {
-        tokio::spawn(self.run());
+    /// Runs the timer, owned by `tasks`, until the Raft core or the group
+    /// stops.
+    pub fn start(self, tasks: &GroupTasks) {
+        tasks.spawn("election timer", Lifetime::Group, self.run());
     }
 
     /// Silence needed before the next campaign: the lease plus a random

@@ -1,6 +1,6 @@
 //! The pre-vote RPC (`POST /raft/prevote`): what a candidate asks, what a
 //! voter answers and how it counts its silence. The timer that asks is
-//! [`crate::election`], whose docs give the rules.
+//! [`crate::leadership::election`], whose docs give the rules.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -35,7 +35,7 @@ pub enum PreVote {
     LogAhead,
     /// It is asking for pre-votes itself, with a log as long and a lower
     /// id: one of two candidates that ask at once campaigns
-    /// ([`crate::election`]). Last, so the others keep their wire indexes;
+    /// ([`crate::leadership::election`]). Last, so the others keep their wire indexes;
     /// a candidate of the build before cannot read it and counts it as no
     /// answer, which is what it means.
     Campaigning,
@@ -47,7 +47,7 @@ pub enum PreVote {
 ///
 /// It also remembers the last pre-vote this member granted, and to whom:
 /// a member that just told a candidate "I would vote for you" stands aside
-/// while that candidate's election runs ([`crate::election`]).
+/// while that candidate's election runs ([`crate::leadership::election`]).
 #[derive(Debug)]
 pub struct Silence {
     resumed_at: Mutex<Instant>,

@@ -37,13 +37,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use openraft::ServerState;
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::leadership::quorum;
 use crate::network::Network;
 use crate::protocol::Answer;
-use crate::quorum;
+use crate::tasks::{GroupTasks, Lifetime};
 use crate::types::{AppendEntriesRequest, AppendEntriesResponse, LogId, Node, NodeId, Raft, Vote};
 
 type Waiter = oneshot::Sender<Answer<()>>;
@@ -55,18 +55,16 @@ pub struct ReadIndex {
 
 impl ReadIndex {
     /// Checks leadership through `network`, each round within its append
-    /// budget.
-    pub fn start(raft: Raft, network: Network) -> Self {
+    /// budget, in a loop owned by `tasks`.
+    pub fn start(tasks: &GroupTasks, raft: Raft, network: Network) -> Self {
         let (queue, rx) = mpsc::channel(4096);
         let budget = network.append_budget();
-        tokio::spawn(run(
-            Leadership {
-                raft,
-                network,
-                budget,
-            },
-            rx,
-        ));
+        let leadership = Leadership {
+            raft,
+            network,
+            budget,
+        };
+        tasks.spawn("read index", Lifetime::Group, run(leadership, rx));
         Self { queue }
     }
 
@@ -169,7 +167,7 @@ impl Leadership {
     async fn quorum_takes(&mut self, leading: Leading, deadline: Instant) -> Answer<()> {
         let mut asks = tokio::task::JoinSet::new();
         for (peer, node, matching) in leading.others {
-            let mut network = self.network.clone();
+            let network = self.network.clone();
             let budget = self.budget;
             let probe = AppendEntriesRequest {
                 vote: leading.vote,
@@ -178,10 +176,7 @@ impl Leadership {
                 entries: Vec::new(),
             };
             asks.spawn(async move {
-                let mut connection = network.new_client(peer, &node).await;
-                let answer = connection
-                    .append_entries(probe, RPCOption::new(budget))
-                    .await;
+                let answer = network.probe(peer, &node, &probe, budget).await;
                 (peer, answer)
             });
         }

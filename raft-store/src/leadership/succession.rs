@@ -7,7 +7,7 @@
 //! router moves its tenants to their first standby, and the lead should
 //! follow them there: a leader elsewhere costs every one of their writes a
 //! round trip to it, until a hand-off — itself an election, with writes
-//! held meanwhile — moves it. So the election timer ([`crate::election`])
+//! held meanwhile — moves it. So the election timer ([`crate::leadership::election`])
 //! lets the members of two regions campaign first: where the sampled
 //! tenants live, and where they would go next. The others defer by a
 //! heartbeat and the timeout's spread, long enough for a favoured
