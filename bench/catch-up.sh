@@ -26,7 +26,7 @@ for i in 1 2 3; do start "$i" --peers "$STORE_PEERS"; done
 store_operator_env
 ENDPOINTS=$STORE_ENDPOINTS
 ADMIN="127.0.0.1:27201,127.0.0.2:27201,127.0.0.3:27201"
-status() { "$ONCE" store status --endpoints "$1"; }
+status() { "$ONCE" store status --json --endpoints "$1"; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.readline()).get(sys.argv[1]))' "$1"; }
 store_wait_for_leader
 peak_mib() { awk '/VmHWM/ {printf "%d", $2 / 1024}' "/proc/$1/status"; }

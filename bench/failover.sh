@@ -49,7 +49,9 @@ stop() { kill -TERM "$UP_PID"; wait "$UP_PID" || true; UP_PID=; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
 # The highest term the directory's members that answer report.
 max_term() {
-  "$ONCE" store status --endpoints "$ENDPOINTS" 2>/dev/null |
+  # A member that does not answer makes the command exit non-zero; the
+  # others' lines still count.
+  { "$ONCE" store status --json --endpoints "$ENDPOINTS" 2>/dev/null || true; } |
     python3 -c 'import json, sys; print(max((json.loads(l).get("term", 0) for l in sys.stdin if l.strip()), default=0))'
 }
 
@@ -78,7 +80,7 @@ for run in $(seq 1 "$RUNS"); do
   curl -sf --cacert "$ONCE_TLS_CA" --cert "$ONCE_TLS_CERT" --key "$ONCE_TLS_KEY" -X POST \
     -H "Authorization: Bearer $TOKEN" "$LEADER_ADMIN/admin/elect" >/dev/null
   for _ in $(seq 1 100); do
-    [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$LEADER_ID"* ]] && break; sleep 0.2
+    [[ "$("$ONCE" store status --json --endpoints "$ENDPOINTS")" == *"\"leader\":$LEADER_ID"* ]] && break; sleep 0.2
   done
   # Each tenant in its home's Raft group (decision 0063; the first region's
   # tenants live in the directory).

@@ -127,7 +127,7 @@ fi
 curl -sf --cacert "$ONCE_TLS_CA" --cert "$ONCE_TLS_CERT" --key "$ONCE_TLS_KEY" -X POST \
   -H "Authorization: Bearer $(json "$C" "d['admin_tokens']['store']")" "$STORE/admin/elect" >/dev/null
 for _ in $(seq 1 100); do
-  [[ "$("$ONCE" store status --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
+  [[ "$("$ONCE" store status --json --endpoints "$ENDPOINTS")" == *"\"leader\":$STORE_ID"* ]] && break; sleep 0.2
 done
 echo "# leader: member $STORE_ID ($HOME_REGION); tenant homed in $HOME_REGION; router in $HOME_REGION"
 has_phase wan && for c in $CLIENTS; do

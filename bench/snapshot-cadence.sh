@@ -20,7 +20,7 @@ store_cluster_start --snapshot-every "$EVERY"
 BENCH=$!
 : > "$DIR/snapshots"
 while kill -0 "$BENCH" 2>/dev/null; do
-  "$ONCE" store status --endpoints "$STORE_ENDPOINTS" |
+  "$ONCE" store status --json --endpoints "$STORE_ENDPOINTS" |
     python3 -c 'import sys, json
 for l in sys.stdin:
     s = json.loads(l)

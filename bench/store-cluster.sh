@@ -45,7 +45,7 @@ store_start() { # id [flags…]
 store_wait_for_leader() {
   local _
   for _ in $(seq 1 100); do
-    [[ "$("$ONCE" store status --endpoints "$STORE_ENDPOINTS")" == *'"state":"Leader"'* ]] && return 0
+    [[ "$("$ONCE" store status --json --endpoints "$STORE_ENDPOINTS")" == *'"state":"Leader"'* ]] && return 0
     sleep 0.1
   done
   echo "no leader" >&2

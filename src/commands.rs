@@ -2,6 +2,7 @@
 
 pub mod api_keys;
 pub mod certs;
+pub mod cluster_file;
 pub mod drill;
 pub mod edge;
 pub mod events;

@@ -102,12 +102,44 @@ fn normalize_url(url: &str) -> anyhow::Result<(String, Dialect)> {
     Ok((format!("sqlite://{path}?{query}"), Dialect::Sqlite))
 }
 
+/// What [`Database::open_existing`] refuses: a database that is not there.
+#[derive(Debug, thiserror::Error)]
+#[error("the database {0} does not exist (nothing was created)")]
+pub struct NoSuchDatabase(pub String);
+
 impl Database {
     pub async fn connect(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        let (url, dialect) = normalize_url(url)?;
+        Self::connect_normalized(url, dialect, max_connections).await
+    }
+
+    /// A database that already exists, for a command only asked to read
+    /// or act on one: a SQLite file that is not there is
+    /// [`NoSuchDatabase`], and neither it nor its directory is created
+    /// (`mode=rw`); a PostgreSQL server refuses a database it does not
+    /// have by itself. Migrations are not run.
+    pub async fn open_existing(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        let Some(file) = sqlite_file(url) else {
+            let (url, dialect) = normalize_url(url)?;
+            return Self::connect_normalized(url, dialect, max_connections).await;
+        };
+        if !file.is_file() {
+            return Err(NoSuchDatabase(file.display().to_string()).into());
+        }
+        let query = url.split_once('?').map_or("", |(_, q)| q);
+        let query = if query.is_empty() { "mode=rw" } else { query };
+        let url = format!("sqlite://{}?{query}", file.display());
+        Self::connect_normalized(url, Dialect::Sqlite, max_connections).await
+    }
+
+    async fn connect_normalized(
+        url: String,
+        dialect: Dialect,
+        max_connections: u32,
+    ) -> anyhow::Result<Self> {
         static DRIVERS: Once = Once::new();
         DRIVERS.call_once(sqlx::any::install_default_drivers);
 
-        let (url, dialect) = normalize_url(url)?;
         let options = AnyConnectOptions::from_str(&url).context("parsing the database URL")?;
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
@@ -208,5 +240,29 @@ mod tests {
             "{url}"
         );
         assert!(normalize_url("sqlite::memory:").is_err());
+    }
+
+    #[tokio::test]
+    async fn opening_an_existing_database_creates_nothing_that_is_not_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nowhere").join("node.db");
+        let error = Database::open_existing(missing.to_str().unwrap(), 1)
+            .await
+            .unwrap_err();
+        assert!(
+            error.downcast_ref::<NoSuchDatabase>().is_some(),
+            "{error:#}"
+        );
+        assert!(error.to_string().contains("does not exist"), "{error}");
+        assert!(!dir.path().join("nowhere").exists(), "no directory made");
+
+        let file = dir.path().join("node.db");
+        let made = Database::connect(file.to_str().unwrap(), 1).await.unwrap();
+        made.pool.close().await;
+        let opened = Database::open_existing(&format!("sqlite://{}", file.display()), 1)
+            .await
+            .unwrap();
+        sqlx::query("SELECT 1").execute(&opened.pool).await.unwrap();
+        opened.pool.close().await;
     }
 }

@@ -1,20 +1,30 @@
 //! `once records`: the operator's view of idempotency records, through a
-//! node's admin listener, with the admin token from `ONCE_ADMIN_TOKEN`.
+//! node's admin listener, with the nodes' admin token (`ONCE_ADMIN_TOKEN`,
+//! else `--cluster`'s `admin_tokens.node`).
+//!
+//! Which node: `--node URL`, or from `--cluster` (`once up`'s
+//! `cluster.json`): `list` asks every region's node (or `--region`'s) and
+//! shows each record once; `show` and `resolve` ask the tenant's home
+//! region's node first, then the others, and act where the record is found.
+//! Every refusal exits non-zero and says what was refused: a 401 names the
+//! admin token, a 404 on a key is "no such record".
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use once_node::admin::{RecordView, ResolveRequest};
 
+use super::cluster_file::{self, ClusterArgs, Described};
+
 #[derive(Debug, Args)]
 pub struct RecordsArgs {
-    /// A node's admin listener.
-    #[arg(
-        long,
-        env = "ONCE_NODE_ADMIN_URL",
-        default_value = "http://127.0.0.1:9090",
-        global = true
-    )]
-    pub node: String,
+    /// A node's admin listener [default: from --cluster].
+    #[arg(long, env = "ONCE_NODE_ADMIN_URL", global = true)]
+    pub node: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// With --cluster: ask only this region's node.
+    #[arg(long, global = true)]
+    pub region: Option<String>,
     #[command(subcommand)]
     pub command: RecordsCommand,
 }
@@ -67,13 +77,101 @@ fn segment(s: &str) -> String {
         .collect()
 }
 
-async fn checked(response: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+/// A node's admin listener to ask, and its region when known.
+struct NodeAdmin {
+    region: Option<String>,
+    base: String,
+}
+
+/// The nodes to ask, in order: `--node`, else `--region`'s, else (for a
+/// tenant) its home region's first, then every other region's.
+fn nodes(
+    args: &RecordsArgs,
+    described: Option<&Described>,
+    tenant: Option<&str>,
+) -> anyhow::Result<Vec<NodeAdmin>> {
+    if let Some(node) = &args.node {
+        return Ok(vec![NodeAdmin {
+            region: None,
+            base: node.trim_end_matches('/').to_owned(),
+        }]);
+    }
+    let described = described.context(
+        "no node to ask: pass --cluster PATH (the cluster.json `once up` writes) or --node URL",
+    )?;
+    let mut regions = described.regions(args.region.as_deref())?;
+    let home = tenant.and_then(|t| {
+        described
+            .cluster
+            .tenants
+            .iter()
+            .find(|x| x.id == t)
+            .map(|x| x.home_region.clone())
+    });
+    if let Some(home) = home {
+        regions.sort_by_key(|r| r.name != home);
+    }
+    Ok(regions
+        .into_iter()
+        .map(|r| NodeAdmin {
+            region: Some(r.name.clone()),
+            base: r.node.admin().trim_end_matches('/').to_owned(),
+        })
+        .collect())
+}
+
+/// A node's refusal, said as what was refused.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error(
+        "{url} refused the admin token (401): ONCE_ADMIN_TOKEN, or admin_tokens.node in the cluster description, must hold the nodes' admin token"
+    )]
+    AdminToken { url: String },
+    #[error("no such record: tenant {tenant:?}, key {key:?} (asked {asked})")]
+    NoSuchRecord {
+        tenant: String,
+        key: String,
+        asked: String,
+    },
+    #[error("{url} answered {status}: {body}")]
+    Other {
+        url: String,
+        status: reqwest::StatusCode,
+        body: String,
+    },
+}
+
+/// The answer of a request to `url`, or what refused it.
+async fn send(request: reqwest::RequestBuilder, url: &str) -> anyhow::Result<reqwest::Response> {
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("reaching the node's admin listener at {url}"))?;
     let status = response.status();
-    if status.is_success() {
+    if status.is_success() || status == reqwest::StatusCode::NOT_FOUND {
         return Ok(response);
     }
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return Err(Refusal::AdminToken {
+            url: url.to_owned(),
+        }
+        .into());
+    }
     let body = response.text().await.unwrap_or_default();
-    anyhow::bail!("node answered {status}: {body}")
+    Err(Refusal::Other {
+        url: url.to_owned(),
+        status,
+        body,
+    }
+    .into())
+}
+
+/// A 404 from an endpoint that always exists when the admin token is set:
+/// the node runs with its admin endpoints off.
+fn endpoints_off(url: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{url} answered 404: that node's admin endpoints are off (it runs without ONCE_ADMIN_TOKEN)"
+    )
 }
 
 fn print_records(records: &[RecordView]) -> anyhow::Result<()> {
@@ -81,44 +179,91 @@ fn print_records(records: &[RecordView]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every principal's record for one key of a tenant.
-async fn records_for_key(
+/// Every principal's record for one key of a tenant, from the first node
+/// that has it, with that node.
+async fn records_for_key<'a>(
     client: &reqwest::Client,
-    base: &str,
+    nodes: &'a [NodeAdmin],
     token: &str,
     tenant: &str,
     key: &str,
-) -> anyhow::Result<Vec<RecordView>> {
-    let url = format!("{base}/admin/records/{}/{}", segment(tenant), segment(key));
-    Ok(checked(client.get(url).bearer_auth(token).send().await?)
-        .await?
-        .json()
-        .await?)
+) -> anyhow::Result<(&'a NodeAdmin, Vec<RecordView>)> {
+    for node in nodes {
+        let url = format!(
+            "{}/admin/records/{}/{}",
+            node.base,
+            segment(tenant),
+            segment(key)
+        );
+        let response = send(client.get(&url).bearer_auth(token), &url).await?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            continue;
+        }
+        let records: Vec<RecordView> = response
+            .json()
+            .await
+            .with_context(|| format!("reading {url}'s answer"))?;
+        return Ok((node, records));
+    }
+    Err(Refusal::NoSuchRecord {
+        tenant: tenant.to_owned(),
+        key: key.to_owned(),
+        asked: nodes
+            .iter()
+            .map(|n| match &n.region {
+                Some(region) => format!("{region}'s node"),
+                None => n.base.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+    .into())
 }
 
 pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
-    let token = super::edge::admin_token()?.with_context(|| {
-        format!(
-            "{} must hold the node's admin token",
-            super::edge::ADMIN_TOKEN_ENV
-        )
-    })?;
+    let described = args.cluster.load()?;
+    let token = cluster_file::admin_token(
+        described.as_ref(),
+        once_drill::cluster::Cluster::node_admin_token,
+        "node admin token",
+    )?;
     let token = token.expose();
     let client = reqwest::Client::new();
-    let base = args.node.trim_end_matches('/');
-    match args.command {
+    match &args.command {
         RecordsCommand::List { status, limit } => {
-            let response = client
-                .get(format!("{base}/admin/records"))
-                .query(&[("status", status.as_str()), ("limit", &limit.to_string())])
-                .bearer_auth(token)
-                .send()
-                .await?;
-            let records: Vec<RecordView> = checked(response).await?.json().await?;
-            print_records(&records)
+            let mut listed: Vec<RecordView> = Vec::new();
+            for node in nodes(&args, described.as_ref(), None)? {
+                let url = format!("{}/admin/records", node.base);
+                let request = client
+                    .get(&url)
+                    .query(&[("status", status.as_str()), ("limit", &limit.to_string())])
+                    .bearer_auth(token);
+                let response = send(request, &url).await?;
+                if response.status() == reqwest::StatusCode::NOT_FOUND {
+                    return Err(endpoints_off(&url));
+                }
+                let records: Vec<RecordView> = response
+                    .json()
+                    .await
+                    .with_context(|| format!("reading {url}'s answer"))?;
+                // Nodes that read the same shared store list the same
+                // records: each once.
+                for record in records {
+                    let seen = listed.iter().any(|r| {
+                        (&r.tenant, &r.principal, &r.key)
+                            == (&record.tenant, &record.principal, &record.key)
+                    });
+                    if !seen {
+                        listed.push(record);
+                    }
+                }
+            }
+            print_records(&listed)
         }
         RecordsCommand::Show { tenant, key } => {
-            print_records(&records_for_key(&client, base, token, &tenant, &key).await?)
+            let nodes = nodes(&args, described.as_ref(), Some(tenant))?;
+            let (_, records) = records_for_key(&client, &nodes, token, tenant, key).await?;
+            print_records(&records)
         }
         RecordsCommand::Resolve {
             tenant,
@@ -128,42 +273,46 @@ pub async fn run(args: RecordsArgs) -> anyhow::Result<()> {
             reason,
             actor,
         } => {
+            let nodes = nodes(&args, described.as_ref(), Some(tenant))?;
+            let (node, records) = records_for_key(&client, &nodes, token, tenant, key).await?;
             let principal = match principal {
-                Some(p) => p,
-                None => {
-                    let records = records_for_key(&client, base, token, &tenant, &key).await?;
-                    match records.as_slice() {
-                        [one] => one.principal.clone(),
-                        _ => anyhow::bail!(
-                            "{} principals used this key; pass --principal",
-                            records.len()
-                        ),
-                    }
-                }
+                Some(p) => p.clone(),
+                None => match records.as_slice() {
+                    [one] => one.principal.clone(),
+                    _ => anyhow::bail!(
+                        "{} principals used this key; pass --principal",
+                        records.len()
+                    ),
+                },
             };
-            let actor = actor.context("--actor is required when $USER is unset")?;
+            let actor = actor
+                .clone()
+                .context("--actor is required when $USER is unset")?;
             let url = format!(
-                "{base}/admin/records/{}/{}/{}/resolve",
-                segment(&tenant),
+                "{}/admin/records/{}/{}/{}/resolve",
+                node.base,
+                segment(tenant),
                 segment(&principal),
-                segment(&key)
+                segment(key)
             );
             let request = ResolveRequest {
-                outcome,
-                reason,
+                outcome: outcome.clone(),
+                reason: reason.clone(),
                 actor,
             };
-            let record: RecordView = checked(
-                client
-                    .post(url)
-                    .bearer_auth(token)
-                    .json(&request)
-                    .send()
-                    .await?,
-            )
-            .await?
-            .json()
-            .await?;
+            let response = send(client.post(&url).bearer_auth(token).json(&request), &url).await?;
+            if response.status() == reqwest::StatusCode::NOT_FOUND {
+                return Err(Refusal::NoSuchRecord {
+                    tenant: tenant.clone(),
+                    key: key.clone(),
+                    asked: format!("{url} for principal {principal:?}"),
+                }
+                .into());
+            }
+            let record: RecordView = response
+                .json()
+                .await
+                .with_context(|| format!("reading {url}'s answer"))?;
             print_records(&[record])
         }
     }

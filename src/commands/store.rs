@@ -9,16 +9,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::Args;
 use once_raft_store::config::{StoreConfig, Timing};
 use once_raft_store::server::StoreServer;
 use once_raft_store::wan::{self, WanConfig};
-use once_store_client::admin;
 
 use super::config_error;
 
 mod bench;
+mod operate;
 mod place;
+mod status;
 
 const WAN_HELP: &str = "\
 Simulated WAN (latency and partition drills on one machine):
@@ -55,7 +56,7 @@ Mutual TLS:
 #[command(args_conflicts_with_subcommands = true, after_help = WAN_HELP)]
 pub struct StoreArgs {
     #[command(subcommand)]
-    admin: Option<AdminCommand>,
+    admin: Option<operate::AdminCommand>,
     #[command(flatten)]
     member: MemberArgs,
     /// The member's certificate (a store identity), or the operator's for
@@ -197,105 +198,9 @@ struct MemberArgs {
     insecure_plaintext: bool,
 }
 
-#[derive(Debug, Subcommand)]
-enum AdminCommand {
-    /// Leader, term, commit/applied index and follower lag of each member.
-    Status {
-        #[arg(long, value_delimiter = ',', required = true)]
-        endpoints: Vec<String>,
-    },
-    /// Add a member as a learner (it catches up from the log or a snapshot).
-    /// Asks the leader; waits out an election for up to 15 s.
-    AddLearner {
-        #[arg(long, value_delimiter = ',', required = true)]
-        endpoints: Vec<String>,
-        #[arg(long)]
-        id: u64,
-        #[arg(long)]
-        raft_addr: String,
-    },
-    /// Set the voting members. Asks the leader; waits out an election for
-    /// up to 15 s.
-    ChangeMembership {
-        #[arg(long, value_delimiter = ',', required = true)]
-        endpoints: Vec<String>,
-        #[arg(long, value_delimiter = ',', required = true)]
-        voters: Vec<u64>,
-    },
-    /// Build a snapshot on one member now.
-    Snapshot {
-        #[arg(long)]
-        endpoint: String,
-    },
-    /// Closed-loop claim benchmark against a running cluster (JSON report).
-    Bench {
-        /// raft-store client API endpoints.
-        #[arg(long, value_delimiter = ',', required_unless_present = "etcd")]
-        endpoints: Vec<String>,
-        /// Run the equivalent create-if-absent txn against etcd instead
-        /// (its client URL, e.g. http://127.0.0.1:2379), for comparison.
-        #[arg(long)]
-        etcd: Option<String>,
-        #[arg(long, default_value_t = 16)]
-        concurrency: usize,
-        #[arg(long, default_value_t = 10_000)]
-        requests: usize,
-        /// Simulated WAN: the client waits this many milliseconds before
-        /// every request to a member other than its local one, and claims
-        /// one key at a time (`--concurrency` is ignored). Start the members
-        /// with the same `--wan-latency`.
-        #[arg(long, value_name = "MS", conflicts_with = "etcd")]
-        wan_latency: Option<u64>,
-        /// With --wan-latency: the member the client sits beside —
-        /// `first` (the first endpoint), `leader` or `follower`.
-        #[arg(long, default_value = "first", requires = "wan_latency")]
-        local_member: bench::LocalMember,
-    },
-    /// Seed many first placements: tenants PREFIX-0000000 … homed in
-    /// --home with --standbys, --concurrency writes in flight (a large
-    /// placement table for failover benchmarks). Existing ones are kept.
-    /// With --groups, each tenant goes to --home's group (assigned there
-    /// by the directory first) when --home names one.
-    Place {
-        #[arg(long, value_delimiter = ',', required = true)]
-        endpoints: Vec<String>,
-        /// The cluster's groups besides the directory (`once store --groups`).
-        #[arg(long, env = "ONCE_STORE_GROUPS", value_delimiter = ',')]
-        groups: Vec<String>,
-        #[arg(long, default_value = "bulk")]
-        prefix: String,
-        #[arg(long)]
-        count: usize,
-        #[arg(long)]
-        home: String,
-        #[arg(long, value_delimiter = ',', required = true)]
-        standbys: Vec<String>,
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-    },
-    /// Show, or set with --isolated, whether a member is cut off from every
-    /// other region, with --cut-regions which other regions are cut off
-    /// from it (simulated partition: Raft RPC and clients across the cut are
-    /// refused both ways; the process keeps running), and with
-    /// --refuse-from which regions it refuses while still sending to them.
-    Partition {
-        #[arg(long)]
-        endpoint: String,
-        #[arg(long)]
-        isolated: Option<bool>,
-        /// The whole set of regions cut off from this member; `""` heals.
-        #[arg(long, value_delimiter = ',', num_args = 0..)]
-        cut_regions: Option<Vec<String>>,
-        /// The whole set of regions this member refuses but still sends
-        /// to (a one-way cut); `""` heals.
-        #[arg(long, value_delimiter = ',', num_args = 0..)]
-        refuse_from: Option<Vec<String>>,
-    },
-}
-
 pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     match args.admin {
-        Some(command) => run_admin(command, &args.tls).await,
+        Some(command) => operate::run(command, &args.tls).await,
         None => run_member(args.member, &args.tls).await,
     }
 }
@@ -454,101 +359,6 @@ fn parse_group_name(name: &str) -> Result<String, String> {
             "{name:?} is not a group name: 1-63 letters, digits or '-' (a region's name)"
         ))
     }
-}
-
-async fn run_admin(command: AdminCommand, tls: &super::tls::TlsArgs) -> anyhow::Result<()> {
-    let tls = tls.load(&[once_tls::Role::Operator])?;
-    // Operator actions need the token; status and bench do not.
-    let operator = || -> anyhow::Result<admin::Operator> {
-        let token = super::edge::admin_token()?.with_context(|| {
-            format!(
-                "{} must hold the store's admin token",
-                super::edge::ADMIN_TOKEN_ENV
-            )
-        })?;
-        Ok(admin::Operator::with_tls(Some(&token), tls.as_ref()))
-    };
-    match command {
-        AdminCommand::Status { endpoints } => {
-            let observer = admin::Operator::with_tls(None, tls.as_ref());
-            for e in &endpoints {
-                match observer.status(e).await {
-                    Ok(s) => println!("{}", serde_json::to_string(&s)?),
-                    Err(err) => println!("{{\"endpoint\":{e:?},\"error\":{:?}}}", err.to_string()),
-                }
-            }
-        }
-        AdminCommand::AddLearner {
-            endpoints,
-            id,
-            raft_addr,
-        } => admin::add_learner(&operator()?, &endpoints, id, &raft_addr).await?,
-        AdminCommand::ChangeMembership { endpoints, voters } => {
-            admin::change_membership(&operator()?, &endpoints, voters).await?
-        }
-        AdminCommand::Snapshot { endpoint } => admin::snapshot(&operator()?, &endpoint).await?,
-        AdminCommand::Bench {
-            endpoints,
-            etcd,
-            concurrency,
-            requests,
-            wan_latency,
-            local_member,
-        } => {
-            let report = match (etcd, wan_latency) {
-                (Some(url), _) => bench::etcd_claims(&url, concurrency, requests, tls).await?,
-                (None, Some(ms)) => {
-                    let rtt = Duration::from_millis(ms);
-                    bench::wan_claims(&endpoints, requests, rtt, local_member, tls).await?
-                }
-                (None, None) => bench::claims(&endpoints, concurrency, requests, tls).await?,
-            };
-            println!("{}", serde_json::to_string(&report)?);
-        }
-        AdminCommand::Place {
-            endpoints,
-            groups,
-            prefix,
-            count,
-            home,
-            standbys,
-            concurrency,
-        } => {
-            let options = once_store_client::client::ClientOptions {
-                tls,
-                ..Default::default()
-            };
-            let client = once_store_client::groups::StoreGroups::new(&endpoints, &groups, options)?;
-            let report =
-                place::place(client, &prefix, count, &home, &standbys, concurrency).await?;
-            println!("{}", serde_json::to_string(&report)?);
-        }
-        AdminCommand::Partition {
-            endpoint,
-            isolated,
-            cut_regions,
-            refuse_from,
-        } => {
-            let operator = operator()?;
-            let named = |regions: Vec<String>| -> Vec<String> {
-                regions.into_iter().filter(|r| !r.is_empty()).collect()
-            };
-            if let Some(regions) = cut_regions {
-                admin::set_cut_regions(&operator, &endpoint, &named(regions)).await?;
-            }
-            if let Some(regions) = refuse_from {
-                admin::set_refused_regions(&operator, &endpoint, &named(regions)).await?;
-            }
-            if let Some(isolated) = isolated {
-                admin::set_partition(&operator, &endpoint, isolated).await?;
-            }
-            println!(
-                "{}",
-                serde_json::to_string(&admin::partition(&operator, &endpoint).await?)?
-            );
-        }
-    }
-    Ok(())
 }
 
 /// `--forget-clients-after`: a duration, or `off` for never.

@@ -17,6 +17,7 @@ use tokio::process::Command;
 
 use crate::helpers::{Answer, ONCE, eventually, payment_body, post, send};
 
+mod operator;
 mod perimeter;
 mod restarts;
 mod wan;
