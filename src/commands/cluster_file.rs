@@ -28,7 +28,7 @@ pub struct ClusterArgs {
     /// The cluster description `once up` writes (endpoints, TLS material,
     /// admin tokens, databases) [default: once-data/cluster.json, when it
     /// exists]. Flags given explicitly win over it.
-    #[arg(long, env = "ONCE_CLUSTER", value_name = "cluster.json")]
+    #[arg(long, env = "ONCE_CLUSTER", value_name = "cluster.json", global = true)]
     pub cluster: Option<PathBuf>,
 }
 

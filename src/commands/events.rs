@@ -99,7 +99,10 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<()> {
                 db.pool.close().await;
                 listed.extend(letters.into_iter().map(|l| (target.region.clone(), l)));
             }
-            print_letters(&listed, json)?;
+            // With the cluster the table has a region column even when
+            // it is empty: it says which databases were read.
+            let by_region = targets.iter().any(|t| t.region.is_some());
+            print_letters(&listed, by_region, json)?;
         }
         EventsCommand::Redrive { id } => {
             let [target] = targets.as_slice() else {
@@ -137,8 +140,11 @@ pub async fn run(args: EventsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_letters(letters: &[(Option<String>, DeadLetter)], json: bool) -> anyhow::Result<()> {
-    let by_region = letters.iter().any(|(r, _)| r.is_some());
+fn print_letters(
+    letters: &[(Option<String>, DeadLetter)],
+    by_region: bool,
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         for (region, letter) in letters {
             let mut value = serde_json::to_value(letter)?;
