@@ -18,7 +18,7 @@ use crate::commands::cluster_file::{TLS_HINT, is_tls_failure};
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum MemberStatus {
-    Answered { endpoint: String, status: Status },
+    Answered { endpoint: String, status: Box<Status> },
     Unreachable { endpoint: String, error: String },
 }
 
@@ -35,7 +35,7 @@ pub struct GroupStatus {
 impl GroupStatus {
     fn answered(&self) -> impl Iterator<Item = &Status> {
         self.members.iter().filter_map(|m| match m {
-            MemberStatus::Answered { status, .. } => Some(status),
+            MemberStatus::Answered { status, .. } => Some(status.as_ref()),
             MemberStatus::Unreachable { .. } => None,
         })
     }
@@ -69,7 +69,7 @@ pub async fn read(observer: &Operator, endpoints: &[String], groups: &[String]) 
             members.push(match observer.status(&url).await {
                 Ok(status) => MemberStatus::Answered {
                     endpoint: url,
-                    status,
+                    status: Box::new(status),
                 },
                 Err(e) => MemberStatus::Unreachable {
                     endpoint: url,
