@@ -18,8 +18,14 @@ use crate::commands::cluster_file::{TLS_HINT, is_tls_failure};
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum MemberStatus {
-    Answered { endpoint: String, status: Box<Status> },
-    Unreachable { endpoint: String, error: String },
+    Answered {
+        endpoint: String,
+        status: Box<Status>,
+    },
+    Unreachable {
+        endpoint: String,
+        error: String,
+    },
 }
 
 /// A group as its members answered.
