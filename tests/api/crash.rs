@@ -97,9 +97,13 @@ async fn crash_then_retry(backend: Backend, point: &str) {
         "{}",
         String::from_utf8_lossy(&answer.body)
     );
-    if point == "after_finish" {
-        assert!(answer.replayed, "a finished record is replayed");
-    }
+    // A charge the dead owner made is an earlier attempt's effect: its
+    // answer is a replay (I2), whether or not the record was finished.
+    assert_eq!(
+        answer.replayed,
+        charged_before_the_crash == 1,
+        "Idempotent-Replayed after a crash at {point}"
+    );
     if let Some((status, body)) = seen {
         assert_eq!(
             (status, body),
@@ -394,7 +398,11 @@ async fn killed_after_answering_before_the_finish(backend: Backend) {
         .node_in("elsewhere", &["--response-schema", "1"], "")
         .await;
     let recovered = answer_once_not_in_progress(Duration::from_secs(20), || run.post(&node)).await;
-    assert_eq!(recovered.status, 201);
+    assert_eq!(
+        (recovered.status, recovered.replayed),
+        (201, true),
+        "the charge was an earlier attempt's: the recovered answer is a replay (I2)"
+    );
     assert_eq!(
         String::from_utf8_lossy(&recovered.body),
         String::from_utf8_lossy(&first.body),

@@ -328,6 +328,10 @@ async fn run(
             "the idempotency record's lease came back with only {left:?} left"
         )));
     }
+    // Whether an earlier attempt of this key made the charge this answer
+    // reports: its client may already hold the answer (decision 0054 sends
+    // it before the finish), so this one is that answer replayed (I2).
+    let mut charged_earlier = false;
     let charged = match record.step {
         Step::Received | Step::LocalPaymentCreated => {
             // Persisted before the call: from here on a crash means "the
@@ -357,7 +361,10 @@ async fn run(
         // key, so a late duplicate of the old request is deduped too).
         Step::ProviderRequestSent | Step::ProviderConfirmed | Step::Completed => {
             match state.provider.lookup(&provider_key).await {
-                Ok(Some(outcome)) => Ok(outcome),
+                Ok(Some(outcome)) => {
+                    charged_earlier = true;
+                    Ok(outcome)
+                }
                 Ok(None) => state.provider.charge(&provider_key, &charge).await,
                 Err(e) => Err(e),
             }
@@ -422,8 +429,8 @@ async fn run(
     );
     let answer = Answer::Stored {
         response: finish.response.clone(),
-        replayed: false,
-        original_trace_id: None,
+        replayed: charged_earlier,
+        original_trace_id: charged_earlier.then(|| record.trace_id.clone()).flatten(),
         outcome: if took_over {
             Outcome::Recovered
         } else {
