@@ -335,19 +335,21 @@ impl Mover<'_> {
                     group = name,
                     "sending again the evacuation whose outcome was unknown"
                 );
-                (write.resend().await, allowed, Some(homed))
+                (write.resend().await, allowed, homed)
             }
             None => {
+                // Taken before the write: what it moves if it applies,
+                // whatever the cache reads from the store before its
+                // answer arrives (a periodic refresh may show the move
+                // already, and then the cache has nothing left to move).
                 let homed = self.cache.homed_snapshot(region);
                 let written = group.evacuate_region_settled(region, eligible).await;
-                let unknown = written.is_err();
-                (written, eligible.to_vec(), Some(homed).filter(|_| unknown))
+                (written, eligible.to_vec(), homed)
             }
         };
         let written = match written {
             Ok(reply) => reply,
             Err(Unsettling::Unknown { write, why }) => {
-                let homed = homed.unwrap_or_default();
                 let write = *write;
                 self.unsettled.keep(name, region, Kept { write, homed });
                 return Err(MoveError::Store(ClientError::Ambiguous(why)));
@@ -373,14 +375,11 @@ impl Mover<'_> {
                 again: false,
             } => {
                 tracing::info!(region, number, "region evacuated");
-                let (moved, stranded) = self.cache.evacuate(region, allowed);
-                match homed {
-                    // Sent again: the tenants homed there when it was
-                    // first sent are what it moved (the cache may have
-                    // read the move from the store meanwhile).
-                    Some(homed) => evacuated(region, homed, allowed),
-                    None => Reply::Moved { moved, stranded },
-                }
+                // The cache moves in place whatever it still shows there;
+                // what this write moved are the tenants homed there when
+                // it was first sent.
+                self.cache.evacuate(region, allowed);
+                evacuated(region, homed, allowed)
             }
             Reply::NotAgreed { needs, cluster } => {
                 tracing::info!(
