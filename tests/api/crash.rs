@@ -99,11 +99,14 @@ async fn crash_then_retry(backend: Backend, point: &str) {
     );
     // A charge the dead owner made is an earlier attempt's effect: its
     // answer is a replay (I2), whether or not the record was finished.
-    assert_eq!(
-        answer.replayed,
-        charged_before_the_crash == 1,
-        "Idempotent-Replayed after a crash at {point}"
-    );
+    // (Without one, the retry's own charge is fresh — unless the recovery
+    // worker charged first, and then the retry replays its answer.)
+    if charged_before_the_crash == 1 {
+        assert!(
+            answer.replayed,
+            "the answer to a charge made before the crash at {point} is a replay"
+        );
+    }
     if let Some((status, body)) = seen {
         assert_eq!(
             (status, body),
