@@ -10,6 +10,7 @@ pub mod key_files;
 pub mod keys;
 pub mod migrate;
 pub mod node;
+pub mod plaintext;
 pub mod provider_sim;
 pub mod records;
 pub mod router;

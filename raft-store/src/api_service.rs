@@ -96,6 +96,10 @@ pub struct ApiState {
     pub clock: Arc<crate::clock::ClockGuard>,
     /// The wire version each member speaks, this one's included.
     pub versions: Arc<WireVersions>,
+    /// The cluster's regions as this member is configured (empty: none):
+    /// a command naming another is refused before it is proposed, as the
+    /// apply refuses it once they are declared (`crate::known_regions`).
+    pub regions: BTreeSet<String>,
 }
 
 /// The states of every group a member hosts, each added as its group
@@ -278,6 +282,14 @@ async fn write(
 ) -> Response {
     if !caller.may_write(&request.op) {
         return authz::forbidden(&caller, "propose this command");
+    }
+    // Before the cluster has declared its regions (the leader does so
+    // within a round of housekeeping), this member's own list refuses.
+    if let Some(region) =
+        crate::known_regions::first_unknown(&state.regions, &request.op.regions_named())
+    {
+        let region = region.to_owned();
+        return Postcard(WriteAnswer::Done(Reply::UnknownRegion { region })).into_response();
     }
     // A client's command of a wire version the cluster has not moved to is
     // not proposed: a member of the build before could not decode it. (The
@@ -466,6 +478,11 @@ pub fn status_of(state: &ApiState) -> Status {
         region: Some(state.wan.region().to_owned()),
         member_regions,
         peers_heard_ms_ago: peers_heard,
+        known_regions: state
+            .state_machine
+            .known_regions()
+            .map(|known| known.into_iter().collect())
+            .unwrap_or_default(),
         wire,
         remembered_clients: state.state_machine.remembered_clients().ok(),
         leader_heard_ms_ago: state

@@ -6,6 +6,8 @@
 //! first looked up in the dedup table by `(client, seq)`; a retry of a
 //! command that already applied gets the stored reply and changes nothing.
 
+use std::collections::BTreeSet;
+
 use redb::{ReadableTable, Table, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -16,6 +18,7 @@ use crate::command::{
 };
 use crate::directory;
 use crate::evacuation::{Evacuation, Evacuations, StoredPlacement};
+use crate::known_regions;
 use crate::sessions::{self, session_key};
 
 type Bytes = &'static [u8];
@@ -321,6 +324,8 @@ pub(crate) struct Tables<'txn> {
     /// The evacuations placements are read through, read once per
     /// transaction.
     evacuations: Evacuations,
+    /// The cluster's declared regions, read once per transaction.
+    known_regions: BTreeSet<String>,
 }
 
 impl<'txn> Tables<'txn> {
@@ -341,6 +346,7 @@ impl<'txn> Tables<'txn> {
             wire_version: wire_version_in(&cluster)?,
             evacuations: Evacuations::load::<ApplyError>(&cluster)
                 .map_err(|e| redb::Error::Io(std::io::Error::other(e)))?,
+            known_regions: known_regions::known_in(&cluster)?,
             cluster,
         })
     }
@@ -634,6 +640,12 @@ impl<'txn> Tables<'txn> {
     }
 
     fn execute(&mut self, now: Millis, op: &Op) -> Result<Reply, ApplyError> {
+        if let Some(region) = known_regions::first_unknown(&self.known_regions, &op.regions_named())
+        {
+            return Ok(Reply::UnknownRegion {
+                region: region.to_owned(),
+            });
+        }
         match op {
             Op::Claim(claim) => self.claim(now, claim),
             Op::Complete {
@@ -750,6 +762,11 @@ impl<'txn> Tables<'txn> {
             Op::ReturnHome { to } => self.return_home(to),
             Op::EvacuateRegion { from, eligible } => self.evacuate_region(from, eligible),
             Op::AssignTenant { tenant, group } => self.assign_tenant(tenant, group),
+            Op::DeclareRegions { regions } => {
+                known_regions::declare(&mut self.cluster, regions)?;
+                self.known_regions.extend(regions.iter().cloned());
+                Ok(Reply::Ok)
+            }
             Op::RaiseWireVersion { version } => self.raise_wire_version(now, *version),
             Op::ForgetIdleClients { idle_ms, limit } => {
                 self.forget_idle_clients(now, *idle_ms, *limit)

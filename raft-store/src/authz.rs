@@ -91,7 +91,9 @@ impl Caller {
             Op::AssignTenant { .. } => &[Role::Operator],
             // The leader proposes these itself (`crate::housekeeping`),
             // never through the client API.
-            Op::RaiseWireVersion { .. } | Op::ForgetIdleClients { .. } => &[],
+            Op::RaiseWireVersion { .. }
+            | Op::ForgetIdleClients { .. }
+            | Op::DeclareRegions { .. } => &[],
         };
         self.is(roles)
     }

@@ -1,5 +1,6 @@
 //! What a leader does on its own, on a timer: moving the cluster to the
-//! newest wire version every member speaks, forgetting the dedup entries of
+//! newest wire version every member speaks, declaring the regions its
+//! members are configured with (docs/decisions/0098), forgetting the dedup entries of
 //! clients gone idle (docs/decisions/0041-wire-versions.md), and handing
 //! the lead back to the preferred member once it has caught up after an
 //! election put the lead elsewhere — for a home region's group, the member
@@ -64,6 +65,10 @@ pub struct Housekeeping {
     /// To ask the preferred member to campaign.
     pub network: Network,
     pub settings: Settings,
+    /// The cluster's regions as this member is configured
+    /// ([`crate::wan::WanConfig::cluster_regions`]): a leader declares
+    /// those the cluster does not know yet ([`Op::DeclareRegions`]).
+    pub regions: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for Housekeeping {
@@ -145,6 +150,9 @@ impl Rounds {
                 );
             }
             _ => {}
+        }
+        if cluster >= 6 {
+            self.declare_regions().await;
         }
         if cluster >= 2
             && let Some(after) = self.parts.settings.forget_clients_after
@@ -235,6 +243,20 @@ impl Rounds {
         follow
             .wan
             .member_in(&region, m.id, m.membership_config.membership().voter_ids())
+    }
+
+    /// Declares the configured regions the cluster does not know yet; a
+    /// round with nothing new proposes nothing.
+    async fn declare_regions(&mut self) {
+        let Ok(known) = self.parts.state_machine.known_regions() else {
+            return;
+        };
+        let regions: Vec<String> = self.parts.regions.difference(&known).cloned().collect();
+        if regions.is_empty() {
+            return;
+        }
+        tracing::info!(?regions, "declaring the cluster's regions");
+        self.propose(Op::DeclareRegions { regions }).await;
     }
 
     async fn propose(&mut self, op: Op) -> Option<Reply> {

@@ -38,7 +38,9 @@
 //!   [`evacuation`] (a region's failover as one row that placements are
 //!   read through, whatever the number of tenants), [`directory`] (which
 //!   group each tenant lives in, in the first group of a deployment that
-//!   runs one per home region).
+//!   runs one per home region), [`known_regions`] (the cluster's regions:
+//!   a placement, status, move or evacuation naming another is refused on
+//!   apply).
 //! - **network**: [`network`] (sending Raft RPC over HTTP, error mapping;
 //!   one peer's RPC in [`link`]),
 //!   [`raft_service`] (receiving it), [`wire`] (postcard bodies, from
@@ -219,6 +221,7 @@ pub mod disk_fault;
 pub mod evacuation;
 pub mod group_commit;
 pub mod housekeeping;
+pub mod known_regions;
 pub mod leadership;
 pub mod link;
 pub mod log_store;

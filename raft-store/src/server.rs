@@ -448,6 +448,7 @@ async fn start_group(
         clock: clock.clone(),
         network: campaigns,
         settings,
+        regions: config.wan.cluster_regions(),
     }
     .start(&tasks);
     let silence = Arc::new(Silence::default());
@@ -495,6 +496,7 @@ async fn start_group(
         elections,
         access: shared.access,
         tasks: tasks.clone(),
+        regions: config.wan.cluster_regions(),
     });
     shared.hosted.add(&api);
     tasks.spawn(

@@ -342,6 +342,14 @@ impl StateMachine {
         wire_version_in(&table).map_err(io)
     }
 
+    /// The regions the cluster declared, as applied here
+    /// ([`crate::known_regions`]).
+    pub fn known_regions(&self) -> Result<std::collections::BTreeSet<String>, StorageError> {
+        let txn = self.db.begin_read().map_err(io)?;
+        let table = txn.open_table(CLUSTER).map_err(io)?;
+        crate::known_regions::known_in(&table).map_err(io)
+    }
+
     /// How many clients the dedup table remembers.
     pub fn remembered_clients(&self) -> Result<u64, StorageError> {
         let txn = self.db.begin_read().map_err(io)?;

@@ -77,6 +77,20 @@ impl WanConfig {
             latency: Duration::ZERO,
         }
     }
+
+    /// The cluster's regions as this member is configured: its own and its
+    /// peers', once `--peer-regions` names any (empty otherwise: a member
+    /// told no regions declares none, docs/decisions/0098).
+    pub fn cluster_regions(&self) -> std::collections::BTreeSet<String> {
+        if self.peer_regions.is_empty() {
+            return Default::default();
+        }
+        self.peer_regions
+            .values()
+            .cloned()
+            .chain(std::iter::once(self.region.clone()))
+            .collect()
+    }
 }
 
 /// A partition change the member refuses.

@@ -3,8 +3,8 @@
 //! placement fencing, owner fencing, takeovers, dedup, expiry, determinism.
 
 use once_raft_store::command::{
-    Batch, BusinessKey, ClientRequest, NewClaim, Op, Record, Reply, Scope, Sealed, Status, Step,
-    TakeOverKind,
+    Batch, BusinessKey, ClientRequest, NewClaim, Op, Record, RegionStatus, Reply, Scope, Sealed,
+    Status, Step, TakeOverKind,
 };
 use once_raft_store::protocol::PaymentListQuery;
 use once_raft_store::state_machine::StateMachine;
@@ -148,6 +148,92 @@ async fn a_claim_from_a_region_that_is_not_home_at_its_epoch_is_misdirected() {
     assert!(matches!(
         h.run(T0, Op::Claim(claim("k2", "o2", "eu", 1))).await,
         Reply::Misdirected { .. }
+    ));
+}
+
+/// Issue 48: a router's certificate placed a tenant in `nowhere` and
+/// marked an invented region. Once the cluster has declared its regions,
+/// every command naming another is refused on apply, writes nothing, and
+/// is refused the same way when sent again.
+#[tokio::test]
+async fn once_the_regions_are_declared_no_command_writes_an_invented_one() {
+    let mut h = Harness::new();
+    let place = |tenant: &str, home: &str, standby: &str| Op::SetPlacement {
+        tenant: tenant.into(),
+        expected_epoch: 0,
+        home: home.into(),
+        standbys: vec![standby.into()],
+    };
+    // A cluster that never declared any checks nothing (development).
+    assert!(matches!(
+        h.run(T0, place("early", "anywhere", "us")).await,
+        Reply::Placement(_)
+    ));
+    let declare = Op::DeclareRegions {
+        regions: vec!["eu".into(), "us".into()],
+    };
+    assert_eq!(h.run(T0, declare).await, Reply::Ok);
+    assert_eq!(
+        h.sm.known_regions()
+            .unwrap()
+            .into_iter()
+            .collect::<Vec<_>>(),
+        ["eu", "us"]
+    );
+
+    let unknown = |region: &str| Reply::UnknownRegion {
+        region: region.into(),
+    };
+    for op in [
+        place("acme", "nowhere", "us"),
+        place("acme", "eu", "nowhere"),
+        Op::SetRegionStatus {
+            region: "nowhere".into(),
+            status: RegionStatus::Down,
+        },
+        Op::EvacuateRegion {
+            from: "nowhere".into(),
+            eligible: vec!["us".into()],
+        },
+        Op::EvacuateRegion {
+            from: "eu".into(),
+            eligible: vec!["nowhere".into()],
+        },
+        Op::MoveRegion {
+            from: "eu".into(),
+            eligible: vec!["nowhere".into()],
+        },
+        Op::ReturnHome {
+            to: "nowhere".into(),
+        },
+    ] {
+        assert_eq!(h.run(T0, op.clone()).await, unknown("nowhere"), "{op:?}");
+    }
+    assert_eq!(h.sm.placement("acme").unwrap(), None);
+    assert!(h.sm.regions().unwrap().is_empty());
+
+    // The real ones are taken as before.
+    assert!(matches!(
+        h.run(T0, place("acme", "eu", "us")).await,
+        Reply::Placement(p) if p.home == "eu" && p.preferred_home == "eu"
+    ));
+    let marked = Op::SetRegionStatus {
+        region: "us".into(),
+        status: RegionStatus::Down,
+    };
+    assert_eq!(h.run(T0, marked).await, Reply::Ok);
+    assert_eq!(
+        h.sm.regions().unwrap(),
+        [("us".to_owned(), RegionStatus::Down)]
+    );
+    // A region declared later is known from then on; none is forgotten.
+    let more = Op::DeclareRegions {
+        regions: vec!["ap".into()],
+    };
+    assert_eq!(h.run(T0, more).await, Reply::Ok);
+    assert!(matches!(
+        h.run(T0, place("globex", "ap", "eu")).await,
+        Reply::Placement(_)
     ));
 }
 

@@ -130,6 +130,9 @@ pub enum MoveError {
     Store(#[from] ClientError),
     #[error("raft-store answered a placement write with {0:?}")]
     UnexpectedReply(Box<Reply>),
+    /// The region failed over is not one raft-store knows (decision 0098).
+    #[error("raft-store knows no region {0:?} (UNKNOWN_REGION)")]
+    UnknownRegion(String),
 }
 
 /// What a move needs: the store, the cache to update, this router's view of
@@ -391,6 +394,29 @@ impl Mover<'_> {
                 let moved = self.remembered(group.move_region(region, &eligible).await?);
                 return Ok((moved, WrittenAs::PerTenant));
             }
+            // A standby this router knows and the store does not (a
+            // router configured with a region the cluster never had): the
+            // evacuation goes again without it, so the failover moves the
+            // tenants it can instead of failing every round.
+            Reply::UnknownRegion { region: unknown }
+                if unknown != region && eligible.contains(&unknown) =>
+            {
+                tracing::error!(
+                    region,
+                    unknown,
+                    "raft-store knows no region of this name: failing over without it; fix this router's --nodes"
+                );
+                let fewer: Vec<String> = eligible
+                    .iter()
+                    .filter(|r| **r != unknown)
+                    .cloned()
+                    .collect();
+                if fewer.is_empty() {
+                    return Err(MoveError::UnknownRegion(unknown));
+                }
+                return Box::pin(self.evacuate_in(name, group, region, &fewer)).await;
+            }
+            Reply::UnknownRegion { region } => return Err(MoveError::UnknownRegion(region)),
             other => return Err(MoveError::UnexpectedReply(Box::new(other))),
         };
         Ok((reply, WrittenAs::Evacuation))

@@ -148,6 +148,11 @@ pub struct NodeArgs {
     /// region's member first (`--idempotency-store raft`).
     #[arg(long, env = "ONCE_STORE_ENDPOINTS", value_delimiter = ',')]
     pub store_endpoints: Vec<String>,
+    /// Development only (`--idempotency-store raft`): no certificate,
+    /// plaintext to raft-store. Without it the raft mode needs --tls-* and
+    /// TLS store endpoints (`host:port` means TLS with a certificate).
+    #[arg(long)]
+    pub insecure_plaintext: bool,
     /// raft-store's groups besides the directory, one per home region
     /// (`once store --groups`): a tenant's commands go to the group the
     /// directory assigned it to (docs/decisions/0063).
@@ -259,6 +264,20 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.webhooks.retry_cap = args.webhook_retry_cap;
     config.webhooks.retry_budget = args.webhook_retry_budget;
     config.webhooks.attempt_timeout = args.webhook_timeout;
+    if args.idempotency_store == StoreKind::Raft {
+        super::plaintext::check_links(
+            "node",
+            identity.is_some(),
+            args.insecure_plaintext,
+            args.store_endpoints
+                .iter()
+                .map(|e| ("--store-endpoints", e.as_str())),
+        )?;
+    } else if args.insecure_plaintext {
+        anyhow::bail!(
+            "--insecure-plaintext is for --idempotency-store raft: a node in sql mode dials no store"
+        );
+    }
     config.idempotency_store = match args.idempotency_store {
         StoreKind::Sql => StoreMode::Sql,
         StoreKind::Raft => StoreMode::Raft(RaftStoreConfig {

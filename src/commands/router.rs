@@ -113,6 +113,11 @@ pub struct RouterArgs {
     /// (without secrets) and exit without binding or connecting.
     #[arg(long)]
     pub check_config: bool,
+    /// Development only: no certificate, plaintext to raft-store and to
+    /// nodes (`http://` URLs), which then carry tenants' API keys in the
+    /// clear. Without it, --tls-* are required and every link is TLS.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
 }
 
 pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
@@ -156,6 +161,17 @@ pub fn config_of(args: &RouterArgs) -> anyhow::Result<RouterConfig> {
     };
     config.drill_reports = args.drill_reports.clone();
     config.tls = args.tls.load(&[once_tls::Role::Router])?;
+    let nodes = args.nodes.iter().map(|n| ("--nodes", n.as_str()));
+    let store = args
+        .store_endpoints
+        .iter()
+        .map(|e| ("--store-endpoints", e.as_str()));
+    super::plaintext::check_links(
+        "router",
+        config.tls.is_some(),
+        args.insecure_plaintext,
+        nodes.chain(store),
+    )?;
     config.public_tls = args.public_tls.load()?;
     config.validate()?;
     Ok(config)

@@ -235,28 +235,14 @@ async fn run_member(args: MemberArgs, tls: &super::tls::TlsArgs) -> anyhow::Resu
     config.admin_addr = args.admin_listen;
     config.admin_token = super::edge::admin_token().map_err(config_error)?;
     config.tls = tls.load(&[once_tls::Role::StoreMember])?;
-    match (&config.tls, args.insecure_plaintext) {
-        (Some(_), true) => {
-            return Err(config_error(anyhow::anyhow!(
-                "--insecure-plaintext and --tls-* exclude each other"
-            )));
-        }
-        (None, false) => {
-            return Err(config_error(anyhow::anyhow!(
-                "mutual TLS is required: give --tls-ca, --tls-cert and --tls-key \
-                 (a store certificate: `once certs issue --role store`), or \
-                 --insecure-plaintext for development"
-            )));
-        }
-        (None, true) => {
-            let warning = "INSECURE: --insecure-plaintext: this member serves plaintext and \
-                           checks no caller; anyone who reaches it owns the store. \
-                           Development only.";
-            eprintln!("WARNING: {warning}");
-            tracing::warn!("{warning}");
-        }
-        (Some(_), false) => {}
-    }
+    // A member dials only its peers, by `host:port`: TLS with a certificate.
+    super::plaintext::check_links(
+        "store",
+        config.tls.is_some(),
+        args.insecure_plaintext,
+        args.peers.iter().map(|p| ("--peers", p.as_str())),
+    )
+    .map_err(config_error)?;
     config.limits = args.edge.limits().map_err(config_error)?;
     config.peers = peers;
     config.wan = WanConfig {

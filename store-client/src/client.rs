@@ -57,6 +57,11 @@ pub enum ClientError {
     /// This seq was forgotten before it applied: it never will.
     #[error("the command was dropped as stale")]
     Stale,
+    /// The command names a region the cluster does not know
+    /// (`Reply::UnknownRegion`): nothing was written, and sending it again
+    /// gets the same answer.
+    #[error("raft-store knows no region {0:?} (UNKNOWN_REGION)")]
+    UnknownRegion(String),
 }
 
 #[derive(Debug, Clone)]
@@ -808,17 +813,23 @@ impl StoreClient {
         self.write(Op::ReturnHome { to: to.to_owned() }).await
     }
 
+    /// A region's status: `ClientError::UnknownRegion` when the cluster
+    /// does not know the region.
     pub async fn set_region_status(
         &self,
         region: &str,
         status: RegionStatus,
     ) -> Result<(), ClientError> {
-        self.write(Op::SetRegionStatus {
-            region: region.to_owned(),
-            status,
-        })
-        .await
-        .map(|_| ())
+        match self
+            .write(Op::SetRegionStatus {
+                region: region.to_owned(),
+                status,
+            })
+            .await?
+        {
+            Reply::UnknownRegion { region } => Err(ClientError::UnknownRegion(region)),
+            _ => Ok(()),
+        }
     }
 }
 

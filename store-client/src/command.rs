@@ -556,6 +556,16 @@ pub enum Op {
         tenant: String,
         group: String,
     },
+    /// Wire version 6. The cluster's regions are `regions` and every region
+    /// declared before (a region is never forgotten: placements may name
+    /// it). From the first one on, a placement, region status, move or
+    /// evacuation naming any other region is answered
+    /// [`Reply::UnknownRegion`] and writes nothing
+    /// (docs/decisions/0098-regions-validated-on-apply.md). Proposed by the
+    /// leader alone, from its members' configured regions.
+    DeclareRegions {
+        regions: Vec<String>,
+    },
 }
 
 impl Op {
@@ -566,7 +576,30 @@ impl Op {
             Self::RaiseWireVersion { .. } | Self::ForgetIdleClients { .. } => 2,
             Self::EvacuateRegion { .. } => 4,
             Self::AssignTenant { .. } => 5,
+            Self::DeclareRegions { .. } => 6,
             _ => 1,
+        }
+    }
+
+    /// The regions this command would write into placements, region
+    /// statuses or evacuations: each must be one the cluster knows
+    /// ([`Op::DeclareRegions`]). Claims and takeovers name the caller's
+    /// region, which a placement already decides (`Misdirected`).
+    pub fn regions_named(&self) -> Vec<&str> {
+        match self {
+            Self::SetPlacement { home, standbys, .. } => std::iter::once(home)
+                .chain(standbys)
+                .map(String::as_str)
+                .collect(),
+            Self::SetRegionStatus { region, .. } => vec![region.as_str()],
+            Self::MoveRegion { from, eligible } | Self::EvacuateRegion { from, eligible } => {
+                std::iter::once(from)
+                    .chain(eligible)
+                    .map(String::as_str)
+                    .collect()
+            }
+            Self::ReturnHome { to } => vec![to.as_str()],
+            _ => Vec::new(),
         }
     }
 }
@@ -677,6 +710,12 @@ pub enum Reply {
     /// to `group` (docs/decisions/0063-a-raft-group-per-home-region.md).
     OtherGroup {
         group: String,
+    },
+    /// The command names `region`, which is not one of the cluster's
+    /// ([`Op::DeclareRegions`]): nothing was written. A stable refusal:
+    /// sending it again gets the same answer.
+    UnknownRegion {
+        region: String,
     },
 }
 
@@ -802,9 +841,19 @@ mod tests {
             (Reply::Assigned { group: "g".into() }, 16),
             (Reply::TenantInUse { assigned: None }, 17),
             (Reply::OtherGroup { group: "g".into() }, 18),
+            (Reply::UnknownRegion { region: "r".into() }, 19),
         ] {
             assert_eq!(postcard::to_allocvec(&reply).unwrap()[0], index);
         }
+        let declare = Op::DeclareRegions {
+            regions: vec!["eu".into()],
+        };
+        assert_eq!(
+            postcard::to_allocvec(&declare).unwrap(),
+            [18, 1, 2, b'e', b'u']
+        );
+        assert_eq!(declare.wire_version(), 6);
+        assert!(declare.wire_version() <= crate::wire::WIRE_VERSION);
     }
 
     #[test]

@@ -258,6 +258,11 @@ pub struct Status {
     /// (docs/decisions/0085-a-region-is-down-on-evidence-that-survives-load.md).
     #[serde(default)]
     pub peers_heard_ms_ago: BTreeMap<NodeId, u64>,
+    /// The regions the cluster declared, as this member has applied them:
+    /// the only ones a placement, status, move or evacuation may name
+    /// (empty: none declared, nothing checked; docs/decisions/0098).
+    #[serde(default)]
+    pub known_regions: Vec<String>,
 }
 
 impl Status {

@@ -33,8 +33,10 @@ pub const CONTENT_TYPE: &str = "application/octet-stream";
 /// RPC (a member orders the appends of a leader's lane by their
 /// `x-once-lane` and `x-once-lane-seq` headers; no message changed); 4,
 /// [`crate::command::Op::EvacuateRegion`]; 5, [`crate::command::Op::AssignTenant`]
-/// and [`crate::protocol::Read::Assignment`].
-pub const WIRE_VERSION: u16 = 5;
+/// and [`crate::protocol::Read::Assignment`]; 6,
+/// [`crate::command::Op::DeclareRegions`] and
+/// [`crate::command::Reply::UnknownRegion`].
+pub const WIRE_VERSION: u16 = 6;
 
 /// The header every request and answer declares its sender's version in.
 pub const VERSION_HEADER: &str = "x-once-wire-version";

@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
+use once_test_support::pki::TestPki;
 use once_test_support::raw::closed_within;
+use once_tls::Role;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -265,16 +267,19 @@ async fn admin_and_metrics_are_absent_from_the_public_listener() {
 async fn a_short_or_guessable_admin_token_fails_start_up_in_every_role() {
     let bin = ONCE;
     let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(&dir.path().join("tls"));
+    let mut router = vec![
+        "router".into(),
+        "--check-config".into(),
+        "--store-endpoints".into(),
+        "127.0.0.1:1".into(),
+        "--nodes".into(),
+        "local=https://127.0.0.1:2".into(),
+    ];
+    router.extend(pki.issue("router", "local", Role::Router, &[]).flags());
     let roles: [Vec<String>; 3] = [
         vec!["node".into(), "--check-config".into()],
-        vec![
-            "router".into(),
-            "--check-config".into(),
-            "--store-endpoints".into(),
-            "http://127.0.0.1:1".into(),
-            "--nodes".into(),
-            "local=http://127.0.0.1:2".into(),
-        ],
+        router,
         vec![
             "store".into(),
             "--check-config".into(),
@@ -318,4 +323,121 @@ async fn a_short_or_guessable_admin_token_fails_start_up_in_every_role() {
             }
         }
     }
+}
+
+/// Issue 48: `once router --check-config … --nodes eu=http://10.0.0.5:8080`
+/// was a valid configuration, and such a router forwards tenants' bearer
+/// keys in cleartext. Without a certificate, a router and a raft-mode
+/// node exit 64 before binding unless told `--insecure-plaintext`, which
+/// they then say loudly; with one, an `http://` link exits 64 too
+/// (decision 0099).
+#[tokio::test]
+async fn a_router_or_node_with_plaintext_links_exits_64_unless_told_insecure_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    // A raft-mode node seals with a key file.
+    let data_keys = dir.path().join("data-keys");
+    let made = tokio::process::Command::new(ONCE)
+        .args(["keys", "init", "--file"])
+        .arg(&data_keys)
+        .output()
+        .await
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let router = |extra: &[&str]| {
+        let mut args: Vec<String> = [
+            "router",
+            "--check-config",
+            "--region",
+            "eu",
+            "--store-endpoints",
+            "10.0.0.9:7101",
+            "--nodes",
+            "eu=http://10.0.0.5:8080",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args
+    };
+    let node = |extra: &[&str]| {
+        let mut args: Vec<String> = [
+            "node",
+            "--check-config",
+            "--idempotency-store",
+            "raft",
+            "--store-endpoints",
+            "10.0.0.9:7101",
+            "--database-url",
+        ]
+        .map(str::to_owned)
+        .into();
+        args.push(dir.path().join("node.db").display().to_string());
+        args.push("--data-keys".to_owned());
+        args.push(data_keys.display().to_string());
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args
+    };
+    let run = |args: Vec<String>| async move {
+        let out = tokio::process::Command::new(ONCE)
+            .args(&args)
+            .env("ONCE_API_KEYS", API_KEYS)
+            .env_remove("ONCE_ADMIN_TOKEN")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+
+    for args in [router(&[]), node(&[])] {
+        let (code, stderr) = run(args.clone()).await;
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains("mutual TLS is required"), "{stderr}");
+    }
+    for args in [
+        router(&["--insecure-plaintext"]),
+        node(&["--insecure-plaintext"]),
+    ] {
+        let (code, stderr) = run(args.clone()).await;
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("INSECURE: --insecure-plaintext"),
+            "{stderr}"
+        );
+    }
+
+    // With certificates: a plaintext link, or the flag beside them, exits 64.
+    let pki = TestPki::new(&dir.path().join("tls"));
+    let router_tls = pki.issue("router", "eu", Role::Router, &[]).flags();
+    let node_tls = pki.issue("node", "eu", Role::Node, &[]).flags();
+    let with = |mut args: Vec<String>, tls: &[String]| {
+        args.extend(tls.iter().cloned());
+        args
+    };
+    let plain_store = ["--store-endpoints", "http://10.0.0.9:7101"];
+    for (args, why) in [
+        (
+            with(router(&[]), &router_tls),
+            "--nodes eu=http://10.0.0.5:8080 is plaintext",
+        ),
+        (
+            with(node(&plain_store), &node_tls),
+            "--store-endpoints http://10.0.0.9:7101 is plaintext",
+        ),
+        (
+            with(router(&["--insecure-plaintext"]), &router_tls),
+            "exclude each other",
+        ),
+    ] {
+        let (code, stderr) = run(args.clone()).await;
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
+    let https: Vec<String> = with(router(&[]), &router_tls)
+        .into_iter()
+        .map(|a| a.replace("http://", "https://"))
+        .collect();
+    let (code, stderr) = run(https).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("INSECURE"), "{stderr}");
 }

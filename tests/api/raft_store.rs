@@ -12,6 +12,7 @@ mod certs;
 pub mod cluster;
 mod disk;
 pub mod groups;
+mod known_regions;
 mod preferred;
 mod trust;
 mod upgrade;

@@ -592,29 +592,41 @@ async fn a_region_cut_off_at_the_router_fails_over_like_a_killed_one_refuses_an_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_node_answers_503_with_retry_after_and_bad_requests_get_the_nodes_errors() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let node = NodeProcess::start(&db, &[], &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = TestPki::new(dir.path());
+    let mut node_args = pki.issue("node", "us", Role::Node, &[]).flags();
+    node_args.extend(["--api-callers".to_owned(), "routers".to_owned()]);
+    let node_args: Vec<&str> = node_args.iter().map(String::as_str).collect();
+    let node = NodeProcess::start(&db, &node_args, &[]).await;
     let closed = closed_addr();
-    let router = RouterProcess::start(&[
+    let mut args = vec![
         "--region".into(),
         "eu".into(),
         "--store-endpoints".into(),
         format!("{closed}"),
         "--nodes".into(),
-        format!("eu=http://{closed},us={}", node.url),
+        format!("eu=https://{closed},us={}", node.url),
         "--auto-failover=false".into(),
         "--body-limit".into(),
         "1024".into(),
-    ])
-    .await;
+    ];
+    args.extend(pki.issue("router", "eu", Role::Router, &[]).flags());
+    let router = RouterProcess::start(&args).await;
 
     let down = send(router.pay(ACME_KEY, "down-1", payment_body("acc_1", "1.00", "down-1"))).await;
     assert_eq!(down.status, 503);
     assert_eq!(down.error_code(), "SERVICE_UNAVAILABLE");
     assert_eq!(down.retry_after.as_deref(), Some("1"));
 
-    // No key, or a wrong one: exactly the node's 401.
+    // No key, or a wrong one: exactly the node's 401 (asked by an
+    // operator: the node answers routers and operators only).
+    let operator = pki
+        .tls("operator", "us", Role::Operator)
+        .http_client()
+        .build()
+        .unwrap();
     let from_node = send(
-        reqwest::Client::new()
+        operator
             .post(format!("{}/payments", node.url))
             .header("Idempotency-Key", "x")
             .body("{}"),
