@@ -10,7 +10,9 @@
 //!   with load shedding, panic catching, graceful drain, and optionally
 //!   TLS ([`Server::with_tls`]; the client's `once_tls::Identity` rides on
 //!   each request for the role's authorisation). [`limits`] holds its
-//!   tunables and their defaults.
+//!   tunables and their defaults; [`peers`] what each peer holds of a
+//!   listener (its share of connections and requests, idle connections
+//!   shed near the cap); `watchdog` when a connection must close.
 //! - [`body`]: reading a request body within a size limit and a deadline.
 //! - [`error`]: the API's error type, its stable codes and JSON shape.
 //! - [`identity`]: tenant and principal names.
@@ -39,9 +41,9 @@
 //! # A request through the edge
 //!
 //! ```text
-//! accept ─ cap reached? close ──────────────────────────────────────────── (edge_connections_refused_total)
+//! accept ─ cap or the peer's share reached? close ───────────────────────── (edge_connections_refused_total)
 //!   └─ connection: header read timeout from accept / first byte, idle timeout between requests
-//!        └─ request: catch panic ─ in-flight limit (full: 503 SERVICE_OVERLOADED, Retry-After)
+//!        └─ request: peer's share, catch panic ─ in-flight limit (full: 503 SERVICE_OVERLOADED, Retry-After)
 //!             ─ deadline (503) ─ body read deadline (408) ─ path check (400) ─ router
 //!                  public API routes: observe ─ API key (401) ─ tenant gate (429) ─ handler
 //! ```
@@ -58,10 +60,12 @@ pub mod observe;
 pub mod ops;
 pub mod own_runtime;
 pub mod path;
+pub mod peers;
 pub mod public_tls;
 pub mod server;
 pub mod shutdown;
 pub mod tenants;
+mod watchdog;
 
 pub use admin::AdminToken;
 pub use api_keys::{ApiKeys, Caller};

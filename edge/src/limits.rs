@@ -26,6 +26,12 @@ pub struct ServerLimits {
     /// Requests in flight on this listener; one more is shed with
     /// `503 SERVICE_OVERLOADED` and `Retry-After`, before any work.
     pub max_in_flight: usize,
+    /// Open connections of one peer (`crate::peers::peer_key`); `None`:
+    /// a quarter of `max_connections`, so no one peer can fill the listener.
+    pub max_connections_per_peer: Option<usize>,
+    /// Requests in flight of one peer, over all its connections; `None`: a
+    /// quarter of `max_in_flight`. One more is shed as the listener's are.
+    pub max_in_flight_per_peer: Option<usize>,
 }
 
 impl Default for ServerLimits {
@@ -39,6 +45,8 @@ impl Default for ServerLimits {
             max_headers: 64,
             max_connections: 4096,
             max_in_flight: 2048,
+            max_connections_per_peer: None,
+            max_in_flight_per_peer: None,
         }
     }
 }
@@ -50,9 +58,31 @@ pub enum LimitsError {
     Zero(&'static str),
     #[error("--max-header-bytes must be at least 8192 (hyper's smallest read buffer)")]
     HeaderBytesTooSmall,
+    #[error("{per_peer} must not exceed {total}")]
+    PeerAboveTotal {
+        per_peer: &'static str,
+        total: &'static str,
+    },
+}
+
+/// A quarter of `total`, at least one: what a peer may hold by default.
+fn quarter(total: usize) -> usize {
+    (total / 4).max(1)
 }
 
 impl ServerLimits {
+    /// What one peer may hold of `max_connections`.
+    pub fn connections_per_peer(&self) -> usize {
+        self.max_connections_per_peer
+            .unwrap_or_else(|| quarter(self.max_connections))
+    }
+
+    /// What one peer may have of `max_in_flight`.
+    pub fn in_flight_per_peer(&self) -> usize {
+        self.max_in_flight_per_peer
+            .unwrap_or_else(|| quarter(self.max_in_flight))
+    }
+
     pub fn validate(&self) -> Result<(), LimitsError> {
         for (value, name) in [
             (self.header_read_timeout, "--header-read-timeout"),
@@ -68,9 +98,32 @@ impl ServerLimits {
             (self.max_headers, "--max-headers"),
             (self.max_connections, "--max-connections"),
             (self.max_in_flight, "--max-in-flight"),
+            (self.connections_per_peer(), "--max-connections-per-peer"),
+            (self.in_flight_per_peer(), "--max-in-flight-per-peer"),
         ] {
             if value == 0 {
                 return Err(LimitsError::Zero(name));
+            }
+        }
+        for (per_peer, total, per_peer_name, total_name) in [
+            (
+                self.connections_per_peer(),
+                self.max_connections,
+                "--max-connections-per-peer",
+                "--max-connections",
+            ),
+            (
+                self.in_flight_per_peer(),
+                self.max_in_flight,
+                "--max-in-flight-per-peer",
+                "--max-in-flight",
+            ),
+        ] {
+            if per_peer > total {
+                return Err(LimitsError::PeerAboveTotal {
+                    per_peer: per_peer_name,
+                    total: total_name,
+                });
             }
         }
         if self.max_header_bytes < 8192 {

@@ -25,7 +25,7 @@ pub struct ListenerLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct CloseLabels {
+pub struct ReasonLabels {
     pub listener: String,
     pub reason: &'static str,
 }
@@ -45,9 +45,9 @@ pub struct TenantLabel {
 #[derive(Debug, Clone, Default)]
 pub struct EdgeMetrics {
     pub connections_open: Family<ListenerLabel, Gauge>,
-    pub connections_refused: Family<ListenerLabel, Counter>,
-    pub connections_closed: Family<CloseLabels, Counter>,
-    pub requests_shed: Family<ListenerLabel, Counter>,
+    pub connections_refused: Family<ReasonLabels, Counter>,
+    pub connections_closed: Family<ReasonLabels, Counter>,
+    pub requests_shed: Family<ReasonLabels, Counter>,
     pub deadline_exceeded: Family<ListenerLabel, Counter>,
     pub panics: Family<ListenerLabel, Counter>,
     pub tenant_requests: Family<TenantOutcome, Counter>,
@@ -64,17 +64,17 @@ impl EdgeMetrics {
         );
         registry.register(
             "edge_connections_refused",
-            "Connections closed on accept because the listener's connection cap was reached",
+            "Connections closed on accept: the listener's connection cap or the peer's share of it was reached",
             self.connections_refused.clone(),
         );
         registry.register(
             "edge_connections_closed",
-            "Connections the server closed: header read or idle timeout",
+            "Connections the server closed: header read or idle timeout, idle while near the cap, TLS handshake",
             self.connections_closed.clone(),
         );
         registry.register(
             "edge_requests_shed",
-            "Requests answered 503 SERVICE_OVERLOADED at the listener's in-flight limit",
+            "Requests answered 503 SERVICE_OVERLOADED at the listener's in-flight limit or the peer's share of it",
             self.requests_shed.clone(),
         );
         registry.register(

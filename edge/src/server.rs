@@ -8,11 +8,14 @@
 //! | bound | where | past it |
 //! |---|---|---|
 //! | open connections | accept loop | the new connection is closed at once |
+//! | open connections of one peer (a quarter of the cap by default, [`crate::peers`]) | accept loop | the new connection is closed at once |
+//! | idle connections near the cap | connection watchdog, told when the listener is pressed | idle ones closed after [`crate::peers::PRESSED_IDLE`] |
 //! | header bytes and count | hyper's parser | `431`, connection closed |
 //! | header read time | connection watchdog, from accept or the request's first byte | connection closed |
 //! | idle time between requests | connection watchdog | connection closed |
 //! | body read time | [`DeadlineBody`] | `408 REQUEST_TIMEOUT` |
 //! | requests in flight | one concurrency limit for the whole listener | `503 SERVICE_OVERLOADED`, `Retry-After` |
+//! | requests in flight of one peer (a quarter of the limit by default) | before the listener's limit | `503 SERVICE_OVERLOADED`, `Retry-After` |
 //! | whole request | timeout around the router | `503`, `Retry-After` |
 //! | a path with dot segments, encoded dots or slashes | before any layer | `400 INVALID_PATH` |
 //! | a panicking handler | `catch_unwind` around the whole request | `500 INTERNAL_ERROR` |
@@ -28,7 +31,8 @@
 //!
 //! Memory per connection is then bounded by hyper's read buffer
 //! (`max_header_bytes`) and the role's body limit, and the number of
-//! connections by `max_connections`.
+//! connections by `max_connections`. The connection watchdog is
+//! `watchdog`.
 //!
 //! A listener given a runtime with [`Server::on_runtime`] (the router's
 //! admin one, on its [`crate::own_runtime::OwnRuntime`]) is served there,
@@ -41,10 +45,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -56,12 +57,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use once_tls::Identity;
 use std::panic::AssertUnwindSafe;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
@@ -69,7 +69,9 @@ use tower::{BoxError, ServiceBuilder, ServiceExt};
 use crate::body::DeadlineBody;
 use crate::error::ApiError;
 use crate::limits::ServerLimits;
-use crate::metrics::{CloseLabels, EdgeMetrics, ListenerLabel};
+use crate::metrics::{EdgeMetrics, ListenerLabel, ReasonLabels};
+use crate::peers::{Occupancy, Refused, Seat};
+use crate::watchdog::{Activity, CloseReason, Watched};
 use prometheus_client::metrics::counter::Counter;
 
 /// The address a request's connection came from, in every request's
@@ -168,8 +170,9 @@ impl Server {
         } = self;
         let service = requests(router, &limits);
         let (stop, stopping) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(limits.max_connections));
+        let occupancy = Occupancy::new(&limits);
         let label = EdgeMetrics::listener(name);
+        let refusals = Refusals::new(&metrics, &label, limits.request_deadline);
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -178,8 +181,8 @@ impl Server {
                 accepted = listener.accept() => accepted,
             };
             while connections.try_join_next().is_some() {}
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors or a connection reset before
                     // accept: back off briefly instead of spinning on it.
@@ -188,21 +191,29 @@ impl Server {
                     continue;
                 }
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                metrics.connections_refused.get_or_create(&label).inc();
-                drop(stream);
-                continue;
+            let seat = match occupancy.admit(Some(peer.ip())) {
+                Ok(seat) => seat,
+                Err(refused) => {
+                    metrics
+                        .connections_refused
+                        .get_or_create(&reason(&label, refused.as_str()))
+                        .inc();
+                    drop(stream);
+                    continue;
+                }
             };
             let _ = stream.set_nodelay(true);
             connections.spawn(connection(
-                stream,
+                Accepted { stream, seat },
                 tls.clone(),
                 service.clone(),
                 limits,
                 Conn {
                     metrics: metrics.clone(),
                     label: label.clone(),
-                    _slot: slot,
+                    refusals: refusals.clone(),
+                    peer: PeerAddr(peer),
+                    pressure: occupancy.pressure(),
                 },
                 stopping.clone(),
             ));
@@ -307,21 +318,43 @@ fn requests(
         .service(router)
 }
 
+fn reason(label: &ListenerLabel, reason: &'static str) -> ReasonLabels {
+    ReasonLabels {
+        listener: label.listener.clone(),
+        reason,
+    }
+}
+
 /// Turns the refusals of the layers above into answers a client can act on.
 #[derive(Clone)]
 struct Refusals {
     shed: Counter,
+    peer_shed: Counter,
     late: Counter,
     panics: Counter,
     deadline: Duration,
 }
 
 impl Refusals {
+    /// Once per listener, not per connection. Each counter is taken in a
+    /// statement of its own: `Family::get_or_create` hands back a read
+    /// guard on the family, and a second call for a label not yet created
+    /// needs the family's write lock, so two calls in one expression (whose
+    /// temporaries live to its end) deadlock the worker thread. That froze
+    /// every listener of `once up`'s store members when this layer was
+    /// first merged (decision 0078).
     fn new(metrics: &EdgeMetrics, label: &ListenerLabel, deadline: Duration) -> Self {
+        let shed_label = reason(label, Refused::ListenerCap.as_str());
+        let shed = metrics.requests_shed.get_or_create(&shed_label).clone();
+        let peer_label = reason(label, Refused::PeerCap.as_str());
+        let peer_shed = metrics.requests_shed.get_or_create(&peer_label).clone();
+        let late = metrics.deadline_exceeded.get_or_create(label).clone();
+        let panics = metrics.panics.get_or_create(label).clone();
         Self {
-            shed: metrics.requests_shed.get_or_create(label).clone(),
-            late: metrics.deadline_exceeded.get_or_create(label).clone(),
-            panics: metrics.panics.get_or_create(label).clone(),
+            shed,
+            peer_shed,
+            late,
+            panics,
             deadline,
         }
     }
@@ -343,47 +376,48 @@ impl Refusals {
         .into_response()
     }
 
+    /// The peer has its share of the listener's requests in flight.
+    fn peer_overloaded(&self) -> Response {
+        self.peer_shed.inc();
+        ApiError::Overloaded {
+            retry_after: Duration::from_secs(1),
+        }
+        .into_response()
+    }
+
     fn panicked(&self) -> Response {
         self.panics.inc();
         ApiError::Internal(anyhow::anyhow!("handler panicked")).into_response()
     }
 }
 
-/// What a connection holds while it lives: its slot under the cap and its
-/// place in the open-connections gauge.
+/// A connection just accepted, and its seat in the listener's occupancy
+/// (shared with its requests, which count against its peer's share).
+struct Accepted {
+    stream: TcpStream,
+    seat: Seat,
+}
+
+/// What a connection holds while it lives besides its seat: its place in
+/// the open-connections gauge and what it counts its closes and refusals in.
 struct Conn {
     metrics: EdgeMetrics,
     label: ListenerLabel,
-    _slot: OwnedSemaphorePermit,
+    refusals: Refusals,
+    peer: PeerAddr,
+    /// Whether the listener is near its cap (idle connections go first).
+    pressure: watch::Receiver<bool>,
 }
 
-#[derive(Debug, Clone, Copy)]
-enum CloseReason {
-    HeaderTimeout,
-    IdleTimeout,
-    /// No TLS session within the header timeout: plain HTTP, no or a
-    /// foreign client certificate, or too slow.
-    TlsHandshake,
-}
-
-impl CloseReason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::HeaderTimeout => "header_timeout",
-            Self::IdleTimeout => "idle_timeout",
-            Self::TlsHandshake => "tls_handshake",
-        }
-    }
+fn reason_of(label: &ListenerLabel, close: CloseReason) -> ReasonLabels {
+    reason(label, close.as_str())
 }
 
 impl Conn {
     fn closed(&self, reason: CloseReason) {
         self.metrics
             .connections_closed
-            .get_or_create(&CloseLabels {
-                listener: self.label.listener.clone(),
-                reason: reason.as_str(),
-            })
+            .get_or_create(&reason_of(&self.label, reason))
             .inc();
     }
 }
@@ -397,11 +431,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 /// the request's first byte (of accept, for the first request), and a
 /// kept-alive connection may sit idle for the idle timeout.
 async fn connection<S>(
-    stream: TcpStream,
+    Accepted { stream, mut seat }: Accepted,
     tls: Option<TlsAcceptor>,
     service: S,
     limits: ServerLimits,
-    conn: Conn,
+    mut conn: Conn,
     mut stopping: watch::Receiver<bool>,
 ) where
     S: tower::Service<Request, Response = Response, Error = BoxError> + Clone + Send + 'static,
@@ -413,7 +447,7 @@ async fn connection<S>(
         .get_or_create(&conn.label)
         .clone();
     open.inc();
-    let peer_addr = stream.peer_addr().ok().map(PeerAddr);
+    let peer_addr = conn.peer;
     let activity = Arc::new(Activity::new());
     let watched = Watched {
         inner: stream,
@@ -449,11 +483,22 @@ async fn connection<S>(
     let io = TokioIo::new(io);
     let body_timeout = limits.body_read_timeout;
     let tracked = activity.clone();
-    let refusals = Refusals::new(&conn.metrics, &conn.label, limits.request_deadline);
+    let refusals = conn.refusals.clone();
+    if peer.is_some() {
+        // A role peer, by a certificate of the CA: the role's peers share
+        // one address on one machine (`once up`) and few addresses behind
+        // routers, so their connections count against the listener's cap
+        // only, not against one address's share (decision 0078).
+        seat.authenticated();
+    }
+    let seat = Arc::new(seat);
     let handler = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let service = service.clone();
         let activity = tracked.clone();
         activity.request_started();
+        // Before the listener's limit: a peer over its share is shed
+        // without taking one of the slots the other peers share.
+        let in_flight = seat.start_request();
         // Before anything else: a path that could mean two things is
         // refused here, in every role, whatever its routes are.
         let canonical = crate::path::is_canonical(request.uri().path());
@@ -461,12 +506,12 @@ async fn connection<S>(
         if let Some(peer) = &peer {
             request.extensions_mut().insert(peer.clone());
         }
-        if let Some(addr) = peer_addr {
-            request.extensions_mut().insert(addr);
-        }
+        request.extensions_mut().insert(peer_addr);
         let refusals = refusals.clone();
         async move {
-            let response = if canonical {
+            let response = if in_flight.is_none() {
+                refusals.peer_overloaded()
+            } else if canonical {
                 // Outermost: a panic anywhere below is a 500 in the API's
                 // error shape, never a dropped connection.
                 match AssertUnwindSafe(service.oneshot(request))
@@ -480,6 +525,7 @@ async fn connection<S>(
             } else {
                 ApiError::InvalidPath.into_response()
             };
+            drop(in_flight);
             activity.request_finished();
             Ok::<_, Infallible>(response)
         }
@@ -498,7 +544,8 @@ async fn connection<S>(
     tokio::pin!(watchdog);
     let mut draining = false;
     loop {
-        let recheck_at = match activity.due(&limits) {
+        let pressed = *conn.pressure.borrow_and_update();
+        let recheck_at = match activity.due(&limits, pressed) {
             Ok(at) => at,
             Err(reason) => {
                 conn.closed(reason);
@@ -511,6 +558,9 @@ async fn connection<S>(
         tokio::select! {
             _ = connection.as_mut() => break,
             () = watchdog.as_mut() => {}
+            // The sender lives in the occupancy this connection's seat
+            // holds, so this never ends for want of one.
+            _ = conn.pressure.changed() => {}
             _ = stopping.changed(), if !draining => {
                 draining = true;
                 connection.as_mut().graceful_shutdown();
@@ -518,153 +568,4 @@ async fn connection<S>(
         }
     }
     open.dec();
-}
-
-/// What the watchdog needs to know about a connection, updated by the IO
-/// wrapper and the request handler with atomics and no wake-ups: the
-/// watchdog looks again at least every `min(header, idle)` timeout, so a
-/// head that starts on an idle kept-alive connection is timed out within
-/// the header timeout plus that (exactly the header timeout for a
-/// connection's first request, whose clock starts at accept), and an idle
-/// connection within the idle timeout plus that. Times are milliseconds since
-/// `born`.
-struct Activity {
-    born: Instant,
-    in_flight: AtomicUsize,
-    /// Last byte read or written, or last answer made.
-    last: AtomicU64,
-    /// 1 + when the current request's head began; 0 while none is being read.
-    head_started: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Self {
-        Self {
-            born: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            last: AtomicU64::new(0),
-            // The first request's header clock starts at accept.
-            head_started: AtomicU64::new(1),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        self.born.elapsed().as_millis() as u64
-    }
-
-    fn at(&self, ms: u64) -> Instant {
-        self.born + Duration::from_millis(ms)
-    }
-
-    fn request_started(&self) {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.head_started.store(0, Ordering::Release);
-    }
-
-    fn request_finished(&self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.last.store(self.now(), Ordering::Release);
-    }
-
-    fn bytes_read(&self) {
-        let now = self.now();
-        self.last.store(now, Ordering::Release);
-        if self.in_flight.load(Ordering::Acquire) == 0 {
-            let _ =
-                self.head_started
-                    .compare_exchange(0, now + 1, Ordering::AcqRel, Ordering::Acquire);
-        }
-    }
-
-    fn bytes_written(&self) {
-        self.last.store(self.now(), Ordering::Release);
-    }
-
-    /// When to look again, or why the connection must close now.
-    fn due(&self, limits: &ServerLimits) -> Result<Instant, CloseReason> {
-        let now = self.now();
-        let ms = |d: Duration| d.as_millis() as u64;
-        // Nothing wakes the watchdog early, so it looks again at least this
-        // often: a head that starts, or a request that ends, is seen in time
-        // for whichever of the two timeouts is shorter.
-        let look_again = now + ms(limits.header_read_timeout.min(limits.idle_timeout));
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            // The request's own deadlines apply; look again later.
-            return Ok(self.at(look_again));
-        }
-        let head = self.head_started.load(Ordering::Acquire);
-        if head > 0 {
-            let due = head - 1 + ms(limits.header_read_timeout);
-            return if now >= due {
-                Err(CloseReason::HeaderTimeout)
-            } else {
-                Ok(self.at(due.min(look_again)))
-            };
-        }
-        let due = self.last.load(Ordering::Acquire) + ms(limits.idle_timeout);
-        if now >= due {
-            Err(CloseReason::IdleTimeout)
-        } else {
-            Ok(self.at(due.min(look_again)))
-        }
-    }
-}
-
-/// The socket, reporting reads and writes to the watchdog.
-struct Watched {
-    inner: TcpStream,
-    activity: Arc<Activity>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.bytes_read();
-        }
-        polled
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.bytes_written();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.bytes_written();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }

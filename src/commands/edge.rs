@@ -39,6 +39,15 @@ pub struct EdgeArgs {
     /// Requests in flight per listener; one more is shed (503 SERVICE_OVERLOADED).
     #[arg(long, env = "ONCE_MAX_IN_FLIGHT", default_value_t = 2048)]
     pub max_in_flight: usize,
+    /// Open connections of one peer (IPv4 address, IPv6 /64) per listener;
+    /// default a quarter of --max-connections. Behind a proxy that is every
+    /// client's peer, raise it to what the proxy opens.
+    #[arg(long, env = "ONCE_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: Option<usize>,
+    /// Requests in flight of one peer per listener; default a quarter of
+    /// --max-in-flight. One more is shed (503 SERVICE_OVERLOADED).
+    #[arg(long, env = "ONCE_MAX_IN_FLIGHT_PER_PEER")]
+    pub max_in_flight_per_peer: Option<usize>,
 }
 
 impl EdgeArgs {
@@ -52,6 +61,8 @@ impl EdgeArgs {
             max_headers: self.max_headers,
             max_connections: self.max_connections,
             max_in_flight: self.max_in_flight,
+            max_connections_per_peer: self.max_connections_per_peer,
+            max_in_flight_per_peer: self.max_in_flight_per_peer,
         };
         limits.validate()?;
         Ok(limits)
@@ -134,5 +145,7 @@ pub fn describe(limits: &ServerLimits) -> serde_json::Value {
         "maxHeaders": limits.max_headers,
         "maxConnections": limits.max_connections,
         "maxInFlight": limits.max_in_flight,
+        "maxConnectionsPerPeer": limits.connections_per_peer(),
+        "maxInFlightPerPeer": limits.in_flight_per_peer(),
     })
 }

@@ -4,13 +4,14 @@
 //! tokens. Each attack that once worked is a regression test here; the
 //! router's path checks are in `router/tests/paths.rs`.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use once_test_support::pki::TestPki;
 use once_test_support::raw::closed_within;
 use once_tls::Role;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::helpers::{
     ACME_KEY, API_KEYS, Backend, GLOBEX_KEY, NodeProcess, ONCE, TestDb, eventually, metric,
@@ -104,6 +105,13 @@ async fn one_tenant_holding_slow_bodies_and_flooding_gets_429_and_another_tenant
             // Small enough that a tenant-blind limit would be filled by A.
             "--max-in-flight",
             "64",
+            // Both tenants come from this one peer: its share is the whole
+            // listener, so the tenant gate is what is tested here (the
+            // peer's share is, below).
+            "--max-in-flight-per-peer",
+            "64",
+            "--max-connections-per-peer",
+            "4096",
         ],
         &[],
     )
@@ -189,7 +197,19 @@ async fn one_tenant_holding_slow_bodies_and_flooding_gets_429_and_another_tenant
 #[tokio::test]
 async fn a_connection_flood_beyond_the_cap_is_refused_and_the_node_keeps_serving() {
     let db = TestDb::new(Backend::Sqlite).await;
-    let node = NodeProcess::start(&db, &["--max-connections", "50"], &[]).await;
+    // One peer (this test) floods: its share is raised to the whole cap so
+    // the listener's own cap is what refuses (the peer's share is below).
+    let node = NodeProcess::start(
+        &db,
+        &[
+            "--max-connections",
+            "50",
+            "--max-connections-per-peer",
+            "50",
+        ],
+        &[],
+    )
+    .await;
     let mut flood = Vec::new();
     for _ in 0..300 {
         flood.push(TcpStream::connect(host(&node.url)).await.unwrap());
@@ -211,7 +231,7 @@ async fn a_connection_flood_beyond_the_cap_is_refused_and_the_node_keeps_serving
     let counted = metric(
         &client,
         &node.admin_url,
-        "edge_connections_refused_total{listener=\"public\"}",
+        "edge_connections_refused_total{listener=\"public\",reason=\"listener_cap\"}",
     )
     .await;
     assert_eq!(counted, 250.0, "refused at the cap of 50");
@@ -440,4 +460,134 @@ async fn a_router_or_node_with_plaintext_links_exits_64_unless_told_insecure_pla
     let (code, stderr) = run(https).await;
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stderr.contains("INSECURE"), "{stderr}");
+}
+
+/// A kept-alive connection from `from` (a loopback address of its own) to
+/// `to` that has asked one `GET /healthz` and read its answer, as the
+/// attacker of issue 48 held 4,096 of them; `None` when the server closed
+/// it instead of answering.
+pub(crate) async fn held_from(from: [u8; 4], to: SocketAddr) -> Option<TcpStream> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    let mut stream = socket.connect(to).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: once\r\n\r\n")
+        .await
+        .ok()?;
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("an answer or a close within 5 s");
+    match read {
+        Ok(n) if n > 0 && buf.starts_with(b"HTTP/1.1 ") => Some(stream),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn one_peer_holding_connections_past_its_share_is_refused_while_another_peer_pays() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    // A cap of 40, so a peer's default share is 10.
+    let node = NodeProcess::start(&db, &["--max-connections", "40"], &[]).await;
+    let to: SocketAddr = host(&node.url).parse().unwrap();
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..30 {
+        match held_from([127, 0, 0, 2], to).await {
+            Some(stream) => held.push(stream),
+            None => refused += 1,
+        }
+    }
+    assert_eq!(held.len(), 10, "the peer holds its share of 10");
+    assert_eq!(refused, 20);
+    let client = reqwest::Client::new();
+    assert_eq!(
+        metric(
+            &client,
+            &node.admin_url,
+            "edge_connections_refused_total{listener=\"public\",reason=\"peer_cap\"}",
+        )
+        .await,
+        20.0
+    );
+    // Its connections still open, a client from 127.0.0.1 pays.
+    let paid = post(
+        &client,
+        &node.url,
+        ACME_KEY,
+        Some("while-held"),
+        &payment_body("acc_1", "1.00", "while-held"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(paid.status(), 201);
+    for stream in &mut held {
+        assert!(
+            !closed_within(stream, Duration::from_millis(10)).await,
+            "the peer's share is left open: the listener is not near its cap"
+        );
+    }
+}
+
+#[tokio::test]
+async fn near_the_cap_idle_connections_are_shed_first_and_a_new_client_gets_in() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    // Four peers with a share of 10 each fill a cap of 40; the idle timeout
+    // would keep their connections a minute.
+    let node = NodeProcess::start(
+        &db,
+        &[
+            "--max-connections",
+            "40",
+            "--max-connections-per-peer",
+            "10",
+            "--idle-timeout",
+            "60s",
+        ],
+        &[],
+    )
+    .await;
+    let to: SocketAddr = host(&node.url).parse().unwrap();
+    let mut held = Vec::new();
+    for peer in 2..=5 {
+        for _ in 0..10 {
+            held.push(
+                held_from([127, 0, 0, peer], to)
+                    .await
+                    .expect("within the peer's share and the cap"),
+            );
+        }
+    }
+    // Near its cap, the listener closes idle connections after a second,
+    // not a minute, until it is back under three quarters of it.
+    let client = reqwest::Client::new();
+    eventually(Duration::from_secs(10), || async {
+        let shed = metric(
+            &client,
+            &node.admin_url,
+            "edge_connections_closed_total{listener=\"public\",reason=\"shed_idle\"}",
+        )
+        .await;
+        (shed >= 11.0).then_some(())
+    })
+    .await;
+    let mut closed = 0;
+    for stream in &mut held {
+        if closed_within(stream, Duration::from_millis(50)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed >= 11, "only {closed} of 40 idle connections closed");
+    let paid = post(
+        &client,
+        &node.url,
+        ACME_KEY,
+        Some("after-shed"),
+        &payment_body("acc_1", "1.00", "after-shed"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(paid.status(), 201);
 }

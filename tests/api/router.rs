@@ -1269,3 +1269,55 @@ async fn a_paused_node_whose_member_the_store_hears_is_not_failed_over_but_its_k
         1.0
     );
 }
+
+/// Issue 48: one peer held 4,096 connections to a router and every other
+/// client was refused. Now a peer (127.0.0.2) gets its share of the public
+/// listener (a quarter of `--max-connections`), its further connections are
+/// closed at once and counted, and a client on 127.0.0.1 still pays through
+/// the router to its node (whose public listener sees the router by its
+/// certificate, outside any address's share).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_peer_holding_connections_past_its_share_of_a_router_leaves_room_for_a_paying_client() {
+    let regions = Regions::start().await;
+    let router = RouterProcess::start(&regions.router_args(&[
+        "--auto-failover=false",
+        "--max-connections",
+        "40",
+    ]))
+    .await;
+    router.wait_ready().await;
+    let to: std::net::SocketAddr = router
+        .url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the router's address");
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..30 {
+        match crate::edge::held_from([127, 0, 0, 2], to).await {
+            Some(stream) => held.push(stream),
+            None => refused += 1,
+        }
+    }
+    assert_eq!(held.len(), 10, "the peer holds its share of 10 of 40");
+    assert_eq!(refused, 20);
+    assert_eq!(
+        router
+            .metric(
+                "edge_connections_refused_total",
+                "listener=\"public\",reason=\"peer_cap\"",
+            )
+            .await,
+        20.0
+    );
+    let paid = router
+        .pay(ACME_KEY, "held-1", payment_body("acc_1", "1.00", "held-1"))
+        .send()
+        .await
+        .expect("router answers");
+    assert_eq!(paid.status(), 201, "a client from 127.0.0.1 pays");
+    // The peer's connections are still open: holding its share is allowed.
+    for stream in &mut held {
+        assert!(!once_test_support::raw::closed_within(stream, Duration::from_millis(10)).await);
+    }
+}
