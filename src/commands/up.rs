@@ -1,8 +1,9 @@
 //! `once up`: the whole system on this machine, embedded storage only,
 //! nothing to install. For `--regions N` (default 3) it runs, as child
 //! processes of itself: one raft-store member, one node and one SQLite
-//! database per region, and a router in front; the provider simulator runs
-//! inside this process and is reached over HTTP. It bootstraps the store,
+//! database per region, a router in front, and the provider simulator,
+//! which the nodes reach over HTTP and which logs a line per charge to
+//! `DIR/logs/provider.log` (the terminal keeps the banner). It bootstraps the store,
 //! places demo tenants (at least one homed in each region), writes
 //! `DIR/cluster.json` and prints how to use it. Ctrl-C or SIGTERM stops
 //! every child cleanly; a second `once up --dir DIR` resumes from the same
@@ -236,20 +237,21 @@ fn demo_data_keys(dir: &Path) -> anyhow::Result<PathBuf> {
 /// Everything `once up` started; `stores[i]` and `nodes[i]` are region i's.
 #[derive(Debug, Default)]
 pub(crate) struct Running {
+    provider: Option<ChildProcess>,
     stores: Vec<ChildProcess>,
     nodes: Vec<ChildProcess>,
     router: Option<ChildProcess>,
 }
 
 impl Running {
-    /// Front to back: the router first, the stores last, so nothing is
-    /// left talking to a member that is already gone.
+    /// Front to back: the router first, the stores and the provider last,
+    /// so nothing is left talking to a process that is already gone.
     async fn stop(self) {
         if let Some(router) = self.router {
             router.stop(STOP_GRACE).await;
         }
         futures_join(self.nodes).await;
-        futures_join(self.stores).await;
+        futures_join(self.stores.into_iter().chain(self.provider).collect()).await;
     }
 }
 
@@ -273,7 +275,6 @@ pub(crate) struct Plan {
     wan_latency: u64,
     layout: Layout,
     logs: PathBuf,
-    provider_url: String,
     admin_tokens: AdminTokens,
     api_keys: String,
     data_keys: PathBuf,
@@ -282,6 +283,26 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// Where the nodes reach the provider simulator.
+    fn provider_url(&self) -> String {
+        format!("http://{}", self.layout.provider)
+    }
+
+    /// The provider simulator. Its ledger is journaled in DIR, so a resumed
+    /// cluster's provider remembers what it charged (a recovery after the
+    /// restart finds the charge by key, as it would at a real provider,
+    /// instead of charging again); its line per charge goes to its log.
+    fn provider(&self) -> anyhow::Result<ChildProcess> {
+        let args: Vec<String> = vec![
+            "provider-sim".into(),
+            "--listen".into(),
+            self.layout.provider.to_string(),
+            "--ledger-file".into(),
+            self.dir.join(PROVIDER_LEDGER).display().to_string(),
+        ];
+        ChildProcess::spawn(&self.logs, "provider", &args, &[])
+    }
+
     fn latency(&self) -> Vec<String> {
         vec!["--wan-latency".into(), self.wan_latency.to_string()]
     }
@@ -378,7 +399,7 @@ impl Plan {
             "--store-endpoints".into(),
             self.layout.store_endpoints_from(region).join(","),
             "--provider-url".into(),
-            self.provider_url.clone(),
+            self.provider_url(),
             "--data-keys".into(),
             self.data_keys.display().to_string(),
         ];
@@ -481,6 +502,15 @@ async fn wait_for_leader(plan: &Plan, endpoints: &[String]) -> anyhow::Result<()
 
 async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     let layout = &plan.layout;
+    let mut provider = plan.provider()?;
+    provider
+        .wait_ready(
+            plan.pki.http(),
+            &format!("{}/healthz", plan.provider_url()),
+            START_LIMIT,
+        )
+        .await?;
+    running.provider = Some(provider);
     for region in &layout.regions {
         running.stores.push(plan.store(region, &[])?);
     }
@@ -541,36 +571,12 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         .map_err(super::config_error)?;
     let pki = Pki::prepare(&args.dir.join("tls"), &layout, lifetimes)?;
 
-    // The provider simulator, in this process: nodes reach it over real
-    // HTTP, exactly as they would a real provider. Its ledger is journaled
-    // in DIR, so a resumed cluster's provider remembers what it charged (a
-    // recovery after the restart finds the charge by key, as it would at a
-    // real provider, instead of charging again).
-    let simulator = once_provider_sim::Simulator::with_journal(&args.dir.join(PROVIDER_LEDGER))
-        .context("opening the provider simulator's ledger")?;
-    let (provider_addr_tx, provider_addr_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(once_provider_sim::serve(
-        simulator,
-        "127.0.0.1:0".parse().expect("static address"),
-        move |addr| {
-            let _ = provider_addr_tx.send(addr);
-        },
-        std::future::pending(),
-    ));
-    let provider_url = format!(
-        "http://{}",
-        provider_addr_rx
-            .await
-            .context("starting the provider simulator")?
-    );
-
     let plan = Arc::new(Plan {
         dir: args.dir.clone(),
         listen: args.listen,
         wan_latency: args.wan_latency,
         layout: layout.clone(),
         logs: args.dir.join("logs"),
-        provider_url: provider_url.clone(),
         admin_tokens: admin_tokens.clone(),
         api_keys: keys
             .iter()
@@ -599,6 +605,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     };
 
     let router_url = format!("http://{}", args.listen);
+    let provider_url = plan.provider_url();
     let console_url = format!("http://{}/console", layout.router_admin);
     let cluster_path = args.dir.join("cluster.json");
     let running = Arc::new(tokio::sync::Mutex::new(running));
@@ -617,7 +624,7 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     let cluster = json!({
         "control": { "url": control_url, "token": control_token },
         "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
-        "provider": { "url": provider_url },
+        "provider": { "url": provider_url, "pid": running_now.provider.as_ref().map(ChildProcess::pid) },
         // One per role and power; the console and the drills take the
         // ones they need.
         "admin_tokens": admin_tokens.describe(),

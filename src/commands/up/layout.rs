@@ -43,6 +43,10 @@ pub struct Layout {
     /// The router's admin listener.
     #[serde(default = "unset")]
     pub router_admin: SocketAddr,
+    /// The provider simulator's listener (added later, like the admin
+    /// listeners).
+    #[serde(default = "unset")]
+    pub provider: SocketAddr,
 }
 
 /// A port not chosen yet.
@@ -184,7 +188,7 @@ impl Layout {
     /// it chose any.
     fn fill_unset(&mut self, taken: &[u16]) -> anyhow::Result<bool> {
         let mut held: Vec<u16> = taken.to_vec();
-        held.push(self.router_admin.port());
+        held.extend([self.router_admin.port(), self.provider.port()]);
         for r in &self.regions {
             held.extend(
                 [
@@ -199,11 +203,13 @@ impl Layout {
         }
         let mut ports = PortPicker::new(&ephemeral_range(), &held)?;
         let mut filled = false;
-        let slots = std::iter::once(&mut self.router_admin).chain(
-            self.regions
-                .iter_mut()
-                .flat_map(|r| [&mut r.store_admin, &mut r.node_admin]),
-        );
+        let slots = [&mut self.router_admin, &mut self.provider]
+            .into_iter()
+            .chain(
+                self.regions
+                    .iter_mut()
+                    .flat_map(|r| [&mut r.store_admin, &mut r.node_admin]),
+            );
         for slot in slots {
             if *slot == unset() {
                 *slot = ports.next_addr()?;
@@ -217,6 +223,7 @@ impl Layout {
         let mut ports = PortPicker::new(ephemeral, taken)?;
         Ok(Layout {
             router_admin: ports.next_addr()?,
+            provider: ports.next_addr()?,
             regions: (0..regions)
                 .map(|i| {
                     Ok(RegionLayout {
@@ -270,7 +277,8 @@ impl Layout {
 
     /// Every address a child of this layout listens on.
     pub fn addresses(&self) -> Vec<SocketAddr> {
-        std::iter::once(self.router_admin)
+        [self.router_admin, self.provider]
+            .into_iter()
             .chain(self.regions.iter().flat_map(|r| {
                 [
                     r.store_raft,
@@ -365,8 +373,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::load_or_create(dir.path(), 7, &[]).unwrap();
         let ports = layout.ports();
-        // Five listeners a region, and the router's admin listener.
-        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 36, "{ports:?}");
+        // Five listeners a region, the router's admin listener and the
+        // provider simulator.
+        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 37, "{ports:?}");
         for port in ports {
             assert!(!ephemeral.contains(&port), "{port} in {ephemeral:?}");
             assert!(port >= LOWEST_PORT, "{port}");
@@ -375,11 +384,14 @@ mod tests {
 
     #[test]
     fn the_routers_port_is_never_given_to_a_region() {
-        // Seven ports outside the range, the router holds one of them.
-        let layout = Layout::new(1, &(10_007..=u16::MAX), &[10_001]).unwrap();
+        // Eight ports outside the range, the router holds one of them.
+        let layout = Layout::new(1, &(10_008..=u16::MAX), &[10_001]).unwrap();
         let mut ports = layout.ports();
         ports.sort_unstable();
-        assert_eq!(ports, [10_000, 10_002, 10_003, 10_004, 10_005, 10_006]);
+        assert_eq!(
+            ports,
+            [10_000, 10_002, 10_003, 10_004, 10_005, 10_006, 10_007]
+        );
     }
 
     #[test]
