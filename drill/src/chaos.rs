@@ -139,21 +139,6 @@ fn command(args: &ChaosArgs, seed: u64) -> String {
     )
 }
 
-/// A fault's timeline entry, written once it is applied: what it is and
-/// whether it was seen taking effect.
-fn fault_line(fault: &FaultRecord) -> String {
-    format!(
-        "{}: {}{}",
-        fault.nemesis.name(),
-        fault.description,
-        if fault.took_effect {
-            ""
-        } else {
-            " (not seen taking effect)"
-        }
-    )
-}
-
 /// How long the run may take to bring every tenant home at its end.
 const HOMECOMING_LIMIT: Duration = Duration::from_secs(60);
 
@@ -230,9 +215,6 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
     let load = crate::load::run_load_until(&plan, &client, &factory, async {
         let _ = load_stopped.await;
     });
-    // Each fault goes on the timeline (and the terminal) once it is
-    // applied and seen acting or not, not when the load ends.
-    let shared = std::sync::Mutex::new(timeline);
     let nemeses = async {
         let mut faults: Vec<FaultRecord> = Vec::new();
         for step in schedule.by_ref() {
@@ -246,10 +228,6 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
             tokio::time::sleep_until(begin).await;
             let mut record = FaultRecord::begin(&step.fault);
             let applied = inject::apply(&ctx, &step.fault, &mut record).await;
-            shared
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .record_at(record.started_at, fault_line(&record));
             tokio::time::sleep(Duration::from_millis(step.hold_ms)).await;
             inject::heal(&ctx, &step.fault, applied, &mut record).await;
             match health::wait_healthy(&ctx, recovery_limit).await {
@@ -263,10 +241,22 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ChaosOutcome> {
         faults
     };
     let ((), faults) = tokio::join!(load, nemeses);
-    let mut timeline = shared
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let load_ended_at = timeline.record("load finished: every operation answered or out of time");
+    for fault in &faults {
+        timeline.record_at(
+            fault.started_at,
+            format!(
+                "{}: {}{}",
+                fault.nemesis.name(),
+                fault.description,
+                if fault.took_effect {
+                    ""
+                } else {
+                    " (not seen taking effect)"
+                }
+            ),
+        );
+    }
 
     // Back where it started: the tenants the faults moved away go home
     // before the final replays, which then land where the tenants live.

@@ -1,11 +1,9 @@
 //! The cluster description `once up` writes to `cluster.json`: where the
-//! routers (one per region; `router` is the first region's, the one the
-//! drills' load goes through), the provider simulator, every region's node, store member and
+//! router, the provider simulator, every region's node, store member and
 //! database are, and which tenants exist with their API keys and home
 //! regions. This is the contract between `once up` and the drill; unknown
 //! fields are ignored so `once up` can grow it without breaking drills.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -13,13 +11,7 @@ use serde::{Deserialize, Serialize};
 /// The whole of `cluster.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cluster {
-    /// The router the drills send their load through (`once up`: the
-    /// first region's).
     pub router: Endpoint,
-    /// Every region's router by region, `router` among them; empty for a
-    /// cluster described with one router.
-    #[serde(default)]
-    pub routers: BTreeMap<String, Endpoint>,
     pub provider: Endpoint,
     /// One bearer token for the router's and nodes' `/admin/*` endpoints
     /// and the store members' operator endpoints, for a deployment that
@@ -123,51 +115,6 @@ impl Cluster {
             None,
             self.operator_tls()?.as_ref(),
         ))
-    }
-
-    /// The router of `region`: its own where the cluster runs one per
-    /// region, else the one router.
-    pub fn router_of(&self, region: &str) -> &Endpoint {
-        self.routers.get(region).unwrap_or(&self.router)
-    }
-
-    /// Every router's admin listener, `router`'s first: where a partition
-    /// cuts a region off and a failback is asked, so that no router keeps
-    /// a view of its own that moves tenants away again.
-    pub fn router_admins(&self) -> Vec<&str> {
-        let mut admins = vec![self.router.admin()];
-        for router in self.routers.values() {
-            if !admins.contains(&router.admin()) {
-                admins.push(router.admin());
-            }
-        }
-        admins
-    }
-
-    /// The routers a partition of `region` cuts it off from: `router` (the
-    /// drills' own), and every other region's. The region's own router is
-    /// on its side of the cut: cut there, it would count every other
-    /// region down, and move their tenants away once the cut heals.
-    pub fn router_admins_across_from(&self, region: &str) -> Vec<&str> {
-        let mut admins = vec![self.router.admin()];
-        for (name, router) in &self.routers {
-            if name != region && !admins.contains(&router.admin()) {
-                admins.push(router.admin());
-            }
-        }
-        admins
-    }
-
-    /// Every router as the control endpoint names it (`router`, then
-    /// `router-<region>`) with its pid.
-    pub fn router_processes(&self) -> Vec<(String, Option<i32>)> {
-        let mut processes = vec![("router".to_owned(), self.router.pid)];
-        for (region, router) in &self.routers {
-            if router.admin() != self.router.admin() {
-                processes.push((format!("router-{region}"), router.pid));
-            }
-        }
-        processes
     }
 
     /// The router's admin token: its own, else the one shared token.
@@ -397,44 +344,6 @@ mod tests {
     }
 
     #[test]
-    fn a_router_per_region_is_found_by_region_and_each_is_reached_once() {
-        let json = r#"{ "router": {"url": "http://a", "admin_url": "http://a-admin", "pid": 1},
-          "routers": {"eu-west": {"url": "http://a", "admin_url": "http://a-admin", "pid": 1},
-                      "us-east": {"url": "http://b", "admin_url": "http://b-admin", "pid": 2}},
-          "provider": {"url": "http://p"},
-          "tenants": [{"id": "acme", "api_key": "k", "home_region": "eu-west"}],
-          "regions": [] }"#;
-        let cluster: Cluster = serde_json::from_str(json).unwrap();
-        assert_eq!(cluster.router_of("us-east").url, "http://b");
-        assert_eq!(
-            cluster.router_of("ap-south").url,
-            "http://a",
-            "the one router"
-        );
-        assert_eq!(
-            cluster.router_admins(),
-            ["http://a-admin", "http://b-admin"]
-        );
-        assert_eq!(
-            cluster.router_admins_across_from("us-east"),
-            ["http://a-admin"],
-            "us-east's own router is on its side"
-        );
-        assert_eq!(
-            cluster.router_admins_across_from("eu-west"),
-            ["http://a-admin", "http://b-admin"],
-            "the drills' router is always cut"
-        );
-        assert_eq!(
-            cluster.router_processes(),
-            [
-                ("router".to_owned(), Some(1)),
-                ("router-us-east".to_owned(), Some(2))
-            ]
-        );
-    }
-
-    #[test]
     fn each_role_is_sent_its_own_token_when_the_cluster_has_one() {
         let json = r#"{ "router": {"url": "http://r"}, "provider": {"url": "http://p"},
           "admin_tokens": {"node": "n", "router": "r", "store": "s"},
@@ -443,8 +352,6 @@ mod tests {
           "regions": [] }"#;
         let cluster: Cluster = serde_json::from_str(json).unwrap();
         assert_eq!(cluster.router_admin_token(), "r");
-        assert_eq!(cluster.router_admins(), ["http://r"], "one router");
-        assert_eq!(cluster.router_of("eu-west").url, "http://r");
         assert_eq!(cluster.node_admin_token(), "n");
         assert_eq!(cluster.store_operator_token(), "s");
         assert_eq!(cluster.control.unwrap().token, "c");

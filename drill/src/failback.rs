@@ -1,7 +1,5 @@
-//! Failback: ask the routers to move the region's tenants home again
-//! (`POST {router}/admin/failback {"region": R}` with the admin token, of
-//! every router in turn: one that still counts the region down would move
-//! them away again, and answers 409 until it counts it up), then
+//! Failback: ask the router to move the region's tenants home again
+//! (`POST {router}/admin/failback {"region": R}` with the admin token), then
 //! probe with fresh payments until every one of them is answered by a node
 //! of R (`X-Once-Region`). Probes are ordinary logged operations, so the
 //! checker covers them too.
@@ -64,10 +62,10 @@ pub async fn wait_until_healthy(
     }
 }
 
-/// Requests failback of `region` from every router of `router_admins`
-/// and waits until its `tenants` are served there again, or `timeout`.
+/// Requests failback of `region` and waits until its `tenants` are served
+/// there again, or `timeout`.
 pub async fn fail_back(
-    router_admins: &[&str],
+    router_url: &str,
     admin_token: &str,
     region: &str,
     tenants: &[Tenant],
@@ -78,7 +76,7 @@ pub async fn fail_back(
     let requested_at = now_ms();
     let deadline = Instant::now() + timeout;
     let (router_status, router_body) =
-        request_failback_everywhere(router_admins, admin_token, region, deadline).await;
+        request_failback(router_url, admin_token, region, deadline).await;
     let mut result = FailbackResult {
         requested_at,
         router_status,
@@ -110,24 +108,6 @@ pub async fn fail_back(
         }
     }
     result
-}
-
-/// [`request_failback`] of each router in turn; the first answer that is
-/// not a success, else the last router's.
-pub(crate) async fn request_failback_everywhere(
-    router_admins: &[&str],
-    admin_token: &str,
-    region: &str,
-    deadline: Instant,
-) -> (Option<u16>, Option<String>) {
-    let mut last = (None, Some("no router to ask".to_owned()));
-    for admin in router_admins {
-        last = request_failback(admin, admin_token, region, deadline).await;
-        if last.0.is_none_or(|s| !(200..300).contains(&s)) {
-            break;
-        }
-    }
-    last
 }
 
 /// `POST {router}/admin/failback`, again every 250 ms while the router

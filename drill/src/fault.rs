@@ -403,14 +403,12 @@ fn partition_switches(
             )));
         }
     }
-    for admin in cluster.router_admins_across_from(&region.name) {
-        switches.push(Box::new(HttpSwitch::router_cutting(
-            admin,
-            cluster.router_admin_token(),
-            &region.name,
-            http.clone(),
-        )));
-    }
+    switches.push(Box::new(HttpSwitch::router_cutting(
+        cluster.router.admin(),
+        cluster.router_admin_token(),
+        &region.name,
+        http.clone(),
+    )));
     switches
 }
 

@@ -182,8 +182,8 @@ pub async fn bring_home(cluster: &Cluster, limit: Duration) -> Homecoming {
         regions.dedup();
         for region in regions {
             let requested_at = now_ms();
-            let (router_status, router_body) = failback::request_failback_everywhere(
-                &cluster.router_admins(),
+            let (router_status, router_body) = failback::request_failback(
+                cluster.router.admin(),
                 cluster.router_admin_token(),
                 &region,
                 deadline,

@@ -318,7 +318,7 @@ pub async fn run(args: DrillArgs) -> anyhow::Result<DrillOutcome> {
         }
         timeline.record(format!("failback of {} requested", region.name));
         let result = failback::fail_back(
-            &cluster.router_admins(),
+            cluster.router.admin(),
             cluster.router_admin_token(),
             &region.name,
             &affected,

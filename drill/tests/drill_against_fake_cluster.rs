@@ -629,38 +629,9 @@ async fn a_kill_that_reaches_only_the_node_is_injected_and_the_region_restarted_
 }
 
 /// The drill's progress lines (`drill` events, one per timeline entry) as
-/// they were emitted, with when and on which thread.
+/// they were emitted, with when.
 #[derive(Clone, Default)]
-struct Progress(Arc<Mutex<Vec<(std::thread::ThreadId, std::time::Instant, String)>>>);
-
-impl Progress {
-    /// The process's one subscriber, installed by the first test that asks.
-    /// Global, not a thread's default: a scoped subscriber saw nothing when
-    /// the other tests of this binary ran beside it (the callsites they
-    /// registered first kept the interest they had without it).
-    fn global() -> &'static Progress {
-        static PROGRESS: std::sync::OnceLock<Progress> = std::sync::OnceLock::new();
-        PROGRESS.get_or_init(|| {
-            use tracing_subscriber::layer::SubscriberExt;
-            let progress = Progress::default();
-            tracing::subscriber::set_global_default(
-                tracing_subscriber::registry().with(progress.clone()),
-            )
-            .expect("no other subscriber in this test binary");
-            progress
-        })
-    }
-
-    /// The lines emitted on `thread`, in order.
-    fn on(&self, thread: std::thread::ThreadId) -> Vec<(std::time::Instant, String)> {
-        let lines = self.0.lock().unwrap();
-        lines
-            .iter()
-            .filter(|(t, _, _)| *t == thread)
-            .map(|(_, at, what)| (*at, what.clone()))
-            .collect()
-    }
-}
+struct Progress(Arc<Mutex<Vec<(std::time::Instant, String)>>>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Progress {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
@@ -675,18 +646,22 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Progress {
         let mut what = What(None);
         event.record(&mut what);
         if let Some(what) = what.0 {
-            self.0.lock().unwrap().push((
-                std::thread::current().id(),
-                std::time::Instant::now(),
-                what,
-            ));
+            self.0
+                .lock()
+                .unwrap()
+                .push((std::time::Instant::now(), what));
         }
     }
 }
 
 #[tokio::test]
 async fn the_drill_prints_the_fault_when_it_happens_not_when_the_load_ends() {
-    let progress = Progress::global();
+    use tracing_subscriber::layer::SubscriberExt;
+    let progress = Progress::default();
+    // This test's thread only (the drill runs on it: a current-thread
+    // runtime), so the other tests' lines are not mixed in.
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(progress.clone()));
     let dir = tempfile::tempdir().unwrap();
     let cluster = fake_cluster(dir.path(), false, (0, 0)).await;
     let mut args = args(cluster, dir.path().join("report"));
@@ -694,9 +669,7 @@ async fn the_drill_prints_the_fault_when_it_happens_not_when_the_load_ends() {
     args.failback = false;
     once_drill::run(args).await.unwrap();
 
-    // This test's thread only (the drill runs on it: a current-thread
-    // runtime), so the other tests' lines are not mixed in.
-    let lines = progress.on(std::thread::current().id());
+    let lines = progress.0.lock().unwrap().clone();
     let when = |prefix: &str| {
         lines
             .iter()

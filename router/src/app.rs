@@ -197,8 +197,7 @@ fn node_client(config: &RouterConfig) -> anyhow::Result<reqwest::Client> {
 }
 
 /// The public listener. A forwarded request is authenticated (401) and
-/// passes its tenant's gate (429) before its body is read; the API
-/// document (`/openapi.json`) and the probes need no key.
+/// passes its tenant's gate (429) before its body is read.
 pub fn public_router(state: SharedState) -> Router {
     let gates = TenantGates::new(
         state.api_keys.clone(),
@@ -206,10 +205,7 @@ pub fn public_router(state: SharedState) -> Router {
         state.metrics.edge.clone(),
     );
     let forwarded = forward::router().route_layer(from_fn_with_state(gates, tenants::admit));
-    let routes = Router::new()
-        .merge(forwarded)
-        .merge(crate::openapi::router())
-        .merge(ops::health(&state));
+    let routes = Router::new().merge(forwarded).merge(ops::health(&state));
     observe::outermost(routes, observing()).with_state(state)
 }
 

@@ -16,8 +16,6 @@
 //! - [`state`]: what handlers and background tasks share.
 //! - [`forward`]: `/payments…` — resolve, forward, 421 retry, 503.
 //! - [`headers`]: end-to-end headers pass, hop-by-hop ones stop.
-//! - [`openapi`]: `/openapi.json`, the nodes' API document, asked of a
-//!   node once and kept.
 //! - [`placement`]: the placement cache and its refresher.
 //! - [`regions`]: this router's up/down view of each region (thresholds,
 //!   and the evidence a region is declared down on).
@@ -78,7 +76,6 @@ pub mod headers;
 pub mod health;
 pub mod metrics;
 pub mod nodes;
-pub mod openapi;
 pub mod ops;
 pub mod partition;
 pub mod placement;

@@ -1,11 +1,8 @@
 //! `once up`: the whole system on this machine, embedded storage only,
 //! nothing to install. For `--regions N` (default 3) it runs, as child
-//! processes of itself: one raft-store member, one node, one SQLite
-//! database and one router per region, as the manifests deploy them (each
-//! router its region's: `--region`, its own member first, forwarding to
-//! every region's node; the first region's on `--listen`), and the provider simulator,
-//! which the nodes reach over HTTP and which logs a line per charge to
-//! `DIR/logs/provider.log` (the terminal keeps the banner). It bootstraps the store,
+//! processes of itself: one raft-store member, one node and one SQLite
+//! database per region, and a router in front; the provider simulator runs
+//! inside this process and is reached over HTTP. It bootstraps the store,
 //! places demo tenants (at least one homed in each region), writes
 //! `DIR/cluster.json` and prints how to use it. Ctrl-C or SIGTERM stops
 //! every child cleanly; a second `once up --dir DIR` resumes from the same
@@ -65,9 +62,7 @@ pub struct UpArgs {
     /// Where data, keys, logs and cluster.json live.
     #[arg(long, default_value = "once-data")]
     pub dir: PathBuf,
-    /// Address of the first region's router (the API clients use); every
-    /// other region's router gets a port of its own (`cluster.json` →
-    /// `routers`).
+    /// Address of the router (the API clients use).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// How many regions to run.
@@ -238,23 +233,23 @@ fn demo_data_keys(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Everything `once up` started; `stores[i]`, `nodes[i]` and `routers[i]`
-/// are region i's.
+/// Everything `once up` started; `stores[i]` and `nodes[i]` are region i's.
 #[derive(Debug, Default)]
 pub(crate) struct Running {
-    provider: Option<ChildProcess>,
     stores: Vec<ChildProcess>,
     nodes: Vec<ChildProcess>,
-    routers: Vec<ChildProcess>,
+    router: Option<ChildProcess>,
 }
 
 impl Running {
-    /// Front to back: the routers first, the stores and the provider last,
-    /// so nothing is left talking to a process that is already gone.
+    /// Front to back: the router first, the stores last, so nothing is
+    /// left talking to a member that is already gone.
     async fn stop(self) {
-        futures_join(self.routers).await;
+        if let Some(router) = self.router {
+            router.stop(STOP_GRACE).await;
+        }
         futures_join(self.nodes).await;
-        futures_join(self.stores.into_iter().chain(self.provider).collect()).await;
+        futures_join(self.stores).await;
     }
 }
 
@@ -278,6 +273,7 @@ pub(crate) struct Plan {
     wan_latency: u64,
     layout: Layout,
     logs: PathBuf,
+    provider_url: String,
     admin_tokens: AdminTokens,
     api_keys: String,
     data_keys: PathBuf,
@@ -286,26 +282,6 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// Where the nodes reach the provider simulator.
-    fn provider_url(&self) -> String {
-        format!("http://{}", self.layout.provider)
-    }
-
-    /// The provider simulator. Its ledger is journaled in DIR, so a resumed
-    /// cluster's provider remembers what it charged (a recovery after the
-    /// restart finds the charge by key, as it would at a real provider,
-    /// instead of charging again); its line per charge goes to its log.
-    fn provider(&self) -> anyhow::Result<ChildProcess> {
-        let args: Vec<String> = vec![
-            "provider-sim".into(),
-            "--listen".into(),
-            self.layout.provider.to_string(),
-            "--ledger-file".into(),
-            self.dir.join(PROVIDER_LEDGER).display().to_string(),
-        ];
-        ChildProcess::spawn(&self.logs, "provider", &args, &[])
-    }
-
     fn latency(&self) -> Vec<String> {
         vec!["--wan-latency".into(), self.wan_latency.to_string()]
     }
@@ -402,7 +378,7 @@ impl Plan {
             "--store-endpoints".into(),
             self.layout.store_endpoints_from(region).join(","),
             "--provider-url".into(),
-            self.provider_url(),
+            self.provider_url.clone(),
             "--data-keys".into(),
             self.data_keys.display().to_string(),
         ];
@@ -420,17 +396,14 @@ impl Plan {
         ChildProcess::spawn(&self.logs, &format!("node-{}", region.name), &args, &env)
     }
 
-    /// Region `i`'s router, as a region's manifests configure it: its
-    /// region, its own store member first, every region's node.
-    fn router(&self, i: usize, extra: &[(&'static str, String)]) -> anyhow::Result<ChildProcess> {
-        let home = &self.layout.regions[i];
-        let name = self.layout.router_name(i);
+    fn router(&self, extra: &[(&'static str, String)]) -> anyhow::Result<ChildProcess> {
+        let home = &self.layout.regions[0];
         let mut args: Vec<String> = vec![
             "router".into(),
             "--listen".into(),
-            self.layout.router_listen(i, self.listen).to_string(),
+            self.listen.to_string(),
             "--admin-listen".into(),
-            self.layout.router_admin_of(i).to_string(),
+            self.layout.router_admin.to_string(),
             "--region".into(),
             home.name.clone(),
             "--store-endpoints".into(),
@@ -445,7 +418,7 @@ impl Plan {
             self.dir.display().to_string(),
         ];
         args.extend(self.store_groups_flag());
-        args.extend(self.pki.flags(&name));
+        args.extend(self.pki.flags("router"));
         args.extend(self.latency());
         // Its own token, and the nodes' for the console's record reads and
         // resolves; never the store operator's.
@@ -455,7 +428,7 @@ impl Plan {
             ("ONCE_NODE_ADMIN_TOKEN", self.admin_tokens.node.clone()),
         ];
         env.extend_from_slice(extra);
-        ChildProcess::spawn(&self.logs, &name, &args, &env)
+        ChildProcess::spawn(&self.logs, "router", &args, &env)
     }
 }
 
@@ -508,15 +481,6 @@ async fn wait_for_leader(plan: &Plan, endpoints: &[String]) -> anyhow::Result<()
 
 async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
     let layout = &plan.layout;
-    let mut provider = plan.provider()?;
-    provider
-        .wait_ready(
-            plan.pki.http(),
-            &format!("{}/healthz", plan.provider_url()),
-            START_LIMIT,
-        )
-        .await?;
-    running.provider = Some(provider);
     for region in &layout.regions {
         running.stores.push(plan.store(region, &[])?);
     }
@@ -541,18 +505,15 @@ async fn start(plan: &Plan, running: &mut Running) -> anyhow::Result<()> {
         )
         .await?;
     }
-    for i in 0..layout.regions.len() {
-        running.routers.push(plan.router(i, &[])?);
-    }
-    for (i, router) in running.routers.iter_mut().enumerate() {
-        router
-            .wait_ready(
-                plan.pki.http(),
-                &format!("http://{}/readyz", layout.router_admin_of(i)),
-                START_LIMIT,
-            )
-            .await?;
-    }
+    let mut router = plan.router(&[])?;
+    router
+        .wait_ready(
+            plan.pki.http(),
+            &format!("http://{}/readyz", plan.layout.router_admin),
+            START_LIMIT,
+        )
+        .await?;
+    running.router = Some(router);
     Ok(())
 }
 
@@ -580,12 +541,36 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
         .map_err(super::config_error)?;
     let pki = Pki::prepare(&args.dir.join("tls"), &layout, lifetimes)?;
 
+    // The provider simulator, in this process: nodes reach it over real
+    // HTTP, exactly as they would a real provider. Its ledger is journaled
+    // in DIR, so a resumed cluster's provider remembers what it charged (a
+    // recovery after the restart finds the charge by key, as it would at a
+    // real provider, instead of charging again).
+    let simulator = once_provider_sim::Simulator::with_journal(&args.dir.join(PROVIDER_LEDGER))
+        .context("opening the provider simulator's ledger")?;
+    let (provider_addr_tx, provider_addr_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(once_provider_sim::serve(
+        simulator,
+        "127.0.0.1:0".parse().expect("static address"),
+        move |addr| {
+            let _ = provider_addr_tx.send(addr);
+        },
+        std::future::pending(),
+    ));
+    let provider_url = format!(
+        "http://{}",
+        provider_addr_rx
+            .await
+            .context("starting the provider simulator")?
+    );
+
     let plan = Arc::new(Plan {
         dir: args.dir.clone(),
         listen: args.listen,
         wan_latency: args.wan_latency,
         layout: layout.clone(),
         logs: args.dir.join("logs"),
+        provider_url: provider_url.clone(),
         admin_tokens: admin_tokens.clone(),
         api_keys: keys
             .iter()
@@ -614,7 +599,6 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     };
 
     let router_url = format!("http://{}", args.listen);
-    let provider_url = plan.provider_url();
     let console_url = format!("http://{}/console", layout.router_admin);
     let cluster_path = args.dir.join("cluster.json");
     let running = Arc::new(tokio::sync::Mutex::new(running));
@@ -630,30 +614,10 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     )
     .await?;
     let running_now = running.lock().await;
-    // Every region's router; `router` is the first region's, as before.
-    let routers: serde_json::Map<String, serde_json::Value> = layout
-        .regions
-        .iter()
-        .enumerate()
-        .zip(&running_now.routers)
-        .map(|((i, r), router)| {
-            let admin = layout.router_admin_of(i);
-            (
-                r.name.clone(),
-                json!({
-                    "url": format!("http://{}", layout.router_listen(i, args.listen)),
-                    "admin_url": format!("http://{admin}"),
-                    "console_url": format!("http://{admin}/console"),
-                    "pid": router.pid(),
-                }),
-            )
-        })
-        .collect();
     let cluster = json!({
         "control": { "url": control_url, "token": control_token },
-        "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.routers.first().map(ChildProcess::pid) },
-        "routers": routers,
-        "provider": { "url": provider_url, "pid": running_now.provider.as_ref().map(ChildProcess::pid) },
+        "router": { "url": router_url, "admin_url": format!("http://{}", layout.router_admin), "console_url": console_url, "pid": running_now.router.as_ref().map(ChildProcess::pid) },
+        "provider": { "url": provider_url },
         // One per role and power; the console and the drills take the
         // ones they need.
         "admin_tokens": admin_tokens.describe(),
@@ -678,20 +642,8 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
     // in it.
     write_private(&cluster_path, &serde_json::to_vec_pretty(&cluster)?)?;
 
-    let region_routers: Vec<(String, String)> = layout
-        .regions
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            (
-                r.name.clone(),
-                format!("http://{}", layout.router_listen(i, args.listen)),
-            )
-        })
-        .collect();
     Welcome {
         router_url: &router_url,
-        routers: &region_routers,
         console_url: &console_url,
         provider_url: &provider_url,
         admin_tokens: &admin_tokens,
@@ -709,8 +661,6 @@ pub async fn run(mut args: UpArgs) -> anyhow::Result<()> {
 /// What `once up` prints once the cluster answers.
 struct Welcome<'a> {
     router_url: &'a str,
-    /// Every region's router: its region and URL.
-    routers: &'a [(String, String)],
     console_url: &'a str,
     provider_url: &'a str,
     admin_tokens: &'a AdminTokens,
@@ -723,7 +673,6 @@ impl Welcome<'_> {
     fn print(&self, args: &UpArgs) {
         let Self {
             router_url,
-            routers,
             console_url,
             provider_url,
             admin_tokens,
@@ -739,9 +688,6 @@ impl Welcome<'_> {
             "once is up: {router_url}  ({regions}, data in {})",
             args.dir.display()
         );
-        for (region, url) in routers {
-            println!("  router of {region:<9} {url}");
-        }
         for ((t, k), (_, home)) in keys.iter().zip(homes) {
             println!("  tenant {t:<8} home {home:<9} API key {k}");
         }

@@ -20,7 +20,6 @@ use crate::helpers::{Answer, ONCE, eventually, payment_body, post, send};
 mod operator;
 mod perimeter;
 mod restarts;
-mod routers;
 mod wan;
 
 /// A running `once up`, its cluster description read back (also what
@@ -43,18 +42,7 @@ impl Up {
 
     /// [`Self::start`] with `extra` flags for `once up`.
     pub(crate) async fn start_with(root: &Path, listen: &str, extra: &[&str]) -> Self {
-        Self::start_with_env(root, listen, extra, &[]).await
-    }
-
-    /// [`Self::start_with`] with `env` for `once up` and its children.
-    pub(crate) async fn start_with_env(
-        root: &Path,
-        listen: &str,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Self {
         let mut command = process::command(ONCE);
-        command.envs(env.iter().copied());
         command
             .args([
                 "up",
@@ -121,8 +109,7 @@ pub(crate) fn cluster_http(cluster: &serde_json::Value) -> reqwest::Client {
     operator_tls(cluster).http_client().build().unwrap()
 }
 
-/// The pid of every child `once up` runs now (a router per region, the
-/// provider simulator), as `dir/cluster.json` says:
+/// The pid of every child `once up` runs now, as `dir/cluster.json` says:
 /// read again each time, since restarting a killed region rewrites it with
 /// the new processes' pids.
 fn pids_now(dir: &Path) -> Vec<i32> {
@@ -132,13 +119,7 @@ fn pids_now(dir: &Path) -> Vec<i32> {
     regions
         .iter()
         .flat_map(|r| [&r["node"]["pid"], &r["store"]["pid"]])
-        .chain([&cluster["router"]["pid"], &cluster["provider"]["pid"]])
-        .chain(
-            cluster["routers"]
-                .as_object()
-                .into_iter()
-                .flat_map(|routers| routers.values().map(|r| &r["pid"])),
-        )
+        .chain([&cluster["router"]["pid"]])
         .map(|p| p.as_i64().expect("pid") as i32)
         .collect()
 }

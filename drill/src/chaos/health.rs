@@ -38,7 +38,7 @@ async fn unhealthy(ctx: &Ctx) -> Option<String> {
         Ok(c) => c,
         Err(e) => return Some(format!("{e:#}")),
     };
-    let mut pids = cluster.router_processes();
+    let mut pids = vec![("router".to_owned(), cluster.router.pid)];
     for region in &cluster.regions {
         pids.push((format!("node-{}", region.name), region.node.pid));
         pids.push((
@@ -57,10 +57,7 @@ async fn unhealthy(ctx: &Ctx) -> Option<String> {
     // Asked where Kubernetes asks (the manifests' readinessProbe): the
     // admin listener. Whether the public one keeps up under a fault is
     // what the clients' attempts measure.
-    let ready = cluster
-        .router_admins()
-        .into_iter()
-        .map(str::to_owned)
+    let ready = std::iter::once(cluster.router.admin().to_owned())
         .chain(cluster.regions.iter().map(|r| r.node.admin().to_owned()));
     for url in ready {
         let url = format!("{}/readyz", url.trim_end_matches('/'));

@@ -78,14 +78,12 @@ pub fn plan(
                     http.clone(),
                 ));
             }
-            for admin in cluster.router_admins_across_from(region) {
-                switches.push(HttpSwitch::router_cutting(
-                    admin,
-                    cluster.router_admin_token(),
-                    region,
-                    http.clone(),
-                ));
-            }
+            switches.push(HttpSwitch::router_cutting(
+                cluster.router.admin(),
+                cluster.router_admin_token(),
+                region,
+                http.clone(),
+            ));
         }
         PartitionShape::Bridge { a, b, .. } => {
             for (from, cut) in [(a, b), (b, a)] {

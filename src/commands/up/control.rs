@@ -3,12 +3,12 @@
 //! and the messages are `once_drill::control`.
 //!
 //! - `POST /regions/{name}/restart` starts again whichever of the region's
-//!   processes (store member, node, router) are not running — what a region's
+//!   processes (store member, node) are not running — what a region's
 //!   orchestrator does after an outage — waits until they answer, and
 //!   records their new pids in `cluster.json`. The failover drill calls it
 //!   before failing a killed region back.
-//! - `POST /processes/{process}/restart` (`router` — the first region's —,
-//!   `router-<region>`, `node-<region>`, `store-<region>`) stops one process and starts it again, with a body
+//! - `POST /processes/{process}/restart` (`router`, `node-<region>`,
+//!   `store-<region>`) stops one process and starts it again, with a body
 //!   of optional fields: `{"stop": "term" | "kill" | "none",
 //!   "clock_offset_seconds": N, "wipe": bool}`. It answers once the new
 //!   process is ready: `{"process", "pid", "previous_pid", "stopped":

@@ -35,14 +35,6 @@ pub struct RegionLayout {
     pub store_admin: SocketAddr,
     #[serde(default = "unset")]
     pub node_admin: SocketAddr,
-    /// Its router's public and admin listeners, for every region but the
-    /// first, whose router listens on `once up --listen` and
-    /// [`Layout::router_admin`] (added later: a layout written before
-    /// them gets ports on its next start).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub router: Option<SocketAddr>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub router_admin: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,10 +43,6 @@ pub struct Layout {
     /// The router's admin listener.
     #[serde(default = "unset")]
     pub router_admin: SocketAddr,
-    /// The provider simulator's listener (added later, like the admin
-    /// listeners).
-    #[serde(default = "unset")]
-    pub provider: SocketAddr,
 }
 
 /// A port not chosen yet.
@@ -196,7 +184,7 @@ impl Layout {
     /// it chose any.
     fn fill_unset(&mut self, taken: &[u16]) -> anyhow::Result<bool> {
         let mut held: Vec<u16> = taken.to_vec();
-        held.extend([self.router_admin.port(), self.provider.port()]);
+        held.push(self.router_admin.port());
         for r in &self.regions {
             held.extend(
                 [
@@ -208,34 +196,18 @@ impl Layout {
                 ]
                 .map(|a| a.port()),
             );
-            held.extend(
-                [r.router, r.router_admin]
-                    .into_iter()
-                    .flatten()
-                    .map(|a| a.port()),
-            );
         }
         let mut ports = PortPicker::new(&ephemeral_range(), &held)?;
         let mut filled = false;
-        let slots = [&mut self.router_admin, &mut self.provider]
-            .into_iter()
-            .chain(
-                self.regions
-                    .iter_mut()
-                    .flat_map(|r| [&mut r.store_admin, &mut r.node_admin]),
-            );
+        let slots = std::iter::once(&mut self.router_admin).chain(
+            self.regions
+                .iter_mut()
+                .flat_map(|r| [&mut r.store_admin, &mut r.node_admin]),
+        );
         for slot in slots {
             if *slot == unset() {
                 *slot = ports.next_addr()?;
                 filled = true;
-            }
-        }
-        for r in self.regions.iter_mut().skip(1) {
-            for slot in [&mut r.router, &mut r.router_admin] {
-                if slot.is_none() {
-                    *slot = Some(ports.next_addr()?);
-                    filled = true;
-                }
             }
         }
         Ok(filled)
@@ -245,7 +217,6 @@ impl Layout {
         let mut ports = PortPicker::new(ephemeral, taken)?;
         Ok(Layout {
             router_admin: ports.next_addr()?,
-            provider: ports.next_addr()?,
             regions: (0..regions)
                 .map(|i| {
                     Ok(RegionLayout {
@@ -256,8 +227,6 @@ impl Layout {
                         node: ports.next_addr()?,
                         store_admin: ports.next_addr()?,
                         node_admin: ports.next_addr()?,
-                        router: (i > 0).then(|| ports.next_addr()).transpose()?,
-                        router_admin: (i > 0).then(|| ports.next_addr()).transpose()?,
                     })
                 })
                 .collect::<anyhow::Result<_>>()?,
@@ -301,8 +270,7 @@ impl Layout {
 
     /// Every address a child of this layout listens on.
     pub fn addresses(&self) -> Vec<SocketAddr> {
-        [self.router_admin, self.provider]
-            .into_iter()
+        std::iter::once(self.router_admin)
             .chain(self.regions.iter().flat_map(|r| {
                 [
                     r.store_raft,
@@ -311,39 +279,8 @@ impl Layout {
                     r.store_admin,
                     r.node_admin,
                 ]
-                .into_iter()
-                .chain([r.router, r.router_admin].into_iter().flatten())
             }))
             .collect()
-    }
-
-    /// Region `i`'s router: its name (its log's and its certificate's,
-    /// and what the control endpoint restarts it by), the first region's
-    /// plain `router`.
-    pub fn router_name(&self, i: usize) -> String {
-        match i {
-            0 => "router".to_owned(),
-            _ => format!("router-{}", self.regions[i].name),
-        }
-    }
-
-    /// Region `i`'s router's public listener: `listen` (`once up
-    /// --listen`) for the first region.
-    pub fn router_listen(&self, i: usize, listen: SocketAddr) -> SocketAddr {
-        match i {
-            0 => listen,
-            _ => self.regions[i].router.expect("chosen with the layout"),
-        }
-    }
-
-    /// Region `i`'s router's admin listener.
-    pub fn router_admin_of(&self, i: usize) -> SocketAddr {
-        match i {
-            0 => self.router_admin,
-            _ => self.regions[i]
-                .router_admin
-                .expect("chosen with the layout"),
-        }
     }
 
     /// Fails, naming the address, if anything already listens where a
@@ -423,50 +360,13 @@ mod tests {
     }
 
     #[test]
-    fn a_layout_from_before_a_router_per_region_gets_their_ports_on_its_next_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = Layout::load_or_create(dir.path(), 3, &[]).unwrap();
-        let mut older: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(Layout::path(dir.path())).unwrap()).unwrap();
-        for region in older["regions"].as_array_mut().unwrap() {
-            let region = region.as_object_mut().unwrap();
-            assert_eq!(
-                region.remove("router").is_some(),
-                region["name"] != "eu-west"
-            );
-            region.remove("router_admin");
-        }
-        std::fs::write(Layout::path(dir.path()), older.to_string()).unwrap();
-        let again = Layout::load_or_create(dir.path(), 3, &[]).unwrap();
-        assert_eq!(
-            again.regions[0].router, None,
-            "the first router is --listen's"
-        );
-        assert!(
-            again.regions[1..]
-                .iter()
-                .all(|r| r.router.is_some() && r.router_admin.is_some())
-        );
-        assert_eq!(
-            again.regions[0].node, first.regions[0].node,
-            "nothing else moves"
-        );
-        let ports = again.ports();
-        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), ports.len());
-        assert_eq!(again.router_name(2), "router-ap-south");
-        assert_eq!(again.router_name(0), "router");
-    }
-
-    #[test]
     fn a_new_layouts_ports_are_distinct_and_never_ones_the_kernel_hands_out() {
         let ephemeral = ephemeral_range();
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::load_or_create(dir.path(), 7, &[]).unwrap();
         let ports = layout.ports();
-        // Five listeners a region, a router's two for every region after
-        // the first, the first router's admin listener and the provider
-        // simulator.
-        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 49, "{ports:?}");
+        // Five listeners a region, and the router's admin listener.
+        assert_eq!(ports.iter().collect::<BTreeSet<_>>().len(), 36, "{ports:?}");
         for port in ports {
             assert!(!ephemeral.contains(&port), "{port} in {ephemeral:?}");
             assert!(port >= LOWEST_PORT, "{port}");
@@ -475,14 +375,11 @@ mod tests {
 
     #[test]
     fn the_routers_port_is_never_given_to_a_region() {
-        // Eight ports outside the range, the router holds one of them.
-        let layout = Layout::new(1, &(10_008..=u16::MAX), &[10_001]).unwrap();
+        // Seven ports outside the range, the router holds one of them.
+        let layout = Layout::new(1, &(10_007..=u16::MAX), &[10_001]).unwrap();
         let mut ports = layout.ports();
         ports.sort_unstable();
-        assert_eq!(
-            ports,
-            [10_000, 10_002, 10_003, 10_004, 10_005, 10_006, 10_007]
-        );
+        assert_eq!(ports, [10_000, 10_002, 10_003, 10_004, 10_005, 10_006]);
     }
 
     #[test]

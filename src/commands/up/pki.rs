@@ -1,8 +1,7 @@
 //! `once up`'s local CA and a certificate per process, in `DIR/tls/`: the
 //! CA in `DIR/tls/ca/` (its key 0600), and `<process>.pem` with
 //! `<process>-key.pem` (0600) beside `ca.pem` for every store member,
-//! node and router (`router` is the first region's, `router-<region>` the
-//! others'), plus `operator` — `once up`'s own identity, which
+//! node and the router, plus `operator` — `once up`'s own identity, which
 //! the drills and the operator commands use too. Made on the first start
 //! and reused on resume; a region added later gets its certificates then.
 //! Every child starts with mutual TLS on: a local cluster is as closed as a
@@ -109,14 +108,11 @@ impl Pki {
                 ips: vec![r.node.ip(), r.node_admin.ip()],
             });
         }
-        // A router per region, each its region's identity.
-        for (i, r) in layout.regions.iter().enumerate() {
-            leaves.push(Leaf {
-                name: layout.router_name(i),
-                identity: Identity::new(&r.name, Role::Router)?,
-                ips: vec![layout.router_admin_of(i).ip()],
-            });
-        }
+        leaves.push(Leaf {
+            name: "router".into(),
+            identity: Identity::new(&layout.regions[0].name, Role::Router)?,
+            ips: vec![layout.router_admin.ip()],
+        });
         leaves.push(Leaf {
             name: OPERATOR.into(),
             identity: Identity::new("local", Role::Operator)?,

@@ -37,8 +37,7 @@ use super::{Plan, Running, START_LIMIT, STOP_GRACE};
 /// One process of the cluster, as the control endpoint names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Process {
-    /// Region `i`'s router.
-    Router(usize),
+    Router,
     /// Region `i`'s node.
     Node(usize),
     /// Region `i`'s raft-store member.
@@ -46,14 +45,11 @@ pub(crate) enum Process {
 }
 
 impl Process {
-    /// `router` (the first region's), `router-<region>`, `node-<region>`
-    /// or `store-<region>`, for a region of `layout`.
+    /// `router`, `node-<region>` or `store-<region>`, for a region of `layout`.
     pub fn parse(name: &str, layout: &Layout) -> Result<Self, RestartError> {
         let region = |name: &str| layout.regions.iter().position(|r| r.name == name);
         let found = if name == "router" {
-            Some(Self::Router(0))
-        } else if let Some(r) = name.strip_prefix("router-") {
-            region(r).map(Self::Router)
+            Some(Self::Router)
         } else if let Some(r) = name.strip_prefix("node-") {
             region(r).map(Self::Node)
         } else if let Some(r) = name.strip_prefix("store-") {
@@ -75,7 +71,7 @@ impl Process {
     /// Its name: the one it is asked for by, and its log's.
     pub fn name(self, layout: &Layout) -> String {
         match self {
-            Self::Router(i) => layout.router_name(i),
+            Self::Router => "router".to_owned(),
             Self::Node(i) => format!("node-{}", layout.regions[i].name),
             Self::Store(i) => format!("store-{}", layout.regions[i].name),
         }
@@ -87,7 +83,7 @@ impl Process {
     /// where Kubernetes asks (the public one may be swamped by clients).
     fn ready_url(self, plan: &Plan) -> String {
         match self {
-            Self::Router(i) => format!("http://{}/readyz", plan.layout.router_admin_of(i)),
+            Self::Router => format!("http://{}/readyz", plan.layout.router_admin),
             Self::Node(i) => format!("http://{}/readyz", plan.layout.regions[i].node_admin),
             Self::Store(i) => format!("https://{}/api/status", plan.layout.regions[i].store_api),
         }
@@ -96,7 +92,7 @@ impl Process {
     /// Starts it as every start does, `env` added.
     fn spawn(self, plan: &Plan, env: &[(&'static str, String)]) -> anyhow::Result<ChildProcess> {
         match self {
-            Self::Router(i) => plan.router(i, env),
+            Self::Router => plan.router(env),
             Self::Node(i) => plan.node(&plan.layout.regions[i], env),
             Self::Store(i) => plan.store(&plan.layout.regions[i], env),
         }
@@ -106,7 +102,7 @@ impl Process {
     /// stopping them all.
     fn slot(self, running: &mut Running) -> Option<&mut ChildProcess> {
         match self {
-            Self::Router(i) => running.routers.get_mut(i),
+            Self::Router => running.router.as_mut(),
             Self::Node(i) => running.nodes.get_mut(i),
             Self::Store(i) => running.stores.get_mut(i),
         }
@@ -116,7 +112,7 @@ impl Process {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RestartError {
     #[error(
-        "no process {name:?}: name `router`, `router-<region>`, `node-<region>` or `store-<region>` (regions: {regions})"
+        "no process {name:?}: name `router`, `node-<region>` or `store-<region>` (regions: {regions})"
     )]
     UnknownProcess { name: String, regions: String },
     #[error("no region {0:?}")]
@@ -231,7 +227,7 @@ fn wipe(dir: &Path) -> Result<(), RestartError> {
 }
 
 /// Starts again whichever of region `name`'s processes (store member,
-/// node, router) are not running — what a region's orchestrator does after an
+/// node) are not running — what a region's orchestrator does after an
 /// outage — and waits until they answer.
 pub(crate) async fn restart_region(
     plan: &Plan,
@@ -244,13 +240,8 @@ pub(crate) async fn restart_region(
     };
     let mut running = running.lock().await;
     let mut restarted = Vec::new();
-    // The member first: the node needs a store to be ready, the router
-    // the store.
-    for (process, what) in [
-        (Process::Store(i), "store"),
-        (Process::Node(i), "node"),
-        (Process::Router(i), "router"),
-    ] {
+    // The member first: the node needs a store to be ready.
+    for (process, what) in [(Process::Store(i), "store"), (Process::Node(i), "node")] {
         let slot = process.slot(&mut running).ok_or(RestartError::Stopping)?;
         if !slot.exited() {
             continue;
@@ -265,26 +256,20 @@ pub(crate) async fn restart_region(
     }
     let pid =
         |process: Process, running: &mut Running| process.slot(running).map_or(0, |c| c.pid());
-    let (node_pid, store_pid, router_pid) = (
+    let (node_pid, store_pid) = (
         pid(Process::Node(i), &mut running),
         pid(Process::Store(i), &mut running),
-        pid(Process::Router(i), &mut running),
     );
     record_pids(
         cluster_path,
         &plan.layout,
-        &[
-            (Process::Node(i), node_pid),
-            (Process::Store(i), store_pid),
-            (Process::Router(i), router_pid),
-        ],
+        &[(Process::Node(i), node_pid), (Process::Store(i), store_pid)],
     )?;
     Ok(json!({
         "region": name,
         "restarted": restarted,
         "node_pid": node_pid,
         "store_pid": store_pid,
-        "router_pid": router_pid,
     }))
 }
 
@@ -296,13 +281,8 @@ fn record_pids(path: &Path, layout: &Layout, processes: &[(Process, u32)]) -> an
     .with_context(|| format!("parsing {}", path.display()))?;
     for (process, pid) in processes {
         let (region, role) = match process {
-            Process::Router(i) => {
-                if *i == 0 {
-                    cluster["router"]["pid"] = json!(pid);
-                }
-                if let Some(router) = cluster["routers"].get_mut(&layout.regions[*i].name) {
-                    router["pid"] = json!(pid);
-                }
+            Process::Router => {
+                cluster["router"]["pid"] = json!(pid);
                 continue;
             }
             Process::Node(i) => (&layout.regions[*i].name, "node"),
@@ -326,14 +306,7 @@ mod tests {
     fn processes_are_named_by_role_and_region() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::load_or_create(dir.path(), 3, &[]).unwrap();
-        assert_eq!(
-            Process::parse("router", &layout).unwrap(),
-            Process::Router(0)
-        );
-        let router = Process::parse("router-us-east", &layout).unwrap();
-        assert_eq!(router, Process::Router(1));
-        assert_eq!(router.name(&layout), "router-us-east");
-        assert_eq!(Process::Router(0).name(&layout), "router");
+        assert_eq!(Process::parse("router", &layout).unwrap(), Process::Router);
         assert_eq!(
             Process::parse("node-us-east", &layout).unwrap(),
             Process::Node(1)
@@ -341,14 +314,7 @@ mod tests {
         let store = Process::parse("store-ap-south", &layout).unwrap();
         assert_eq!(store, Process::Store(2));
         assert_eq!(store.name(&layout), "store-ap-south");
-        for unknown in [
-            "node-mars",
-            "provider",
-            "store-",
-            "eu-west",
-            "Router",
-            "router-mars",
-        ] {
+        for unknown in ["node-mars", "provider", "store-", "eu-west", "Router"] {
             let error = Process::parse(unknown, &layout).unwrap_err();
             assert_eq!(error.status(), StatusCode::NOT_FOUND, "{unknown}");
             assert!(error.to_string().contains("eu-west, us-east, ap-south"));
@@ -364,7 +330,6 @@ mod tests {
             &path,
             json!({
                 "router": {"url": "r", "pid": 1},
-                "routers": {"eu-west": {"url": "r", "pid": 1}, "us-east": {"url": "u", "pid": 6}},
                 "regions": [
                     {"name": "eu-west", "node": {"pid": 2}, "store": {"pid": 3}},
                     {"name": "us-east", "node": {"pid": 4}, "store": {"pid": 5}},
@@ -376,18 +341,12 @@ mod tests {
         record_pids(
             &path,
             &layout,
-            &[
-                (Process::Router(0), 10),
-                (Process::Router(1), 60),
-                (Process::Store(1), 50),
-            ],
+            &[(Process::Router, 10), (Process::Store(1), 50)],
         )
         .unwrap();
         let cluster: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(cluster["router"]["pid"], 10);
-        assert_eq!(cluster["routers"]["eu-west"]["pid"], 10);
-        assert_eq!(cluster["routers"]["us-east"]["pid"], 60);
         assert_eq!(cluster["regions"][0]["node"]["pid"], 2);
         assert_eq!(cluster["regions"][1]["node"]["pid"], 4);
         assert_eq!(cluster["regions"][1]["store"]["pid"], 50);
