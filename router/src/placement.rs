@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use once_store_client::client::ClientError;
-use once_store_client::command::{MovedPlacement, Placement};
+use once_store_client::command::Placement;
 use once_store_client::groups::StoreGroups;
 use tokio::sync::Notify;
 
@@ -90,22 +90,17 @@ impl PlacementCache {
     /// Applies an evacuation of `region` to the cache, in place and under
     /// one lock, by the rule raft-store now reads those placements by
     /// ([`Placement::failover_target`], epoch + 1): the first standby
-    /// `eligible` accepts becomes home. Returns the moves, sorted by
-    /// tenant, and the tenants no eligible standby could take (they stay).
-    /// Requests route by the new homes once the lock is released, before
-    /// the returned list is built.
+    /// `eligible` accepts becomes home; a tenant none accepts stays. What
+    /// the evacuation moved is the caller's to tell (the placements homed
+    /// there when it was sent, `crate::failover`), not what the cache
+    /// still shows.
     ///
     /// Tenants placed alike move alike: each distinct placement is moved
     /// once and shared, so the lock is held for a hash lookup per tenant.
-    pub fn evacuate(
-        &self,
-        region: &str,
-        eligible: impl Fn(&str) -> bool,
-    ) -> (Vec<MovedPlacement>, Vec<String>) {
+    pub fn evacuate(&self, region: &str, eligible: impl Fn(&str) -> bool) {
         let mut moves: HashMap<Placement, Option<Arc<Placement>>> = HashMap::new();
-        let (mut moved, mut stranded) = (Vec::new(), Vec::new());
         let mut map = self.write();
-        for (tenant, placement) in map.iter_mut().filter(|(_, p)| p.home == region) {
+        for (_, placement) in map.iter_mut().filter(|(_, p)| p.home == region) {
             let target = match moves.get(placement.as_ref()) {
                 Some(target) => target.clone(),
                 None => {
@@ -116,26 +111,10 @@ impl PlacementCache {
                     target
                 }
             };
-            match target {
-                Some(target) => {
-                    *placement = target.clone();
-                    moved.push((tenant.clone(), target));
-                }
-                None => stranded.push(tenant.clone()),
+            if let Some(target) = target {
+                *placement = target;
             }
         }
-        drop(map);
-        let mut moved: Vec<MovedPlacement> = moved
-            .into_iter()
-            .map(|(tenant, placement)| MovedPlacement {
-                tenant,
-                from: region.to_owned(),
-                placement: Placement::clone(&placement),
-            })
-            .collect();
-        moved.sort_by(|a, b| a.tenant.cmp(&b.tenant));
-        stranded.sort();
-        (moved, stranded)
     }
 
     /// Re-reads the whole table from the store: every group's placements
