@@ -68,6 +68,7 @@ start_node() {
   ONCE_DATA_KEYS="$WORK/data-keys" ONCE_API_KEYS="bench:bench:$KEY" RUST_LOG=warn ONCE_ADMIN_LISTEN=127.0.0.1:0 \
     ONCE_TENANT_RATE=10000000 ONCE_TENANT_BURST=10000000 ONCE_TENANT_IN_FLIGHT=100000 \
     $BIN node --listen 127.0.0.1:$PORT --max-db-connections 32 --database-url "$url" \
+      --webhook-allow-private-targets \
     > "$WORK/node.out" 2> "$WORK/node.err" &
   NODE=$!
   for _ in $(seq 1 100); do

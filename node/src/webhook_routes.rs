@@ -179,9 +179,10 @@ fn unavailable(e: anyhow::Error) -> ApiError {
     ApiError::Unavailable(e)
 }
 
-/// Parses and checks a create body: a URL we can POST to, event types
-/// that could exist.
-fn parse_request(body: &[u8]) -> Result<(String, Vec<String>), ApiError> {
+/// Parses and checks a create body: a URL we can POST to (on the public
+/// internet unless `allow_private` — `crate::webhooks::targets`), event
+/// types that could exist.
+fn parse_request(body: &[u8], allow_private: bool) -> Result<(String, Vec<String>), ApiError> {
     let request: WebhookEndpointRequest =
         serde_json::from_slice(body).map_err(|e| ApiError::MalformedJson(e.to_string()))?;
     if request.url.len() > MAX_URL {
@@ -206,6 +207,12 @@ fn parse_request(body: &[u8]) -> Result<(String, Vec<String>), ApiError> {
         return Err(ApiError::InvalidCommand(
             "url: must not carry credentials".into(),
         ));
+    }
+    if let Some(why) = (!allow_private)
+        .then(|| crate::webhooks::targets::refused_host(&url))
+        .flatten()
+    {
+        return Err(ApiError::InvalidCommand(why));
     }
     if request.events.is_empty() || request.events.len() > MAX_EVENTS {
         return Err(ApiError::InvalidCommand(format!(
@@ -258,7 +265,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let webhooks = webhooks(&state)?;
     let body = once_edge::body::read(body, &headers, state.config.body_limit).await?;
-    let (url, events) = parse_request(&body)?;
+    let (url, events) = parse_request(&body, webhooks.config.allow_private_targets)?;
     let now = webhooks.clock.now();
     let made = endpoints::create(
         &webhooks.db,
@@ -630,9 +637,18 @@ mod tests {
     fn a_create_body_is_checked_before_anything_is_stored() {
         let ok = br#"{"url":"https://m.example/hook","events":["payment.succeeded","*"]}"#;
         assert_eq!(
-            parse_request(ok).unwrap(),
+            parse_request(ok, false).unwrap(),
             ("https://m.example/hook".into(), vec!["*".into()])
         );
+        // This machine's network: refused unless the node allows it.
+        let inward = br#"{"url":"http://127.0.0.1:9000/hook","events":["*"]}"#;
+        match parse_request(inward, false) {
+            Err(ApiError::InvalidCommand(why)) => {
+                assert!(why.contains("not a public address"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_request(inward, true).is_ok());
         for bad in [
             &br#"{"url":"ftp://m.example","events":["*"]}"#[..],
             br#"{"url":"https://u:p@m.example","events":["*"]}"#,
@@ -645,7 +661,7 @@ mod tests {
             br#"{"url":"https://m.example:70000/","events":["*"]}"#,
         ] {
             assert!(
-                parse_request(bad).is_err(),
+                parse_request(bad, true).is_err(),
                 "{}",
                 String::from_utf8_lossy(bad)
             );

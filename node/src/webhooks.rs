@@ -11,6 +11,8 @@
 //!
 //! - [`WebhookConfig`] (in `crate::config`): the delivery schedule, timeouts and budgets.
 //! - [`signature`]: `Once-Signature` (HMAC-SHA256 over `t.body`).
+//! - [`targets`]: which addresses a delivery may reach (no SSRF into the
+//!   cluster's network).
 //! - [`schedule`]: capped exponential backoff with jitter, and the budget.
 //! - [`endpoints`]: the `webhook_endpoints` table and the sealed secrets.
 //! - [`deliveries`]: the `webhook_deliveries` table: fan-out, claims
@@ -28,6 +30,7 @@ pub mod dispatcher;
 pub mod endpoints;
 pub mod schedule;
 pub mod signature;
+pub mod targets;
 
 use std::sync::Arc;
 

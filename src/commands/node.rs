@@ -139,6 +139,12 @@ pub struct NodeArgs {
     /// Webhooks: how long a merchant's endpoint has to answer one attempt.
     #[arg(long, env = "ONCE_WEBHOOK_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub webhook_timeout: Duration,
+    /// Webhooks: also deliver to loopback, private and link-local
+    /// addresses (receivers on this machine or in this network). For
+    /// development clusters only: a tenant could otherwise make the node
+    /// POST into the cluster's own network.
+    #[arg(long, env = "ONCE_WEBHOOK_ALLOW_PRIVATE_TARGETS")]
+    pub webhook_allow_private_targets: bool,
     /// Where idempotency records live: `sql` (the regional database) or
     /// `raft` (raft-store, shared by every region; payments stay in the
     /// regional database).
@@ -264,6 +270,12 @@ pub fn config_of(args: &NodeArgs) -> anyhow::Result<NodeConfig> {
     config.webhooks.retry_cap = args.webhook_retry_cap;
     config.webhooks.retry_budget = args.webhook_retry_budget;
     config.webhooks.attempt_timeout = args.webhook_timeout;
+    config.webhooks.allow_private_targets = args.webhook_allow_private_targets;
+    if args.webhook_allow_private_targets {
+        tracing::warn!(
+            "--webhook-allow-private-targets: webhooks may be delivered to loopback, private and link-local addresses; never in production"
+        );
+    }
     if args.idempotency_store == StoreKind::Raft {
         super::plaintext::check_links(
             "node",

@@ -25,7 +25,8 @@ on_backends!(
     a_hanging_endpoint_does_not_hold_up_payments_or_other_endpoints,
     a_delivery_out_of_retries_is_dead_lettered_and_redriven,
     during_a_rotation_both_secrets_verify,
-    endpoints_are_listed_deleted_and_checked_per_tenant
+    endpoints_are_listed_deleted_and_checked_per_tenant,
+    a_url_into_the_nodes_own_network_is_refused_and_a_name_resolving_there_reaches_nothing
 );
 on_backends!([raft] the_raft_mode_refuses_webhooks_with_a_stable_code);
 
@@ -138,8 +139,14 @@ impl TestReceiver {
     }
 }
 
-/// Node flags with a short delivery schedule, so retries happen within a test.
+/// The receivers run on 127.0.0.1, which a production node refuses to
+/// deliver to (`node/src/webhooks/targets.rs`).
+const LOCAL_RECEIVERS: &str = "--webhook-allow-private-targets";
+
+/// Node flags with a short delivery schedule, so retries happen within a
+/// test, delivering to the test's local receivers.
 const SHORT_SCHEDULE: &[&str] = &[
+    LOCAL_RECEIVERS,
     "--webhook-retry-base",
     "50ms",
     "--webhook-retry-cap",
@@ -288,7 +295,7 @@ async fn a_hanging_endpoint_does_not_hold_up_payments_or_other_endpoints(backend
     let db = TestDb::new(backend).await;
     // A long timeout: the hanging endpoint's attempts stay in flight for
     // the whole test.
-    let node = NodeProcess::start(&db, &["--webhook-timeout", "120s"], &[]).await;
+    let node = NodeProcess::start(&db, &[LOCAL_RECEIVERS, "--webhook-timeout", "120s"], &[]).await;
     let hanging = TestReceiver::start(Mode::Hang).await;
     let healthy = TestReceiver::start(Mode::Ok).await;
     let (hanging_id, _) =
@@ -527,4 +534,97 @@ async fn the_raft_mode_refuses_webhooks_with_a_stable_code(backend: Backend) {
         );
     }
     node.terminate().await;
+}
+
+/// Server-side request forgery (decision 0102): without
+/// `--webhook-allow-private-targets` a tenant can neither register an
+/// address of the node's own network nor reach one through a DNS name; the
+/// receiver on 127.0.0.1 never sees a request, and the delivery records why.
+async fn a_url_into_the_nodes_own_network_is_refused_and_a_name_resolving_there_reaches_nothing(
+    backend: Backend,
+) {
+    let db = TestDb::new(backend).await;
+    let node = NodeProcess::start(&db, &SHORT_SCHEDULE[1..], &[]).await;
+    let receiver = TestReceiver::start(Mode::Ok).await;
+    let client = reqwest::Client::new();
+    let port = receiver
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    for inward in [
+        receiver.url.clone(),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "http://10.0.0.7/hook".to_owned(),
+    ] {
+        let answer = once_test_support::client::send(
+            client
+                .post(format!("{}/webhook-endpoints", node.url))
+                .bearer_auth(ACME_KEY)
+                .json(&serde_json::json!({"url": inward, "events": ["*"]})),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            422,
+            "{inward}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let body = answer.json();
+        assert_eq!(body["errorCode"], "VALIDATION_FAILED", "{inward}");
+        assert!(
+            body["message"].as_str().unwrap().contains("public"),
+            "{inward}: {body}"
+        );
+    }
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM webhook_endpoints").await,
+        0,
+        "nothing stored"
+    );
+
+    // A name is judged where it resolves, at each attempt (a rebinding
+    // name passes registration the same way): this machine's host name,
+    // which /etc/hosts maps to a loopback or private address.
+    let host = hostname_resolving_inward().await;
+    let url = format!("http://{host}:{port}/hook");
+    create_endpoint(&node, ACME_KEY, &url, serde_json::json!(["*"])).await;
+    pay(&node, 1, "inward").await;
+    until("an attempt refused by the guard", Duration::from_secs(30), || async {
+        db.count("SELECT COUNT(*) FROM webhook_deliveries WHERE attempts >= 2 AND last_error LIKE '%no public address%'")
+            .await
+            == 1
+    })
+    .await;
+    assert_eq!(receiver.requests(), 0, "the guard let a request through");
+    // Payments are untouched by a refused target.
+    pay(&node, 2, "inward-more").await;
+    node.terminate().await;
+}
+
+/// This machine's host name, checked to resolve only to addresses the
+/// guard refuses (Debian maps it to 127.0.1.1; containers to their own
+/// private address), so the test above cannot pass by resolving elsewhere.
+async fn hostname_resolving_inward() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("the host name")
+        .trim()
+        .to_owned();
+    let addrs: Vec<_> = tokio::net::lookup_host((host.as_str(), 0))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("{host:?} does not resolve ({e}): the SSRF test needs a host name in /etc/hosts")
+        })
+        .collect();
+    assert!(
+        !addrs.is_empty()
+            && addrs
+                .iter()
+                .all(|a| !once_node::webhooks::targets::is_public(a.ip())),
+        "{host:?} resolves to {addrs:?}: the SSRF test needs it to resolve inward"
+    );
+    host
 }

@@ -24,6 +24,11 @@ pub struct WebhookConfig {
     /// How long the old secret keeps signing beside the new one after a
     /// rotation.
     pub rotation_overlap: Duration,
+    /// Deliver to loopback, private and link-local addresses too
+    /// (`crate::webhooks::targets`): a development cluster whose receivers
+    /// run beside it. Off in production: a tenant's URL must not reach
+    /// into the cluster's own network.
+    pub allow_private_targets: bool,
 }
 
 impl Default for WebhookConfig {
@@ -37,6 +42,7 @@ impl Default for WebhookConfig {
             per_endpoint: 8,
             poll_interval: Duration::from_millis(100),
             rotation_overlap: Duration::from_secs(24 * 3600),
+            allow_private_targets: false,
         }
     }
 }

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::deliveries::{self, Claimed};
-use super::{Webhooks, endpoints, schedule, signature};
+use super::{Webhooks, endpoints, schedule, signature, targets};
 use crate::domain::UnixMillis;
 
 /// How often redrive requests are looked for.
@@ -29,12 +29,14 @@ const REDRIVE_EVERY: Duration = Duration::from_secs(1);
 type InFlight = Arc<Mutex<HashMap<String, usize>>>;
 
 pub async fn run(webhooks: Webhooks, mut shutdown: watch::Receiver<bool>) {
-    let client = match reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .timeout(webhooks.config.attempt_timeout)
         .connect_timeout(webhooks.config.attempt_timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
+        .redirect(reqwest::redirect::Policy::none());
+    if !webhooks.config.allow_private_targets {
+        builder = builder.dns_resolver(Arc::new(targets::PublicOnly));
+    }
+    let client = match builder.build() {
         Ok(client) => client,
         Err(e) => {
             warn!(error = %e, "webhook delivery client did not build; webhooks are not delivered");
@@ -168,20 +170,26 @@ async fn attempt(
         signature::EVENT_ID_HEADER,
         HeaderValue::from_str(&delivery.event.event_id)?,
     );
-    let outcome = client
-        .post(&target.url)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await;
-    let error = match outcome {
-        Ok(answer) if answer.status().is_success() => None,
-        Ok(answer) => Some(format!("endpoint answered {}", answer.status().as_u16())),
-        Err(e) if e.is_timeout() => Some("endpoint did not answer in time".to_owned()),
-        Err(e) => Some(format!(
-            "endpoint unreachable: {}",
-            crate::events::outbox::error_chain(&e)
-        )),
+    // A literal address is not resolved, so the resolver cannot judge it.
+    let refused = if webhooks.config.allow_private_targets {
+        None
+    } else {
+        url::Url::parse(&target.url)
+            .map_or_else(|e| Some(format!("url: {e}")), |u| targets::refused_host(&u))
+    };
+    let error = match refused {
+        Some(why) => {
+            warn!(endpoint = ?delivery.endpoint_id, %why, "webhook target refused");
+            Some(why)
+        }
+        None => attempt_error(
+            client
+                .post(&target.url)
+                .headers(headers)
+                .body(body)
+                .send()
+                .await,
+        ),
     };
     let now = webhooks.clock.now();
     match error {
@@ -196,6 +204,19 @@ async fn attempt(
                 None => deliveries::dead_letter(&webhooks.db, delivery, &error, now).await,
             }
         }
+    }
+}
+
+/// What went wrong with one POST to a merchant, or `None` for a 2xx.
+fn attempt_error(outcome: reqwest::Result<reqwest::Response>) -> Option<String> {
+    match outcome {
+        Ok(answer) if answer.status().is_success() => None,
+        Ok(answer) => Some(format!("endpoint answered {}", answer.status().as_u16())),
+        Err(e) if e.is_timeout() => Some("endpoint did not answer in time".to_owned()),
+        Err(e) => Some(format!(
+            "endpoint unreachable: {}",
+            crate::events::outbox::error_chain(&e)
+        )),
     }
 }
 
