@@ -27,11 +27,9 @@ use crate::error::{ApiError, ErrorCode};
 use crate::payments::answers::{headers_too_large, refusals};
 use crate::payments::response::rfc3339;
 use crate::state::AppState;
-use crate::webhooks::Webhooks;
 use crate::webhooks::endpoints::{self, Endpoint, MAX_PER_TENANT, WILDCARD};
+use crate::webhooks::{Webhooks, retention};
 
-/// How far back `GET /events` reaches.
-pub const EVENTS_RETENTION_DAYS: i64 = 30;
 /// A URL's longest form: any request the document allows, and any one that
 /// breaks only this bound (even in 4-byte characters, JSON-escaped), stays
 /// within the 16 KiB body limit, so it is refused as what it is (422), not as
@@ -388,7 +386,7 @@ pub async fn list_events(
     let webhooks = webhooks(&state)?;
     let (limit, after) = parse_event_query(query.as_deref())?;
     let now = webhooks.clock.now();
-    let since = now.0 - EVENTS_RETENTION_DAYS * 86_400_000;
+    let since = retention::kept_since(now).0;
     let (after_at, after_id) = after.unwrap_or((i64::MIN, String::new()));
     let rows = sqlx::query(
         "SELECT event_id, event_type, data, created_at FROM webhook_events \

@@ -17,7 +17,8 @@
 //! - [`endpoints`]: the `webhook_endpoints` table and the sealed secrets.
 //! - [`deliveries`]: the `webhook_deliveries` table: fan-out, claims
 //!   with leases, outcomes, dead letters and redrives.
-//! - [`dispatcher`]: the node's delivery task.
+//! - [`retention`]: 30 days of events, then what owes nothing is pruned.
+//! - [`dispatcher`]: the node's delivery task (and the pruning).
 //! - `crate::webhook_routes`: `/webhook-endpoints` and `GET /events` (beside
 //!   the state they read, so this module does not import it back).
 //!
@@ -28,6 +29,7 @@
 pub mod deliveries;
 pub mod dispatcher;
 pub mod endpoints;
+pub mod retention;
 pub mod schedule;
 pub mod signature;
 pub mod targets;

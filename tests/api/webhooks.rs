@@ -26,7 +26,8 @@ on_backends!(
     a_delivery_out_of_retries_is_dead_lettered_and_redriven,
     during_a_rotation_both_secrets_verify,
     endpoints_are_listed_deleted_and_checked_per_tenant,
-    a_url_into_the_nodes_own_network_is_refused_and_a_name_resolving_there_reaches_nothing
+    a_url_into_the_nodes_own_network_is_refused_and_a_name_resolving_there_reaches_nothing,
+    events_past_their_30_days_are_pruned_once_they_owe_nothing
 );
 on_backends!([raft] the_raft_mode_refuses_webhooks_with_a_stable_code);
 
@@ -627,4 +628,93 @@ async fn hostname_resolving_inward() -> String {
         "{host:?} resolves to {addrs:?}: the SSRF test needs it to resolve inward"
     );
     host
+}
+
+/// Retention (`node/src/webhooks/retention.rs`): an event older than 30
+/// days whose deliveries all ended is deleted with them; one still owed
+/// (a delivery pending, or dead and redrivable) is kept whatever its age,
+/// and younger ones are kept.
+async fn events_past_their_30_days_are_pruned_once_they_owe_nothing(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let node = NodeProcess::start(&db, SHORT_SCHEDULE, &[]).await;
+    let receiver = TestReceiver::start(Mode::Ok).await;
+    let (endpoint, secret) =
+        create_endpoint(&node, ACME_KEY, &receiver.url, serde_json::json!(["*"])).await;
+    pay(&node, 1, "fresh").await;
+    until(
+        "the fresh event delivered",
+        Duration::from_secs(30),
+        || async { receiver.verified_ids(&[&secret]).len() == 1 },
+    )
+    .await;
+    node.terminate().await;
+
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let day = 86_400_000_i64;
+    let pool = db.pool().await;
+    // (event, age in days, its delivery's status)
+    let planted = [
+        ("evt_old_delivered", 31, "DELIVERED"),
+        ("evt_old_cancelled", 40, "CANCELLED"),
+        ("evt_old_dead", 35, "DEAD"),
+        ("evt_old_pending", 33, "PENDING"),
+        ("evt_young_delivered", 29, "DELIVERED"),
+    ];
+    for (event, age, status) in planted {
+        let created = now - age * day;
+        sqlx::query(
+            "INSERT INTO webhook_events (event_id, tenant_id, event_type, aggregate_id, data, created_at, fanned_out_at) \
+             VALUES ($1, 'acme', 'payment.succeeded', 'pay_planted', '{}', $2, $2)",
+        )
+        .bind(event)
+        .bind(created)
+        .execute(&pool.pool)
+        .await
+        .unwrap();
+        // A pending one is due tomorrow, so no attempt touches it here.
+        sqlx::query(
+            "INSERT INTO webhook_deliveries (event_id, endpoint_id, tenant_id, status, attempts, next_attempt_at, retry_since, created_at) \
+             VALUES ($1, $2, 'acme', $3, 1, $4, $5, $5)",
+        )
+        .bind(event)
+        .bind(&endpoint)
+        .bind(status)
+        .bind(now + day)
+        .bind(created)
+        .execute(&pool.pool)
+        .await
+        .unwrap();
+    }
+    pool.pool.close().await;
+
+    // The dispatcher prunes as it starts.
+    let node = NodeProcess::start(&db, SHORT_SCHEDULE, &[]).await;
+    until("the old events that owe nothing pruned", Duration::from_secs(30), || async {
+        db.count("SELECT COUNT(*) FROM webhook_events WHERE event_id IN ('evt_old_delivered', 'evt_old_cancelled')")
+            .await
+            == 0
+    })
+    .await;
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM webhook_deliveries WHERE event_id IN ('evt_old_delivered', 'evt_old_cancelled')")
+            .await,
+        0,
+        "their deliveries went with them"
+    );
+    for kept in ["evt_old_dead", "evt_old_pending", "evt_young_delivered"] {
+        let sql = format!("SELECT COUNT(*) FROM webhook_events WHERE event_id = '{kept}'");
+        assert_eq!(db.count(&sql).await, 1, "{kept} is kept");
+        let sql = format!("SELECT COUNT(*) FROM webhook_deliveries WHERE event_id = '{kept}'");
+        assert_eq!(db.count(&sql).await, 1, "{kept}'s delivery is kept");
+    }
+    assert_eq!(
+        db.count("SELECT COUNT(*) FROM webhook_events WHERE event_id NOT IN ('evt_old_dead', 'evt_old_pending', 'evt_young_delivered')")
+            .await,
+        1,
+        "the fresh payment's event is kept"
+    );
+    node.terminate().await;
 }

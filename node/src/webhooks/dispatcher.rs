@@ -1,6 +1,9 @@
 //! The node's delivery task: fan out new events, take back dead letters an
 //! operator redrove, claim due deliveries and attempt each, until shutdown.
 //!
+//! Every ten minutes it also prunes events past their retention
+//! ([`retention`]).
+//!
 //! Its budget is its own: a pool of its own on PostgreSQL, at most
 //! `concurrency` attempts in flight, at most `per_endpoint` of them to one
 //! endpoint (an endpoint that hangs holds only those, for at most its
@@ -18,11 +21,13 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::deliveries::{self, Claimed};
-use super::{Webhooks, endpoints, schedule, signature, targets};
+use super::{Webhooks, endpoints, retention, schedule, signature, targets};
 use crate::domain::UnixMillis;
 
 /// How often redrive requests are looked for.
 const REDRIVE_EVERY: Duration = Duration::from_secs(1);
+/// How often events past their retention are pruned (first at start).
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// Attempts in flight per endpoint, shared by the loop and the attempts.
 /// A std mutex: held only to count, never across an `.await`.
@@ -47,6 +52,7 @@ pub async fn run(webhooks: Webhooks, mut shutdown: watch::Receiver<bool>) {
     let in_flight: InFlight = Arc::default();
     let mut attempts = JoinSet::new();
     let mut last_redrive = tokio::time::Instant::now() - REDRIVE_EVERY;
+    let mut last_prune: Option<tokio::time::Instant> = None;
     loop {
         while attempts.try_join_next().is_some() {}
         let mut busy = false;
@@ -62,6 +68,16 @@ pub async fn run(webhooks: Webhooks, mut shutdown: watch::Receiver<bool>) {
                 warn!(error = %format!("{e:#}"), "redriving webhook deliveries failed; will retry");
             }
             last_redrive = tokio::time::Instant::now();
+        }
+        if last_prune.is_none_or(|at| at.elapsed() >= PRUNE_EVERY) {
+            match retention::prune(&webhooks.db, now).await {
+                Ok(0) => {}
+                Ok(n) => debug!(events = n, "pruned webhook events past their retention"),
+                Err(e) => {
+                    warn!(error = %format!("{e:#}"), "pruning webhook events failed; will retry")
+                }
+            }
+            last_prune = Some(tokio::time::Instant::now());
         }
         let free = slots.available_permits();
         if free > 0 {
