@@ -206,10 +206,7 @@ fn parse_request(body: &[u8], allow_private: bool) -> Result<(String, Vec<String
             "url: must not carry credentials".into(),
         ));
     }
-    if let Some(why) = (!allow_private)
-        .then(|| crate::webhooks::targets::refused_host(&url))
-        .flatten()
-    {
+    if !allow_private && let Some(why) = crate::webhooks::targets::refused_host(&url) {
         return Err(ApiError::InvalidCommand(why));
     }
     if request.events.is_empty() || request.events.len() > MAX_EVENTS {

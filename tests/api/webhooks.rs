@@ -545,7 +545,12 @@ async fn a_url_into_the_nodes_own_network_is_refused_and_a_name_resolving_there_
     backend: Backend,
 ) {
     let db = TestDb::new(backend).await;
-    let node = NodeProcess::start(&db, &SHORT_SCHEDULE[1..], &[]).await;
+    let production_schedule: Vec<&str> = SHORT_SCHEDULE
+        .iter()
+        .copied()
+        .filter(|flag| *flag != LOCAL_RECEIVERS)
+        .collect();
+    let node = NodeProcess::start(&db, &production_schedule, &[]).await;
     let receiver = TestReceiver::start(Mode::Ok).await;
     let client = reqwest::Client::new();
     let port = receiver

@@ -172,20 +172,6 @@ async fn attempt(
     let Some(target) = target.filter(|t| !t.deleted) else {
         return deliveries::cancelled(&webhooks.db, delivery, now).await;
     };
-    let body = delivery.event.render();
-    let t = now.0.div_euclid(1000);
-    let secrets: Vec<&str> = target.secrets.iter().map(String::as_str).collect();
-    let mut headers = HeaderMap::new();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(USER_AGENT, HeaderValue::from_static("once-webhooks/1"));
-    headers.insert(
-        signature::HEADER,
-        HeaderValue::from_str(&signature::header(&secrets, t, &body))?,
-    );
-    headers.insert(
-        signature::EVENT_ID_HEADER,
-        HeaderValue::from_str(&delivery.event.event_id)?,
-    );
     // A literal address is not resolved, so the resolver cannot judge it.
     let refused = if webhooks.config.allow_private_targets {
         None
@@ -198,14 +184,7 @@ async fn attempt(
             warn!(endpoint = ?delivery.endpoint_id, %why, "webhook target refused");
             Some(why)
         }
-        None => attempt_error(
-            client
-                .post(&target.url)
-                .headers(headers)
-                .body(body)
-                .send()
-                .await,
-        ),
+        None => attempt_error(signed_post(client, &target, delivery, now)?.send().await),
     };
     let now = webhooks.clock.now();
     match error {
@@ -221,6 +200,30 @@ async fn attempt(
             }
         }
     }
+}
+
+/// The signed POST of `delivery`'s event to `target`, stamped `now`.
+fn signed_post(
+    client: &reqwest::Client,
+    target: &endpoints::Target,
+    delivery: &Claimed,
+    now: UnixMillis,
+) -> anyhow::Result<reqwest::RequestBuilder> {
+    let body = delivery.event.render();
+    let t = now.0.div_euclid(1000);
+    let secrets: Vec<&str> = target.secrets.iter().map(String::as_str).collect();
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(USER_AGENT, HeaderValue::from_static("once-webhooks/1"));
+    headers.insert(
+        signature::HEADER,
+        HeaderValue::from_str(&signature::header(&secrets, t, &body))?,
+    );
+    headers.insert(
+        signature::EVENT_ID_HEADER,
+        HeaderValue::from_str(&delivery.event.event_id)?,
+    );
+    Ok(client.post(&target.url).headers(headers).body(body))
 }
 
 /// What went wrong with one POST to a merchant, or `None` for a 2xx.
